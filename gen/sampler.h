@@ -1,0 +1,273 @@
+// Per-element samplers: the value of element i of a lazy tensor as a pure function of
+// (SamplerParams, i) -- invariant I1 by construction. The CPU materializer and the CUDA
+// kernels both call these functions (I2).
+//
+// Generator kThreefry reproduces jax.random (partitionable mode) bit for bit, including its
+// rounding in the tensor's dtype. Generator kPhilox is seedstore's native generator:
+//   * Philox-4x32-10 with key (k0, k1) and counter (lo32(b), hi32(b), 0, 0) for block b;
+//   * 32-bit-or-narrower dtypes: element i uses word (i & 3) of block b = i >> 2;
+//     64-bit dtypes: element i uses words (2*(i&1), 2*(i&1)+1) of block b = i >> 1;
+//   * floats are computed in float32 (float64 for f64) and rounded once to the dtype, so
+//     bfloat16/float16 values have the dtype's full resolution.
+// The exact formulas are normative in docs/FORMAT.md ("Samplers").
+#pragma once
+#include "gen/dtype.h"
+#include "gen/jax_keys.h"
+#include "gen/philox.h"
+#include "gen/xla_math.h"
+
+namespace seedstore {
+
+enum class Generator : uint8_t { kThreefry, kPhilox };
+enum class Dist : uint8_t { kBits, kUniform, kNormal, kTruncatedNormal, kConstant, kZeros, kOnes };
+
+/// Fully resolved, trivially copyable description of a lazy tensor's elements. Built on the
+/// host by PrepareSampler (store/) from an init spec; every constant is already rounded to
+/// the dtype, held as float (16/32-bit floats) and double (f64).
+struct SamplerParams {
+  Generator generator = Generator::kThreefry;
+  Dist dist = Dist::kZeros;
+  DType dtype = DType::kF32;
+  Key key;
+  // uniform: lo = minval, range = maxval - minval (rounded in dtype for threefry);
+  // normal (threefry): lo = nextafter(-1, 0), range = 1 - lo;
+  // truncated_normal: lo = erf(lower/sqrt2), range = erf(upper/sqrt2) - lo.
+  float lo_f = 0, range_f = 0;
+  double lo_d = 0, range_d = 0;
+  // truncated_normal clip bounds; philox uniform: clip_hi_f = largest dtype value < maxval.
+  float clip_lo_f = 0, clip_hi_f = 0;
+  double clip_lo_d = 0, clip_hi_d = 0;
+  bool has_scale = false, has_mean = false;  // apply x*scale, then x+mean (only when set)
+  float scale_f = 1, mean_f = 0;
+  double scale_d = 1, mean_d = 0;
+  uint64_t const_bits = 0;  // constant/zeros/ones: the value's storage bits
+};
+
+template <DType D> struct StorageOf;
+template <> struct StorageOf<DType::kF32> { using type = float; };
+template <> struct StorageOf<DType::kF64> { using type = double; };
+template <> struct StorageOf<DType::kBF16> { using type = uint16_t; };
+template <> struct StorageOf<DType::kF16> { using type = uint16_t; };
+template <> struct StorageOf<DType::kU8> { using type = uint8_t; };
+template <> struct StorageOf<DType::kU16> { using type = uint16_t; };
+template <> struct StorageOf<DType::kU32> { using type = uint32_t; };
+template <> struct StorageOf<DType::kU64> { using type = uint64_t; };
+template <> struct StorageOf<DType::kI8> { using type = int8_t; };
+template <> struct StorageOf<DType::kI16> { using type = int16_t; };
+template <> struct StorageOf<DType::kI32> { using type = int32_t; };
+template <> struct StorageOf<DType::kI64> { using type = int64_t; };
+template <> struct StorageOf<DType::kBool> { using type = uint8_t; };
+template <DType D> using StorageT = typename StorageOf<D>::type;
+
+/// Zero-extended storage bits of a value (what the fingerprint hashes).
+template <class T>
+SEEDSTORE_HD uint64_t ValueBits(T v) {
+  if constexpr (sizeof(T) == 8) return BitCast<uint64_t>(v);
+  if constexpr (sizeof(T) == 4) return BitCast<uint32_t>(v);
+  if constexpr (sizeof(T) == 2) return BitCast<uint16_t>(v);
+  if constexpr (sizeof(T) == 1) return BitCast<uint8_t>(v);
+}
+
+namespace sampler_detail {
+
+/// Round a float32 to dtype D and back (identity for f32): "compute in dtype".
+template <DType D>
+SEEDSTORE_HD float RoundIn(float x) {
+  if constexpr (D == DType::kBF16) return BF16ToF32(F32ToBF16(x));
+  if constexpr (D == DType::kF16) return F16ToF32(F32ToF16(x));
+  return x;
+}
+template <DType D>
+SEEDSTORE_HD StorageT<D> StoreFloat(float x) {
+  if constexpr (D == DType::kBF16) return F32ToBF16(x);
+  if constexpr (D == DType::kF16) return F32ToF16(x);
+  if constexpr (D == DType::kF32) return x;
+}
+
+constexpr float kSqrt2F = 1.41421353816986083984375f;  // float32(sqrt(2))
+constexpr double kSqrt2D = 1.4142135623730951;
+
+// ---- threefry (jax.random) --------------------------------------------------------------
+
+/// jax.random.uniform's [0, 1) value for element i, exact, as float (16/32-bit dtypes).
+template <DType D>
+SEEDSTORE_HD float JaxUnit(Key key, uint64_t i) {
+  const uint32_t b = JaxBits32(key, i);
+  if constexpr (D == DType::kF32) return BitsFloat((b >> 9) | 0x3F800000u) - 1.0f;
+  if constexpr (D == DType::kF16)
+    return F16ToF32(static_cast<uint16_t>(((b & 0xFFFFu) >> 6) | 0x3C00u)) - 1.0f;
+  if constexpr (D == DType::kBF16)
+    return BF16ToF32(static_cast<uint16_t>(((b & 0xFFu) >> 1) | 0x3F80u)) - 1.0f;
+}
+SEEDSTORE_HD double JaxUnitF64(Key key, uint64_t i) {
+  return BitCast<double>((JaxBits64(key, i) >> 12) | 0x3FF0000000000000ull) - 1.0;
+}
+
+/// floats * range + lo, then max(lo, .), each op rounded in dtype (jax.random.uniform).
+template <DType D>
+SEEDSTORE_HD float JaxAffine(float unit, float lo, float range) {
+  const float v = RoundIn<D>(RoundIn<D>(unit * range) + lo);
+  return v > lo ? v : lo;
+}
+SEEDSTORE_HD double JaxAffineF64(double unit, double lo, double range) {
+  const double v = unit * range + lo;
+  return v > lo ? v : lo;
+}
+
+template <DType D>
+SEEDSTORE_HD float JaxScaleMean(const SamplerParams& p, float x) {
+  if (p.has_scale) x = RoundIn<D>(p.scale_f * x);
+  if (p.has_mean) x = RoundIn<D>(x + p.mean_f);
+  return x;
+}
+SEEDSTORE_HD double ScaleMeanF64(const SamplerParams& p, double x) {
+  if (p.has_scale) x = p.scale_d * x;
+  if (p.has_mean) x = x + p.mean_d;
+  return x;
+}
+
+template <Dist X, DType D>
+SEEDSTORE_HD StorageT<D> ThreefryElement(const SamplerParams& p, uint64_t i) {
+  if constexpr (X == Dist::kBits) {
+    if constexpr (D == DType::kU64) return JaxBits64(p.key, i);
+    else return static_cast<StorageT<D>>(JaxBits32(p.key, i));
+  } else if constexpr (D == DType::kF64) {
+    const double u = JaxAffineF64(JaxUnitF64(p.key, i), p.lo_d, p.range_d);
+    double x = u;
+    if constexpr (X == Dist::kNormal || X == Dist::kTruncatedNormal)
+      x = kSqrt2D * XlaErfInvF64(u);
+    if constexpr (X == Dist::kTruncatedNormal) {
+      x = x > p.clip_lo_d ? x : p.clip_lo_d;
+      x = x < p.clip_hi_d ? x : p.clip_hi_d;
+    }
+    return ScaleMeanF64(p, x);
+  } else {
+    const float u = JaxAffine<D>(JaxUnit<D>(p.key, i), p.lo_f, p.range_f);
+    float x = u;
+    if constexpr (X == Dist::kNormal || X == Dist::kTruncatedNormal)
+      x = RoundIn<D>(RoundIn<D>(kSqrt2F) * RoundIn<D>(XlaErfInvF32(u)));
+    if constexpr (X == Dist::kTruncatedNormal) {
+      x = x > p.clip_lo_f ? x : p.clip_lo_f;
+      x = x < p.clip_hi_f ? x : p.clip_hi_f;
+    }
+    return StoreFloat<D>(JaxScaleMean<D>(p, x));
+  }
+}
+
+// ---- philox (native) --------------------------------------------------------------------
+
+template <DType D>
+constexpr int PerBlock() { return DTypeSize(D) == 8 ? 2 : 4; }
+
+SEEDSTORE_HD Word4 PhiloxBlock(Key key, uint64_t block) {
+  return Philox4x32<10>(key.k0, key.k1, static_cast<uint32_t>(block),
+                        static_cast<uint32_t>(block >> 32), 0u, 0u);
+}
+
+/// Element `lane` of a Philox block, for 32-bit-or-narrower dtypes (one word).
+template <Dist X, DType D>
+SEEDSTORE_HD StorageT<D> PhiloxFromWord(const SamplerParams& p, uint32_t w) {
+  if constexpr (X == Dist::kBits) {
+    return static_cast<StorageT<D>>(w);
+  } else {
+    float x;
+    if constexpr (X == Dist::kUniform) {
+      const float unit = static_cast<float>(w >> 8) * 5.9604644775390625e-8f;  // [0,1), 2^-24
+      x = p.lo_f + unit * p.range_f;
+    } else {
+      // Odd multiple of 2^-24 in (-1, 1): exact and symmetric.
+      const float u = static_cast<float>(static_cast<int32_t>((w >> 8) * 2u + 1u) - (1 << 24)) *
+                      5.9604644775390625e-8f;
+      if constexpr (X == Dist::kNormal) {
+        x = kSqrt2F * XlaErfInvF32(u);
+      } else {  // truncated: map u to (lo, lo + range) in erf space
+        const float t = p.lo_f + (u + 1.0f) * 0.5f * p.range_f;
+        x = kSqrt2F * XlaErfInvF32(t);
+        x = x > p.clip_lo_f ? x : p.clip_lo_f;
+        x = x < p.clip_hi_f ? x : p.clip_hi_f;
+      }
+    }
+    if (p.has_scale) x = p.scale_f * x;
+    if (p.has_mean) x = x + p.mean_f;
+    float r = RoundIn<D>(x);
+    if constexpr (X == Dist::kUniform) r = r < p.clip_hi_f ? r : p.clip_hi_f;
+    return StoreFloat<D>(r);
+  }
+}
+
+/// Element from two words (hi, lo), for 64-bit dtypes.
+template <Dist X, DType D>
+SEEDSTORE_HD StorageT<D> PhiloxFromWords(const SamplerParams& p, uint32_t hi, uint32_t lo) {
+  const uint64_t w = (static_cast<uint64_t>(hi) << 32) | lo;
+  if constexpr (X == Dist::kBits) {
+    return w;
+  } else {
+    double x;
+    if constexpr (X == Dist::kUniform) {
+      const double unit = static_cast<double>(w >> 11) * 1.1102230246251565e-16;  // 2^-53
+      x = p.lo_d + unit * p.range_d;
+      x = x < p.clip_hi_d ? x : p.clip_hi_d;
+    } else {
+      const double u =
+          static_cast<double>(static_cast<int64_t>((w >> 11) * 2u + 1u) - (int64_t{1} << 53)) *
+          1.1102230246251565e-16;
+      if constexpr (X == Dist::kNormal) {
+        x = kSqrt2D * XlaErfInvF64(u);
+      } else {
+        const double t = p.lo_d + (u + 1.0) * 0.5 * p.range_d;
+        x = kSqrt2D * XlaErfInvF64(t);
+        x = x > p.clip_lo_d ? x : p.clip_lo_d;
+        x = x < p.clip_hi_d ? x : p.clip_hi_d;
+      }
+    }
+    return ScaleMeanF64(p, x);
+  }
+}
+
+template <Dist X, DType D>
+SEEDSTORE_HD StorageT<D> PhiloxElement(const SamplerParams& p, uint64_t i) {
+  if constexpr (PerBlock<D>() == 4) {
+    const Word4 w = PhiloxBlock(p.key, i >> 2);
+    return PhiloxFromWord<X, D>(p, w.v[i & 3]);
+  } else {
+    const Word4 w = PhiloxBlock(p.key, i >> 1);
+    const int l = static_cast<int>(i & 1) * 2;
+    return PhiloxFromWords<X, D>(p, w.v[l], w.v[l + 1]);
+  }
+}
+
+}  // namespace sampler_detail
+
+/// Value of element i (row-major global flat index) for a lazy tensor, as storage bits of D.
+/// Preconditions (checked by PrepareSampler): the (dist, dtype) pair is supported.
+template <Generator G, Dist X, DType D>
+SEEDSTORE_HD StorageT<D> SampleElement(const SamplerParams& p, uint64_t i) {
+  if constexpr (X == Dist::kConstant || X == Dist::kZeros || X == Dist::kOnes) {
+    if constexpr (sizeof(StorageT<D>) == 8) return BitCast<StorageT<D>>(p.const_bits);
+    if constexpr (sizeof(StorageT<D>) == 4)
+      return BitCast<StorageT<D>>(static_cast<uint32_t>(p.const_bits));
+    if constexpr (sizeof(StorageT<D>) == 2)
+      return BitCast<StorageT<D>>(static_cast<uint16_t>(p.const_bits));
+    if constexpr (sizeof(StorageT<D>) == 1)
+      return BitCast<StorageT<D>>(static_cast<uint8_t>(p.const_bits));
+  } else if constexpr (G == Generator::kThreefry) {
+    return sampler_detail::ThreefryElement<X, D>(p, i);
+  } else {
+    return sampler_detail::PhiloxElement<X, D>(p, i);
+  }
+}
+
+/// Whether a (dist, dtype) pair can be sampled: bits needs an unsigned dtype; uniform, normal
+/// and truncated_normal need a float dtype; constant/zeros/ones take any dtype.
+SEEDSTORE_HD constexpr bool Supported(Dist x, DType d) {
+  switch (x) {
+    case Dist::kBits:
+      return d == DType::kU8 || d == DType::kU16 || d == DType::kU32 || d == DType::kU64;
+    case Dist::kUniform: case Dist::kNormal: case Dist::kTruncatedNormal:
+      return IsFloat(d);
+    default:
+      return true;
+  }
+}
+
+}  // namespace seedstore

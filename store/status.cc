@@ -1,0 +1,23 @@
+#include "store/status.h"
+
+namespace seedstore {
+
+const char* CodeName(Code c) {
+  switch (c) {
+    case Code::kOk: return "OK";
+    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
+    case Code::kNotFound: return "NOT_FOUND";
+    case Code::kCorrupt: return "CORRUPT";
+    case Code::kIo: return "IO_ERROR";
+    case Code::kUnsupported: return "UNSUPPORTED";
+    case Code::kMismatch: return "MISMATCH";
+    case Code::kInternal: return "INTERNAL";
+  }
+  return "UNKNOWN";
+}
+
+std::string Status::ToString() const {
+  return ok() ? std::string("OK") : std::string(CodeName(code_)) + ": " + message_;
+}
+
+}  // namespace seedstore
