@@ -157,7 +157,7 @@ SEEDSTORE_HD StorageT<D> ThreefryElement(const SamplerParams& p, uint64_t i) {
 // ---- philox (native) --------------------------------------------------------------------
 
 template <DType D>
-constexpr int PerBlock() { return DTypeSize(D) == 8 ? 2 : 4; }
+SEEDSTORE_HD constexpr int PerBlock() { return DTypeSize(D) == 8 ? 2 : 4; }
 
 SEEDSTORE_HD Word4 PhiloxBlock(Key key, uint64_t block) {
   return Philox4x32<10>(key.k0, key.k1, static_cast<uint32_t>(block),
