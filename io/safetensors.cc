@@ -1,0 +1,167 @@
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "io/atomic_file.h"
+
+namespace seedstore {
+namespace {
+using json = nlohmann::json;
+struct Code2 {
+  const char* code;
+  DType t;
+};
+constexpr Code2 kCodes[] = {{"F32", DType::kF32}, {"F64", DType::kF64}, {"BF16", DType::kBF16},
+                            {"F16", DType::kF16}, {"U8", DType::kU8},   {"U16", DType::kU16},
+                            {"U32", DType::kU32}, {"U64", DType::kU64}, {"I8", DType::kI8},
+                            {"I16", DType::kI16}, {"I32", DType::kI32}, {"I64", DType::kI64},
+                            {"BOOL", DType::kBool}};
+constexpr uint64_t kMaxHeader = 100u << 20;  // as the reference implementation
+}  // namespace
+
+const char* SafetensorsDType(DType t) {
+  for (const auto& c : kCodes)
+    if (c.t == t) return c.code;
+  return "?";
+}
+
+Result<DType> ParseSafetensorsDType(const std::string& s) {
+  for (const auto& c : kCodes)
+    if (s == c.code) return c.t;
+  return Unsupported("safetensors dtype '" + s + "' is not supported");
+}
+
+void SafetensorsWriter::Add(std::string name, DType dtype, std::vector<uint64_t> shape, Fill fill) {
+  Item it;
+  it.entry.name = std::move(name);
+  it.entry.dtype = dtype;
+  it.entry.shape = std::move(shape);
+  it.fill = std::move(fill);
+  items_.push_back(std::move(it));
+}
+
+Status SafetensorsWriter::Write(const std::string& path,
+                                const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t off = 0;
+  for (auto& it : items_) {
+    uint64_t n = DTypeSize(it.entry.dtype);
+    for (uint64_t d : it.entry.shape) n *= d;
+    it.entry.begin = off;
+    it.entry.end = off + n;
+    off += n;
+    header[it.entry.name] = {{"dtype", SafetensorsDType(it.entry.dtype)},
+                             {"shape", it.entry.shape},
+                             {"data_offsets", {it.entry.begin, it.entry.end}}};
+  }
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path));
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(h.size() >> (8 * i));
+  SEEDSTORE_RETURN_IF_ERROR(f.Append(len, 8));
+  SEEDSTORE_RETURN_IF_ERROR(f.Append(h.data(), h.size()));
+  std::vector<unsigned char> buf;
+  for (auto& it : items_) {
+    buf.resize(it.entry.end - it.entry.begin);
+    SEEDSTORE_RETURN_IF_ERROR(it.fill(buf.data()).WithContext("tensor '" + it.entry.name + "'"));
+    SEEDSTORE_RETURN_IF_ERROR(f.Append(buf.data(), buf.size()));
+  }
+  return f.Commit();
+}
+
+Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  SafetensorsFile s;
+  s.path_ = path;
+  s.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (s.fd_ < 0) return NotFound("safetensors file '" + path + "': cannot open");
+  struct stat st;
+  if (fstat(s.fd_, &st) != 0) return IoError("'" + path + "': cannot stat");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  unsigned char len[8];
+  SEEDSTORE_RETURN_IF_ERROR(PreadExact(s.fd_, len, 8, 0, path));
+  uint64_t hl = 0;
+  for (int i = 7; i >= 0; --i) hl = (hl << 8) | len[i];
+  if (hl > kMaxHeader || 8 + hl > size)
+    return Corrupt("safetensors file '" + path + "': header length " + std::to_string(hl) +
+                   " is invalid for a file of " + std::to_string(size) + " bytes");
+  std::string h(hl, '\0');
+  SEEDSTORE_RETURN_IF_ERROR(PreadExact(s.fd_, h.data(), hl, 8, path));
+  json j = json::parse(h, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return Corrupt("safetensors file '" + path + "': header is not a JSON object");
+  s.data_start_ = 8 + hl;
+  const uint64_t data_size = size - s.data_start_;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string w = "safetensors file '" + path + "' tensor '" + it.key() + "'";
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) return Corrupt("safetensors file '" + path + "': __metadata__ is not an object");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string()) return Corrupt("safetensors file '" + path + "': __metadata__['" + m.key() + "'] is not a string");
+        s.metadata_[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    const json& v = *it;
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
+        !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2)
+      return Corrupt(w + ": malformed entry " + v.dump());
+    SafetensorsEntry e;
+    e.name = it.key();
+    auto dt = ParseSafetensorsDType(v["dtype"].get<std::string>());
+    if (!dt.ok()) return dt.status().WithContext(w);
+    e.dtype = *dt;
+    unsigned __int128 n = DTypeSize(e.dtype);
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_unsigned()) return Corrupt(w + ": bad shape " + v["shape"].dump());
+      e.shape.push_back(d.get<uint64_t>());
+      n *= d.get<uint64_t>();
+    }
+    if (!v["data_offsets"][0].is_number_unsigned() || !v["data_offsets"][1].is_number_unsigned())
+      return Corrupt(w + ": bad data_offsets");
+    e.begin = v["data_offsets"][0].get<uint64_t>();
+    e.end = v["data_offsets"][1].get<uint64_t>();
+    if (e.begin > e.end || e.end > data_size)
+      return Corrupt(w + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                     "] outside the data section (" + std::to_string(data_size) + " bytes)");
+    if (n != e.end - e.begin)
+      return Corrupt(w + ": byte size " + std::to_string(e.end - e.begin) + " does not match shape");
+    s.entries_.push_back(std::move(e));
+  }
+  auto sorted = s.entries_;
+  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i].begin < sorted[i - 1].end && sorted[i].begin != sorted[i].end)
+      return Corrupt("safetensors file '" + path + "': tensors '" + sorted[i - 1].name + "' and '" +
+                     sorted[i].name + "' overlap");
+  return s;
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
+    : path_(std::move(o.path_)), fd_(o.fd_), data_start_(o.data_start_),
+      entries_(std::move(o.entries_)), metadata_(std::move(o.metadata_)) {
+  o.fd_ = -1;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+Status SafetensorsFile::Read(const SafetensorsEntry& e, void* dst) const {
+  return PreadExact(fd_, dst, e.end - e.begin, data_start_ + e.begin, path_);
+}
+
+}  // namespace seedstore

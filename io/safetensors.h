@@ -1,0 +1,68 @@
+// safetensors files (https://github.com/huggingface/safetensors format): an 8-byte
+// little-endian header length, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__":
+// {str: str}}, then the tensors' bytes. Written atomically (io/atomic_file.h).
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gen/dtype.h"
+#include "store/status.h"
+
+namespace seedstore {
+
+/// safetensors dtype code ("F32", "BF16", ...) of a dtype, and back. Error names the value.
+const char* SafetensorsDType(DType t);
+Result<DType> ParseSafetensorsDType(const std::string& s);
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<uint64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte offsets relative to the data section
+};
+
+/// Streams tensors into a new safetensors file. Each tensor's bytes come from a callback
+/// that fills a caller-sized buffer, so memory is O(largest tensor), not O(file).
+class SafetensorsWriter {
+ public:
+  using Fill = std::function<Status(void* dst)>;
+  /// Adds a tensor of `bytes` bytes (must equal numel * dtype size).
+  void Add(std::string name, DType dtype, std::vector<uint64_t> shape, Fill fill);
+  /// Writes the file atomically. `metadata` becomes "__metadata__".
+  Status Write(const std::string& path, const std::map<std::string, std::string>& metadata);
+
+ private:
+  struct Item {
+    SafetensorsEntry entry;
+    Fill fill;
+  };
+  std::vector<Item> items_;
+};
+
+/// A safetensors file opened for reading; tensor bytes are read on demand.
+class SafetensorsFile {
+ public:
+  /// Opens and validates the header (offsets inside the file, no overlaps, sizes matching
+  /// shapes). Errors name the file and the tensor.
+  static Result<SafetensorsFile> Open(const std::string& path);
+  SafetensorsFile(SafetensorsFile&& o) noexcept;
+  ~SafetensorsFile();
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const SafetensorsEntry* Find(const std::string& name) const;
+  /// Reads the tensor's bytes into dst (entry.end - entry.begin bytes).
+  Status Read(const SafetensorsEntry& e, void* dst) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::string path_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0;
+  std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace seedstore

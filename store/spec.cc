@@ -1,0 +1,566 @@
+#include "store/spec.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace seedstore {
+namespace {
+
+using json = nlohmann::json;
+
+struct NameD {
+  const char* name;
+  DType t;
+};
+constexpr NameD kDTypeNames[] = {
+    {"float32", DType::kF32}, {"float64", DType::kF64}, {"bfloat16", DType::kBF16},
+    {"float16", DType::kF16}, {"uint8", DType::kU8},    {"uint16", DType::kU16},
+    {"uint32", DType::kU32},  {"uint64", DType::kU64},  {"int8", DType::kI8},
+    {"int16", DType::kI16},   {"int32", DType::kI32},   {"int64", DType::kI64},
+    {"bool", DType::kBool},
+};
+constexpr NameD kDTypeAliases[] = {
+    {"f32", DType::kF32},  {"fp32", DType::kF32}, {"f64", DType::kF64},  {"fp64", DType::kF64},
+    {"bf16", DType::kBF16}, {"f16", DType::kF16}, {"fp16", DType::kF16}, {"half", DType::kF16},
+    {"u8", DType::kU8},    {"u16", DType::kU16},  {"u32", DType::kU32},  {"u64", DType::kU64},
+    {"i8", DType::kI8},    {"i16", DType::kI16},  {"i32", DType::kI32},  {"i64", DType::kI64},
+};
+
+std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+Status CheckFields(const json& j, const std::string& where, std::initializer_list<const char*> ok) {
+  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + j.dump());
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* f : ok) known = known || it.key() == f;
+    if (!known) return InvalidArgument(where + ": unknown field " + Quote(it.key()));
+  }
+  return Status::Ok();
+}
+
+Result<double> GetNumber(const json& j, const char* field, double dflt, const std::string& where) {
+  if (!j.contains(field)) return dflt;
+  const json& v = j.at(field);
+  if (!v.is_number())
+    return InvalidArgument(where + "." + field + ": expected a number, got " + v.dump());
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) return InvalidArgument(where + "." + field + ": must be finite");
+  return d;
+}
+
+// Round a float32 to dtype D (f32, bf16, f16) and back.
+float RoundTo(DType d, float x) {
+  switch (d) {
+    case DType::kBF16: return BF16ToF32(F32ToBF16(x));
+    case DType::kF16: return F16ToF32(F32ToF16(x));
+    default: return x;
+  }
+}
+
+// Next representable value of dtype d (f32/bf16/f16) after x toward +inf (up) or -inf.
+float NextAfterIn(DType d, float x, bool up) {
+  if (d == DType::kF32) {
+    return std::nextafter(x, up ? std::numeric_limits<float>::infinity()
+                                : -std::numeric_limits<float>::infinity());
+  }
+  // 16-bit: step the storage bits (sign-magnitude).
+  uint16_t b = d == DType::kBF16 ? F32ToBF16(x) : F32ToF16(x);
+  const bool neg = b & 0x8000u;
+  const uint16_t mag = b & 0x7FFFu;
+  if (mag == 0) {
+    b = up ? 1 : 0x8001;
+  } else if (neg == up) {  // moving toward zero
+    b = static_cast<uint16_t>(b - 1);
+  } else {
+    b = static_cast<uint16_t>(b + 1);
+  }
+  return d == DType::kBF16 ? BF16ToF32(b) : F16ToF32(b);
+}
+
+Result<uint64_t> ConstantBits(DType d, double v, const std::string& where) {
+  switch (d) {
+    case DType::kF32: return FloatBits(static_cast<float>(v));
+    case DType::kF64: return BitCast<uint64_t>(v);
+    case DType::kBF16: return F32ToBF16(static_cast<float>(v));
+    case DType::kF16: return F32ToF16(static_cast<float>(v));
+    default: break;
+  }
+  if (v != std::floor(v))
+    return InvalidArgument(where + ": value " + json(v).dump() + " is not an integer for dtype " +
+                           DTypeName(d));
+  const int bits = DTypeSize(d) * 8;
+  const bool is_unsigned = d == DType::kU8 || d == DType::kU16 || d == DType::kU32 ||
+                           d == DType::kU64 || d == DType::kBool;
+  double lo = is_unsigned ? 0.0 : -std::ldexp(1.0, bits - 1);
+  double hi = is_unsigned ? std::ldexp(1.0, bits) : std::ldexp(1.0, bits - 1);
+  if (d == DType::kBool) hi = 2.0;
+  if (v < lo || v >= hi)
+    return InvalidArgument(where + ": value " + json(v).dump() + " is out of range for dtype " +
+                           DTypeName(d));
+  const uint64_t mask = bits == 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
+  if (is_unsigned) return static_cast<uint64_t>(v) & mask;
+  return static_cast<uint64_t>(static_cast<int64_t>(v)) & mask;
+}
+
+}  // namespace
+
+const char* DTypeName(DType t) {
+  for (const auto& n : kDTypeNames)
+    if (n.t == t) return n.name;
+  return "?";
+}
+
+Result<DType> ParseDType(std::string_view s) {
+  for (const auto& n : kDTypeNames)
+    if (s == n.name) return n.t;
+  for (const auto& n : kDTypeAliases)
+    if (s == n.name) return n.t;
+  return InvalidArgument("unknown dtype " + Quote(s) +
+                         " (expected float32, float64, bfloat16, float16, uint8..uint64, "
+                         "int8..int64 or bool)");
+}
+
+const char* DistName(Dist d) {
+  switch (d) {
+    case Dist::kBits: return "bits";
+    case Dist::kUniform: return "uniform";
+    case Dist::kNormal: return "normal";
+    case Dist::kTruncatedNormal: return "truncated_normal";
+    case Dist::kConstant: return "constant";
+    case Dist::kZeros: return "zeros";
+    case Dist::kOnes: return "ones";
+  }
+  return "?";
+}
+
+Result<Dist> ParseDist(std::string_view s) {
+  for (Dist d : {Dist::kBits, Dist::kUniform, Dist::kNormal, Dist::kTruncatedNormal,
+                 Dist::kConstant, Dist::kZeros, Dist::kOnes})
+    if (s == DistName(d)) return d;
+  return InvalidArgument("unknown distribution " + Quote(s) +
+                         " (expected bits, uniform, normal, truncated_normal, constant, zeros "
+                         "or ones)");
+}
+
+const char* GeneratorName(Generator g) { return g == Generator::kPhilox ? "philox" : "threefry"; }
+
+Result<Generator> ParseGenerator(std::string_view s) {
+  if (s == "threefry") return Generator::kThreefry;
+  if (s == "philox") return Generator::kPhilox;
+  return InvalidArgument("unknown generator " + Quote(s) + " (expected threefry or philox)");
+}
+
+Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {
+  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + j.dump());
+  if (!j.contains("dist")) return InvalidArgument(where + ".dist: missing");
+  if (!j.at("dist").is_string())
+    return InvalidArgument(where + ".dist: expected a string, got " + j.at("dist").dump());
+  InitSpec s;
+  auto dist = ParseDist(j.at("dist").get<std::string>());
+  if (!dist.ok()) return dist.status().WithContext(where + ".dist");
+  s.dist = *dist;
+  switch (s.dist) {
+    case Dist::kBits:
+    case Dist::kZeros:
+    case Dist::kOnes:
+      SEEDSTORE_RETURN_IF_ERROR(CheckFields(j, where, {"dist"}));
+      break;
+    case Dist::kUniform: {
+      SEEDSTORE_RETURN_IF_ERROR(CheckFields(j, where, {"dist", "minval", "maxval"}));
+      SEEDSTORE_ASSIGN_OR_RETURN(s.minval, GetNumber(j, "minval", 0.0, where));
+      SEEDSTORE_ASSIGN_OR_RETURN(s.maxval, GetNumber(j, "maxval", 1.0, where));
+      if (!(s.minval < s.maxval))
+        return InvalidArgument(where + ": minval (" + json(s.minval).dump() +
+                               ") must be < maxval (" + json(s.maxval).dump() + ")");
+      break;
+    }
+    case Dist::kNormal: {
+      SEEDSTORE_RETURN_IF_ERROR(CheckFields(j, where, {"dist", "scale", "mean"}));
+      SEEDSTORE_ASSIGN_OR_RETURN(s.scale, GetNumber(j, "scale", 1.0, where));
+      SEEDSTORE_ASSIGN_OR_RETURN(s.mean, GetNumber(j, "mean", 0.0, where));
+      break;
+    }
+    case Dist::kTruncatedNormal: {
+      SEEDSTORE_RETURN_IF_ERROR(
+          CheckFields(j, where, {"dist", "lower", "upper", "scale", "mean"}));
+      SEEDSTORE_ASSIGN_OR_RETURN(s.lower, GetNumber(j, "lower", -2.0, where));
+      SEEDSTORE_ASSIGN_OR_RETURN(s.upper, GetNumber(j, "upper", 2.0, where));
+      SEEDSTORE_ASSIGN_OR_RETURN(s.scale, GetNumber(j, "scale", 1.0, where));
+      SEEDSTORE_ASSIGN_OR_RETURN(s.mean, GetNumber(j, "mean", 0.0, where));
+      if (!(s.lower < s.upper))
+        return InvalidArgument(where + ": lower (" + json(s.lower).dump() +
+                               ") must be < upper (" + json(s.upper).dump() + ")");
+      break;
+    }
+    case Dist::kConstant: {
+      SEEDSTORE_RETURN_IF_ERROR(CheckFields(j, where, {"dist", "value"}));
+      if (!j.contains("value")) return InvalidArgument(where + ".value: missing");
+      SEEDSTORE_ASSIGN_OR_RETURN(s.value, GetNumber(j, "value", 0.0, where));
+      break;
+    }
+  }
+  return s;
+}
+
+json InitSpec::ToJson() const {
+  json j = {{"dist", DistName(dist)}};
+  switch (dist) {
+    case Dist::kUniform: j["minval"] = minval; j["maxval"] = maxval; break;
+    case Dist::kNormal: j["scale"] = scale; j["mean"] = mean; break;
+    case Dist::kTruncatedNormal:
+      j["lower"] = lower; j["upper"] = upper; j["scale"] = scale; j["mean"] = mean;
+      break;
+    case Dist::kConstant: j["value"] = value; break;
+    default: break;
+  }
+  return j;
+}
+
+uint64_t TensorSpec::NumElements() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+Status ValidateShape(const std::vector<uint64_t>& shape, DType dtype, const std::string& where) {
+  if (shape.size() > static_cast<size_t>(kMaxRank))
+    return InvalidArgument(where + ": rank " + std::to_string(shape.size()) + " exceeds " +
+                           std::to_string(kMaxRank));
+  unsigned __int128 n = 1;
+  const unsigned __int128 limit = static_cast<unsigned __int128>(1) << 62;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    n *= shape[d];
+    if (n * DTypeSize(dtype) > limit)
+      return InvalidArgument(where + ": shape overflows (more than 2^62 bytes at dim " +
+                             std::to_string(d) + ")");
+  }
+  return Status::Ok();
+}
+
+Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator,
+                                      const std::string& where) {
+  SEEDSTORE_RETURN_IF_ERROR(
+      CheckFields(j, where, {"name", "shape", "dtype", "init", "key", "generator"}));
+  TensorSpec t;
+  t.generator = default_generator;
+  if (!j.contains("name") || !j.at("name").is_string() || j.at("name").get<std::string>().empty())
+    return InvalidArgument(where + ".name: missing or not a non-empty string");
+  t.name = j.at("name").get<std::string>();
+  const std::string w = where + " ('" + t.name + "')";
+  if (!j.contains("shape") || !j.at("shape").is_array())
+    return InvalidArgument(w + ".shape: missing or not an array");
+  for (size_t d = 0; d < j.at("shape").size(); ++d) {
+    const json& v = j.at("shape")[d];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      return InvalidArgument(w + ".shape[" + std::to_string(d) +
+                             "]: expected a non-negative integer, got " + v.dump());
+    t.shape.push_back(v.get<uint64_t>());
+  }
+  if (!j.contains("dtype") || !j.at("dtype").is_string())
+    return InvalidArgument(w + ".dtype: missing or not a string");
+  auto dt = ParseDType(j.at("dtype").get<std::string>());
+  if (!dt.ok()) return dt.status().WithContext(w + ".dtype");
+  t.dtype = *dt;
+  SEEDSTORE_RETURN_IF_ERROR(ValidateShape(t.shape, t.dtype, w + ".shape"));
+  if (j.contains("generator")) {
+    if (!j.at("generator").is_string())
+      return InvalidArgument(w + ".generator: expected a string");
+    auto g = ParseGenerator(j.at("generator").get<std::string>());
+    if (!g.ok()) return g.status().WithContext(w + ".generator");
+    t.generator = *g;
+  }
+  if (!j.contains("init")) return InvalidArgument(w + ".init: missing");
+  SEEDSTORE_ASSIGN_OR_RETURN(t.init, InitSpec::FromJson(j.at("init"), w + ".init"));
+  if (!Supported(t.init.dist, t.dtype))
+    return InvalidArgument(w + ": distribution '" + DistName(t.init.dist) +
+                           "' does not support dtype " + DTypeName(t.dtype) +
+                           (t.init.dist == Dist::kBits ? " (bits needs uint8..uint64)"
+                                                       : " (needs a float dtype)"));
+  if (j.contains("key")) {
+    const json& k = j.at("key");
+    SEEDSTORE_RETURN_IF_ERROR(CheckFields(k, w + ".key", {"seed", "raw", "x64"}));
+    if (k.contains("seed") == k.contains("raw"))
+      return InvalidArgument(w + ".key: give exactly one of \"seed\" or \"raw\"");
+    if (k.contains("seed")) {
+      if (!k.at("seed").is_number_integer())
+        return InvalidArgument(w + ".key.seed: expected an integer, got " + k.at("seed").dump());
+      t.key.kind = KeySpec::Kind::kSeed;
+      t.key.seed = k.at("seed").is_number_unsigned()
+                       ? static_cast<int64_t>(k.at("seed").get<uint64_t>())
+                       : k.at("seed").get<int64_t>();
+      if (k.contains("x64")) {
+        if (!k.at("x64").is_boolean()) return InvalidArgument(w + ".key.x64: expected a boolean");
+        t.key.x64 = k.at("x64").get<bool>();
+      }
+    } else {
+      const json& r = k.at("raw");
+      if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
+          !r[1].is_number_unsigned() || r[0].get<uint64_t>() > 0xFFFFFFFFu ||
+          r[1].get<uint64_t>() > 0xFFFFFFFFu)
+        return InvalidArgument(w + ".key.raw: expected two uint32 words, got " + r.dump());
+      t.key.kind = KeySpec::Kind::kRaw;
+      t.key.raw = Key{r[0].get<uint32_t>(), r[1].get<uint32_t>()};
+    }
+  }
+  return t;
+}
+
+json TensorSpecToJson(const TensorSpec& t) {
+  json j = {{"name", t.name}, {"shape", t.shape}, {"dtype", DTypeName(t.dtype)},
+            {"generator", GeneratorName(t.generator)}, {"init", t.init.ToJson()}};
+  if (t.key.kind == KeySpec::Kind::kSeed) {
+    j["key"] = {{"seed", t.key.seed}};
+    if (t.key.x64) j["key"]["x64"] = true;
+  } else if (t.key.kind == KeySpec::Kind::kRaw) {
+    j["key"] = {{"raw", {t.key.raw.k0, t.key.raw.k1}}};
+  }
+  return j;
+}
+
+Result<ModelSpec> ModelSpec::FromJson(const json& j, std::string_view origin) {
+  const std::string o(origin);
+  SEEDSTORE_RETURN_IF_ERROR(CheckFields(j, o, {"seedstore", "seed", "generator", "tensors"}));
+  if (j.contains("seedstore")) {
+    if (!j.at("seedstore").is_number_integer() || j.at("seedstore").get<int64_t>() != 1)
+      return InvalidArgument(o + ".seedstore: unsupported spec version " +
+                             j.at("seedstore").dump() + " (this build reads version 1)");
+  }
+  ModelSpec m;
+  if (j.contains("seed")) {
+    if (!j.at("seed").is_number_integer())
+      return InvalidArgument(o + ".seed: expected an integer, got " + j.at("seed").dump());
+    m.seed = j.at("seed").is_number_unsigned() ? j.at("seed").get<uint64_t>()
+                                               : static_cast<uint64_t>(j.at("seed").get<int64_t>());
+  }
+  if (j.contains("generator")) {
+    if (!j.at("generator").is_string()) return InvalidArgument(o + ".generator: expected a string");
+    auto g = ParseGenerator(j.at("generator").get<std::string>());
+    if (!g.ok()) return g.status().WithContext(o + ".generator");
+    m.generator = *g;
+  }
+  if (!j.contains("tensors") || !j.at("tensors").is_array())
+    return InvalidArgument(o + ".tensors: missing or not an array");
+  std::set<std::string> names;
+  for (size_t i = 0; i < j.at("tensors").size(); ++i) {
+    SEEDSTORE_ASSIGN_OR_RETURN(
+        TensorSpec t,
+        TensorSpecFromJson(j.at("tensors")[i], m.generator, o + ".tensors[" + std::to_string(i) + "]"));
+    if (!names.insert(t.name).second)
+      return InvalidArgument(o + ".tensors[" + std::to_string(i) + "]: duplicate tensor name '" +
+                             t.name + "'");
+    m.tensors.push_back(std::move(t));
+  }
+  return m;
+}
+
+Result<ModelSpec> ModelSpec::Parse(std::string_view text, std::string_view origin) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Re-parse with exceptions for the position.
+    try {
+      (void)json::parse(text.begin(), text.end());
+    } catch (const json::parse_error& e) {
+      return InvalidArgument(std::string(origin) + ": malformed JSON: " + e.what());
+    }
+    return InvalidArgument(std::string(origin) + ": malformed JSON");
+  }
+  return FromJson(j, origin);
+}
+
+Result<ModelSpec> ModelSpec::Load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFound("spec file '" + path + "': cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return Parse(ss.str(), path);
+}
+
+json ModelSpec::ToJson() const {
+  json t = json::array();
+  for (const auto& x : tensors) t.push_back(TensorSpecToJson(x));
+  return {{"seedstore", 1}, {"seed", seed}, {"generator", GeneratorName(generator)},
+          {"tensors", t}};
+}
+
+int ModelSpec::Find(std::string_view name) const {
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+Key TensorKey(uint64_t root_seed, const TensorSpec& t) {
+  switch (t.key.kind) {
+    case KeySpec::Kind::kRaw: return t.key.raw;
+    case KeySpec::Kind::kSeed:
+      return t.key.x64 ? KeyFromSeed64(t.key.seed) : KeyFromSeed32(t.key.seed);
+    case KeySpec::Kind::kDerived: break;
+  }
+  const Key root = KeyFromSeed64(static_cast<int64_t>(root_seed));
+  const uint64_t h = XXH3_64bits(t.name.data(), t.name.size());
+  return FoldIn(FoldIn(root, static_cast<uint32_t>(h >> 32)), static_cast<uint32_t>(h));
+}
+
+Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
+  const std::string w = "tensor '" + t.name + "'";
+  if (!Supported(t.init.dist, t.dtype))
+    return InvalidArgument(w + ": distribution '" + DistName(t.init.dist) +
+                           "' does not support dtype " + DTypeName(t.dtype));
+  SamplerParams p;
+  p.generator = t.generator;
+  p.dist = t.init.dist;
+  p.dtype = t.dtype;
+  p.key = key;
+  const InitSpec& s = t.init;
+  const DType d = t.dtype;
+  const bool jax = t.generator == Generator::kThreefry;
+  switch (s.dist) {
+    case Dist::kZeros: p.const_bits = 0; return p;
+    case Dist::kOnes: {
+      SEEDSTORE_ASSIGN_OR_RETURN(p.const_bits, ConstantBits(d, 1.0, w));
+      return p;
+    }
+    case Dist::kConstant: {
+      SEEDSTORE_ASSIGN_OR_RETURN(p.const_bits, ConstantBits(d, s.value, w + " init.value"));
+      return p;
+    }
+    case Dist::kBits: return p;
+    default: break;
+  }
+  const bool gaussian = s.dist == Dist::kNormal || s.dist == Dist::kTruncatedNormal;
+  if (gaussian) {
+    p.has_scale = s.scale != 1.0;
+    p.has_mean = s.mean != 0.0;
+  }
+  if (d == DType::kF64) {
+    p.scale_d = s.scale;
+    p.mean_d = s.mean;
+    const double sqrt2 = 1.4142135623730951;
+    if (s.dist == Dist::kUniform) {
+      p.lo_d = s.minval;
+      p.range_d = s.maxval - s.minval;
+      p.clip_hi_d = std::nextafter(s.maxval, -std::numeric_limits<double>::infinity());
+    } else if (s.dist == Dist::kNormal) {
+      p.lo_d = std::nextafter(-1.0, 0.0);
+      p.range_d = 1.0 - p.lo_d;
+    } else {
+      const double a = XlaErfF64(s.lower / sqrt2), b = XlaErfF64(s.upper / sqrt2);
+      p.lo_d = a;
+      p.range_d = b - a;
+      p.clip_lo_d = jax ? std::nextafter(s.lower, std::numeric_limits<double>::infinity()) : s.lower;
+      p.clip_hi_d = jax ? std::nextafter(s.upper, -std::numeric_limits<double>::infinity()) : s.upper;
+    }
+    return p;
+  }
+  // 16/32-bit floats. Threefry: every constant rounded in the dtype, as JAX computes.
+  // Philox: float32 arithmetic, one rounding at the end.
+  auto R = [&](float x) { return jax ? RoundTo(d, x) : x; };
+  p.scale_f = R(static_cast<float>(s.scale));
+  p.mean_f = R(static_cast<float>(s.mean));
+  const float sqrt2 = R(1.41421353816986083984375f);
+  if (s.dist == Dist::kUniform) {
+    p.lo_f = R(static_cast<float>(s.minval));
+    const float hi = R(static_cast<float>(s.maxval));
+    p.range_f = R(hi - p.lo_f);
+    // Philox: largest dtype value strictly below maxval (rounding must not reach maxval).
+    float top = RoundTo(d, static_cast<float>(s.maxval));
+    if (static_cast<double>(top) >= s.maxval) top = NextAfterIn(d, top, false);
+    p.clip_hi_f = top;
+  } else if (s.dist == Dist::kNormal) {
+    p.lo_f = NextAfterIn(d, -1.0f, true);
+    p.range_f = R(1.0f - p.lo_f);
+  } else {
+    const float lower = R(static_cast<float>(s.lower)), upper = R(static_cast<float>(s.upper));
+    const float a = R(XlaErfF32(R(lower / sqrt2))), b = R(XlaErfF32(R(upper / sqrt2)));
+    p.lo_f = a;
+    p.range_f = R(b - a);
+    p.clip_lo_f = jax ? NextAfterIn(d, lower, true) : lower;
+    p.clip_hi_f = jax ? NextAfterIn(d, upper, false) : upper;
+  }
+  return p;
+}
+
+uint64_t FingerprintSeed(std::string_view name, DType dtype, const std::vector<uint64_t>& shape) {
+  std::string s = "seedstore-fp-v1";
+  s.push_back('\0');
+  s.append(name);
+  s.push_back('\0');
+  s.append(DTypeName(dtype));
+  s.push_back('\0');
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s.push_back(',');
+    s.append(std::to_string(shape[i]));
+  }
+  return XXH3_64bits(s.data(), s.size());
+}
+
+std::string FingerprintHex(const Fingerprint& f) {
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(f.lane0),
+                static_cast<unsigned long long>(f.lane1));
+  return buf;
+}
+
+Result<Fingerprint> ParseFingerprintHex(std::string_view s) {
+  if (s.size() != 32) return InvalidArgument("fingerprint '" + std::string(s) + "': expected 32 hex digits");
+  Fingerprint f;
+  for (size_t i = 0; i < 32; ++i) {
+    const char c = s[i];
+    int v = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (v < 0) return InvalidArgument("fingerprint '" + std::string(s) + "': not lowercase hex");
+    uint64_t& lane = i < 16 ? f.lane0 : f.lane1;
+    lane = (lane << 4) | static_cast<uint64_t>(v);
+  }
+  return f;
+}
+
+Region WholeTensor(const std::vector<uint64_t>& shape) {
+  return WholeRegion(static_cast<int>(shape.size()), shape.data());
+}
+
+Result<Region> ParseBox(std::string_view text, const std::vector<uint64_t>& shape) {
+  Region r = WholeTensor(shape);
+  if (text.empty()) return r;
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : text) {
+    if (c == ',') { parts.push_back(cur); cur.clear(); } else if (c != ' ') { cur.push_back(c); }
+  }
+  parts.push_back(cur);
+  if (text.empty()) return r;
+  if (parts.size() != shape.size())
+    return InvalidArgument("box '" + std::string(text) + "': has " + std::to_string(parts.size()) +
+                           " dims, tensor has " + std::to_string(shape.size()));
+  for (size_t d = 0; d < parts.size(); ++d) {
+    const std::string& p = parts[d];
+    const auto colon = p.find(':');
+    if (colon == std::string::npos)
+      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) +
+                             " '" + p + "' is not start:stop");
+    auto num = [&](const std::string& s, uint64_t dflt, uint64_t* out) {
+      if (s.empty()) { *out = dflt; return true; }
+      for (char c : s) if (c < '0' || c > '9') return false;
+      if (s.size() > 19) return false;
+      *out = std::stoull(s);
+      return true;
+    };
+    uint64_t a, b;
+    if (!num(p.substr(0, colon), 0, &a) || !num(p.substr(colon + 1), shape[d], &b))
+      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) +
+                             " '" + p + "' is not start:stop with non-negative integers");
+    if (a > b || b > shape[d])
+      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) + " " +
+                             p + " is outside the tensor (size " + std::to_string(shape[d]) + ")");
+    r.start[d] = a;
+    r.stop[d] = b;
+  }
+  return r;
+}
+
+}  // namespace seedstore

@@ -1,0 +1,46 @@
+#include "tools/cli.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace seedstore::cli {
+
+std::string g_command = "seedstore";
+
+std::vector<Command>& Registry() {
+  static std::vector<Command> r;
+  return r;
+}
+
+int ExitCode(const Status& s) { return s.ok() ? 0 : 1 + static_cast<int>(s.code()); }
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "%s: error: %s\n", g_command.c_str(), s.ToString().c_str());
+  return ExitCode(s);
+}
+
+bool StdoutIsTty() { return isatty(STDOUT_FILENO) == 1; }
+bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
+
+Progress::Progress(std::string label, uint64_t total)
+    : label_(std::move(label)), total_(total), on_(StderrIsTty() && total > 1) {}
+
+void Progress::Advance(uint64_t n) {
+  done_ += n;
+  if (!on_ || total_ == 0) return;
+  const int pct = static_cast<int>(100 * done_ / total_);
+  if (pct == last_pct_) return;
+  last_pct_ = pct;
+  const int width = 30, fill = pct * width / 100;
+  std::fprintf(stderr, "\r%s [%.*s%*s] %3d%% (%llu/%llu)", label_.c_str(), fill,
+               "##############################", width - fill, "", pct,
+               static_cast<unsigned long long>(done_), static_cast<unsigned long long>(total_));
+  std::fflush(stderr);
+}
+
+Progress::~Progress() {
+  if (on_ && last_pct_ >= 0) std::fprintf(stderr, "\r\033[K");
+}
+
+}  // namespace seedstore::cli

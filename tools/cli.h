@@ -1,0 +1,48 @@
+// Shared plumbing of the seedstore command line: subcommand registry, error reporting.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "store/status.h"
+
+namespace seedstore::cli {
+
+/// A subcommand: `setup` declares its options on `app` and returns the function to run.
+struct Command {
+  const char* name;
+  const char* help;
+  std::function<std::function<int()>(CLI::App& app)> setup;
+};
+std::vector<Command>& Registry();
+struct Register {
+  explicit Register(Command c) { Registry().push_back(std::move(c)); }
+};
+
+/// Prints "seedstore <cmd>: error: <CODE>: <message>" to stderr; returns 1 + code (2..8).
+int Fail(const Status& s);
+/// Exit code for a status (0 when ok).
+int ExitCode(const Status& s);
+/// True when stdout is a terminal (progress output is shown only then).
+bool StdoutIsTty();
+bool StderrIsTty();
+
+/// Progress on stderr for long work, only on a terminal: "label  37% (x/y)".
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total);
+  void Advance(uint64_t n = 1);
+  ~Progress();
+
+ private:
+  std::string label_;
+  uint64_t total_, done_ = 0;
+  int last_pct_ = -1;
+  bool on_;
+};
+
+/// The name of the running subcommand (for messages).
+extern std::string g_command;
+
+}  // namespace seedstore::cli

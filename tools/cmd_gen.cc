@@ -1,0 +1,104 @@
+// seedstore gen: one lazily described tensor, one box, to a file or stdout.
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "store/lazy.h"
+#include "tools/cli.h"
+#include "tools/output.h"
+
+namespace seedstore::cli {
+namespace {
+
+struct GenOptions {
+  std::string shape, dtype = "float32", init = R"({"dist":"normal"})", key, box, format = "raw",
+                     out, name = "tensor", generator = "threefry";
+  int64_t seed = 0;
+  bool x64 = false, has_seed = false;
+  int threads = 0;
+};
+
+Result<std::vector<uint64_t>> ParseShape(const std::string& s) {
+  std::vector<uint64_t> shape;
+  if (s.empty()) return shape;  // scalar
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = s.find(',', pos);
+    const std::string part = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (part.empty() || part.size() > 19 || part.find_first_not_of("0123456789") != std::string::npos)
+      return InvalidArgument("--shape '" + s + "': '" + part + "' is not a non-negative integer");
+    shape.push_back(std::stoull(part));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return shape;
+}
+
+int Run(const GenOptions& o) {
+  TensorSpec t;
+  t.name = o.name;
+  auto shape = ParseShape(o.shape);
+  if (!shape.ok()) return Fail(shape.status());
+  t.shape = *shape;
+  auto dt = ParseDType(o.dtype);
+  if (!dt.ok()) return Fail(dt.status().WithContext("--dtype"));
+  t.dtype = *dt;
+  if (auto st = ValidateShape(t.shape, t.dtype, "--shape"); !st.ok()) return Fail(st);
+  auto g = ParseGenerator(o.generator);
+  if (!g.ok()) return Fail(g.status().WithContext("--generator"));
+  t.generator = *g;
+  nlohmann::json ij = nlohmann::json::parse(o.init, nullptr, false);
+  if (ij.is_discarded()) return Fail(InvalidArgument("--init: malformed JSON: " + o.init));
+  auto init = InitSpec::FromJson(ij, "--init");
+  if (!init.ok()) return Fail(init.status());
+  t.init = *init;
+  if (!Supported(t.init.dist, t.dtype))
+    return Fail(InvalidArgument(std::string("--init: distribution '") + DistName(t.init.dist) +
+                                "' does not support dtype " + DTypeName(t.dtype)));
+  if (!o.key.empty()) {
+    unsigned long long k0, k1;
+    char extra;
+    if (std::sscanf(o.key.c_str(), "%llu,%llu%c", &k0, &k1, &extra) != 2 || k0 > 0xFFFFFFFFull ||
+        k1 > 0xFFFFFFFFull)
+      return Fail(InvalidArgument("--key '" + o.key + "': expected K0,K1 (two uint32 words)"));
+    t.key.kind = KeySpec::Kind::kRaw;
+    t.key.raw = Key{static_cast<uint32_t>(k0), static_cast<uint32_t>(k1)};
+  } else {
+    t.key.kind = KeySpec::Kind::kSeed;
+    t.key.seed = o.seed;
+    t.key.x64 = o.x64;
+  }
+  auto lazy = LazyTensor::Resolve(t, 0);
+  if (!lazy.ok()) return Fail(lazy.status());
+  auto region = ParseBox(o.box, t.shape);
+  if (!region.ok()) return Fail(region.status().WithContext("--box"));
+  std::vector<unsigned char> buf(lazy->RegionBytes(*region));
+  if (auto st = lazy->Materialize(*region, buf.data(), CpuOptions{o.threads}); !st.ok()) return Fail(st);
+  std::vector<uint64_t> box_shape;
+  for (int d = 0; d < region->rank; ++d) box_shape.push_back(region->stop[d] - region->start[d]);
+  return ExitCode(WriteArray(o.out, o.format, t.dtype, box_shape, buf.data(), buf.size()));
+}
+
+Register reg({"gen", "Generate one lazily described tensor (or one box of it)", [](CLI::App& app) {
+  auto o = std::make_shared<GenOptions>();
+  app.add_option("--shape", o->shape, "Global shape, e.g. 32,8192,4096 (empty: scalar)")->required();
+  app.add_option("--dtype", o->dtype, "float32, bfloat16, float16, float64, uint8..uint64");
+  app.add_option("--init", o->init, R"(Init rule as JSON, e.g. {"dist":"normal","scale":0.05})");
+  auto* seed = app.add_option("--seed", o->seed, "jax.random.key(seed) (32-bit mode unless --x64)");
+  auto* key = app.add_option("--key", o->key, "Raw key words K0,K1 (jax.random.key_data)");
+  seed->excludes(key);
+  app.add_flag("--x64", o->x64, "Seed with jax_enable_x64 semantics (64-bit seeds)");
+  app.add_option("--generator", o->generator, "threefry (JAX-exact) or philox (native)");
+  app.add_option("--box", o->box, "Box start:stop per dim, e.g. 0:2,100:104,0:8 (default all)");
+  app.add_option("--format", o->format, "raw (little-endian elements), npy or text")
+      ->check(CLI::IsMember({"raw", "npy", "text"}));
+  app.add_option("-o,--output", o->out, "Output file (default: stdout)");
+  app.add_option("--name", o->name, "Tensor name (only affects fingerprints)");
+  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  return [o] { return Run(*o); };
+}});
+
+}  // namespace
+}  // namespace seedstore::cli

@@ -1,0 +1,16 @@
+// Writing arrays for the command line: raw little-endian bytes, .npy, or text.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "gen/dtype.h"
+#include "store/status.h"
+
+namespace seedstore::cli {
+
+/// Writes `bytes` (row-major elements of `dtype`, shape `shape`) to `path` ("" or "-" =
+/// stdout) in `format`: raw, npy (bfloat16 as '<u2': view it with ml_dtypes.bfloat16), text.
+Status WriteArray(const std::string& path, const std::string& format, DType dtype,
+                  const std::vector<uint64_t>& shape, const void* bytes, size_t n);
+
+}  // namespace seedstore::cli
