@@ -104,13 +104,18 @@ SEEDSTORE_HD double JaxUnitF64(Key key, uint64_t i) {
 }
 
 /// floats * range + lo, then max(lo, .), each op rounded in dtype (jax.random.uniform).
+/// XLA-CPU fuses the f32/f16/f64 multiply-add into one FMA (AllowFPOpFusion=Fast; f16 is
+/// computed as an f32 FMA rounded to f16); bf16 ops are split by explicit converts, so bf16
+/// rounds after each op. Verified against jax.random.uniform (tests/py/test_jax_random.py).
 template <DType D>
 SEEDSTORE_HD float JaxAffine(float unit, float lo, float range) {
-  const float v = RoundIn<D>(RoundIn<D>(unit * range) + lo);
+  float v;
+  if constexpr (D == DType::kBF16) v = RoundIn<D>(RoundIn<D>(unit * range) + lo);
+  else v = RoundIn<D>(FmaF32(unit, range, lo));
   return v > lo ? v : lo;
 }
 SEEDSTORE_HD double JaxAffineF64(double unit, double lo, double range) {
-  const double v = unit * range + lo;
+  const double v = FmaF64(unit, range, lo);
   return v > lo ? v : lo;
 }
 

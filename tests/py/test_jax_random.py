@@ -1,0 +1,309 @@
+"""seedstore's `threefry` generator against real jax.random (CPU, partitionable threefry).
+
+Every test runs the shipped CLI ($SEEDSTORE_BIN) and compares its raw little-endian bytes
+with what jax.random returns for the same key. Exactness numbers are in docs/JAX-EXACTNESS.md.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="jax is not importable: JAX cross-checks skipped")
+import jax.numpy as jnp  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("SEEDSTORE_BIN", os.path.join(ROOT, "build", "tools", "seedstore"))
+
+NP_DTYPE = {
+    "float32": np.float32, "float64": np.float64, "float16": np.float16,
+    "bfloat16": jnp.bfloat16, "uint8": np.uint8, "uint16": np.uint16,
+    "uint32": np.uint32, "uint64": np.uint64,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_binary():
+    if not os.access(BIN, os.X_OK):
+        pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")
+
+
+@pytest.fixture
+def x64():
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", False)
+
+
+def key_words(key):
+    kd = np.asarray(jax.random.key_data(key)).astype(np.uint32).reshape(-1)
+    return int(kd[0]), int(kd[1])
+
+
+def run_gen(shape, dtype, init, key=None, seed=None, box=None, extra=()):
+    """Elements of the box (default: whole tensor) as a numpy array of the box's shape."""
+    if box is None:
+        box = [(0, n) for n in shape]
+    cmd = [BIN, "gen", "--shape", ",".join(map(str, shape)), "--dtype", dtype,
+           "--init", json.dumps(init), "--format", "raw", "--generator", "threefry",
+           "--box", ",".join(f"{a}:{b}" for a, b in box), *extra]
+    if key is not None:
+        cmd += ["--key", "%d,%d" % key_words(key)]
+    else:
+        cmd += ["--seed", str(seed)]
+    out = subprocess.run(cmd, check=True, capture_output=True).stdout
+    return np.frombuffer(out, dtype=NP_DTYPE[dtype]).reshape([b - a for a, b in box])
+
+
+def assert_same_bits(ours, ref, what):
+    ref = np.asarray(ref)
+    assert ours.shape == ref.shape, what
+    a = ours.view(f"u{ours.dtype.itemsize}")
+    b = ref.view(f"u{ref.dtype.itemsize}")
+    bad = np.flatnonzero(a.reshape(-1) != b.reshape(-1))
+    assert bad.size == 0, (
+        f"{what}: {bad.size}/{a.size} elements differ, first at flat index {bad[0]}: "
+        f"ours {ours.reshape(-1)[bad[0]]!r} jax {ref.reshape(-1)[bad[0]]!r}")
+
+
+def keys():
+    """Keys from seeds, split and fold_in chains (raw key words are passed to the CLI)."""
+    k0 = jax.random.key(0)
+    k = jax.random.key(1701)
+    a, b = jax.random.split(k)
+    return {
+        "key0": k0,
+        "key43": jax.random.PRNGKey(43),
+        "seed_neg": jax.random.key(-7),
+        "split1": b,
+        "split_chain": jax.random.split(jax.random.split(a, 5)[3], (2, 3))[1, 2],
+        "fold_in": jax.random.fold_in(k0, 4),
+        "fold_chain": jax.random.fold_in(jax.random.fold_in(b, 123456789), 2**32 - 1),
+    }
+
+
+KEYS = list(keys().keys())
+
+
+# ---- key ops and bits ------------------------------------------------------------------
+
+def test_published_values():
+    k = jax.random.key(0)
+    assert key_words(jax.random.fold_in(k, 4)) == (2285895361, 433833334)
+    u = run_gen((3,), "float32", {"dist": "uniform"}, seed=0)
+    np.testing.assert_array_equal(u, np.float32([0.947667, 0.9785799, 0.33229148]))
+    n = run_gen((1,), "float32", {"dist": "normal"}, seed=0)
+    assert n[0] == np.float32(1.6226422)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 43, 1701, 2**31 - 1, -1, -2**31])
+def test_seed_matches_key(seed):
+    shape = (7, 3)
+    ref = jax.random.bits(jax.random.key(seed), shape, jnp.uint32)
+    assert_same_bits(run_gen(shape, "uint32", {"dist": "bits"}, seed=seed), ref, f"seed {seed}")
+
+
+@pytest.mark.parametrize("name", KEYS)
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32"])
+def test_bits(name, dtype):
+    key = keys()[name]
+    shape = (5, 37, 3)
+    ref = jax.random.bits(key, shape, NP_DTYPE[dtype])
+    assert_same_bits(run_gen(shape, dtype, {"dist": "bits"}, key=key), ref, f"{name} {dtype}")
+
+
+def test_bits_u64(x64):
+    for name, key in keys().items():
+        shape = (129, 5)
+        ref = jax.random.bits(key, shape, jnp.uint64)
+        assert_same_bits(run_gen(shape, "uint64", {"dist": "bits"}, key=key), ref, name)
+
+
+# ---- uniform ---------------------------------------------------------------------------
+
+UNIFORM_RANGES = [(0.0, 1.0), (-1.0, 1.0), (-0.3, 0.7), (2.5, 7.25), (-1e-3, 3e-3)]
+
+
+@pytest.mark.parametrize("name", KEYS)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("lo,hi", UNIFORM_RANGES)
+def test_uniform(name, dtype, lo, hi):
+    key = keys()[name]
+    shape = (33, 31)
+    ref = jax.random.uniform(key, shape, NP_DTYPE[dtype], lo, hi)
+    ours = run_gen(shape, dtype, {"dist": "uniform", "minval": lo, "maxval": hi}, key=key)
+    assert_same_bits(ours, ref, f"{name} {dtype} [{lo},{hi})")
+
+
+def test_uniform_f64(x64):
+    for name, key in keys().items():
+        for lo, hi in UNIFORM_RANGES:
+            shape = (1000,)
+            ref = jax.random.uniform(key, shape, jnp.float64, lo, hi)
+            ours = run_gen(shape, "float64", {"dist": "uniform", "minval": lo, "maxval": hi},
+                           key=key)
+            assert_same_bits(ours, ref, f"{name} f64 [{lo},{hi})")
+
+
+# ---- normal ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", KEYS)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_normal(name, dtype):
+    key = keys()[name]
+    shape = (64, 257)  # odd inner size: vector body and scalar tail of XLA's loop
+    ref = jax.random.normal(key, shape, NP_DTYPE[dtype])
+    assert_same_bits(run_gen(shape, dtype, {"dist": "normal"}, key=key), ref, f"{name} {dtype}")
+
+
+def test_normal_f32_large():
+    key = jax.random.key(0)
+    shape = (1 << 20,)
+    ref = jax.random.normal(key, shape, jnp.float32)
+    assert_same_bits(run_gen(shape, "float32", {"dist": "normal"}, key=key), ref, "2^20")
+
+
+@pytest.mark.parametrize("scale,mean", [(0.05, 0.0), (0.02, 1.0)])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_normal_scale_mean(dtype, scale, mean):
+    key = jax.random.PRNGKey(43)
+    shape = (17, 129)
+    dt = NP_DTYPE[dtype]
+    ref = jax.random.normal(key, shape, dt) * jnp.asarray(scale, dt)
+    if mean:
+        ref = ref + jnp.asarray(mean, dt)
+    init = {"dist": "normal", "scale": scale}
+    if mean:
+        init["mean"] = mean
+    assert_same_bits(run_gen(shape, dtype, init, key=key), ref, f"{dtype} {scale} {mean}")
+
+
+def ulp_stats(ours, ref):
+    a = ours.view(np.int64).astype(np.float64)
+    b = np.asarray(ref).view(np.int64).astype(np.float64)
+    d = np.abs(a - b)
+    return float(np.mean(d == 0)), int(d.max())
+
+
+# Measured on JAX 0.10.2, x86-64 with FMA (docs/JAX-EXACTNESS.md): XLA-CPU calls the C
+# library's `log` for f64 log1p; ours is a double-double log, so a few elements differ.
+F64_NORMAL_MIN_EXACT = 0.9999
+F64_NORMAL_MAX_ULP = 2
+
+
+def test_normal_f64(x64):
+    total, exact, worst = 0, 0.0, 0
+    for name, key in keys().items():
+        shape = (1 << 17,)
+        ref = jax.random.normal(key, shape, jnp.float64)
+        ours = run_gen(shape, "float64", {"dist": "normal"}, key=key)
+        frac, mx = ulp_stats(ours, ref)
+        exact += frac * ours.size
+        total += ours.size
+        worst = max(worst, mx)
+    print(f"\nf64 normal: {exact / total:.6f} of {total} exact, max {worst} ulp")
+    assert exact / total >= F64_NORMAL_MIN_EXACT and worst <= F64_NORMAL_MAX_ULP
+
+
+# ---- truncated_normal ------------------------------------------------------------------
+
+TRUNC_BOUNDS = [(-2.0, 2.0), (-1.0, 1.0), (0.0, 2.0), (-3.0, 0.5), (-0.5, 0.25)]
+
+
+@pytest.mark.parametrize("name", ["key0", "key43", "fold_chain"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("lower,upper", TRUNC_BOUNDS)
+def test_truncated_normal(name, dtype, lower, upper, request):
+    if dtype == "bfloat16" and lower == 0.0:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "store/spec.cc: JAX computes bf16 nextafter in f32 and rounds back to bf16, so "
+            "the bf16 clip bounds are bf16(nextafter_f32(lower/upper)); for lower=0 that is 0, "
+            "not the smallest bf16 subnormal")))
+    key = keys()[name]
+    shape = (41, 67)
+    ref = jax.random.truncated_normal(key, lower, upper, shape, NP_DTYPE[dtype])
+    ours = run_gen(shape, dtype, {"dist": "truncated_normal", "lower": lower, "upper": upper},
+                   key=key)
+    assert_same_bits(ours, ref, f"{name} {dtype} ({lower},{upper})")
+
+
+def test_truncated_normal_f64(x64):
+    total, exact, worst = 0, 0.0, 0
+    for lower, upper in TRUNC_BOUNDS:
+        key = jax.random.key(7)
+        shape = (20000,)
+        ref = jax.random.truncated_normal(key, lower, upper, shape, jnp.float64)
+        ours = run_gen(shape, "float64",
+                       {"dist": "truncated_normal", "lower": lower, "upper": upper}, key=key)
+        frac, mx = ulp_stats(ours, ref)
+        print(f"\nf64 truncated_normal({lower},{upper}): {frac:.6f} exact, max {mx} ulp")
+        exact += frac * ours.size
+        total += ours.size
+        worst = max(worst, mx)
+    assert exact / total >= F64_TRUNC_MIN_EXACT and worst <= F64_TRUNC_MAX_ULP
+
+
+# Measured (docs/JAX-EXACTNESS.md): XLA-CPU calls glibc `erf` for the f64 bounds; XlaErfF64
+# differs from it by a few ulp for some bounds, which shifts a, b and so whole tensors by an
+# ulp; the large ulp counts are elements next to zero. (-2,2), (-1,1), (0,2) are exact.
+F64_TRUNC_MIN_EXACT = 0.99
+F64_TRUNC_MAX_ULP = 1 << 17
+
+
+# ---- the users' scenario: sharded bf16 init on 8 emulated CPU devices -------------------
+
+SHARDED_SCRIPT = textwrap.dedent(r"""
+    import os, sys, json
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    import numpy as np, jax, jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    seq = int(sys.argv[1])
+    key = jax.random.PRNGKey(43)
+    shapes = {"act": (32, seq, 4096), "w": (4096, 32, 128)}
+    specs = {"act": P(("data", "pipeline"), None, "tensor"), "w": P("pipeline", "tensor", None)}
+    out = {"key": [int(v) for v in np.asarray(jax.random.key_data(key))], "cases": []}
+    devs = np.array(jax.devices())
+    assert devs.size == 8
+    for mesh_shape in [(2, 4, 1), (1, 4, 2), (2, 2, 2)]:
+        mesh = Mesh(devs.reshape(mesh_shape), ("data", "pipeline", "tensor"))
+        for name in ["act", "w"]:
+            sh = NamedSharding(mesh, specs[name])
+            f = jax.jit(lambda k, s=shapes[name]: 0.05 * jax.random.normal(k, s, jnp.bfloat16),
+                        out_shardings=sh)
+            x = f(key)
+            idx = sh.devices_indices_map(shapes[name])
+            for shard in x.addressable_shards:
+                box = [(sl.start or 0, sl.stop if sl.stop is not None else n)
+                       for sl, n in zip(idx[shard.device], shapes[name])]
+                path = os.path.join(sys.argv[2], f"{name}_{'x'.join(map(str, mesh_shape))}_{shard.device.id}.npy")
+                np.save(path, np.asarray(shard.data).view(np.uint16))
+                out["cases"].append({"name": name, "mesh": mesh_shape, "device": shard.device.id,
+                                     "shape": shapes[name], "box": box, "file": path})
+    print(json.dumps(out))
+""")
+
+
+def test_sharded_bf16_users_scenario(tmp_path):
+    seq = 64
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               JAX_PLATFORMS="cpu")
+    res = subprocess.run([sys.executable, "-c", SHARDED_SCRIPT, str(seq), str(tmp_path)],
+                         check=True, capture_output=True, text=True, env=env)
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    key = tuple(info["key"])
+    assert len(info["cases"]) == 3 * 2 * 8
+    for c in info["cases"]:
+        cmd = [BIN, "gen", "--shape", ",".join(map(str, c["shape"])), "--dtype", "bfloat16",
+               "--init", json.dumps({"dist": "normal", "scale": 0.05}), "--format", "raw",
+               "--key", "%d,%d" % key, "--box", ",".join(f"{a}:{b}" for a, b in c["box"])]
+        ours = np.frombuffer(subprocess.run(cmd, check=True, capture_output=True).stdout,
+                             dtype=np.uint16)
+        ref = np.load(c["file"]).reshape(-1)
+        bad = np.count_nonzero(ours != ref)
+        assert ours.size == ref.size and bad == 0, (
+            f"{c['name']} mesh {c['mesh']} device {c['device']} box {c['box']}: "
+            f"{bad}/{ref.size} elements differ")
