@@ -1,0 +1,23 @@
+// Writing tensors of a catalog -- whole, or one rank's shards under a layout -- to safetensors.
+#pragma once
+#include <string>
+
+#include "store/catalog.h"
+#include "store/layout.h"
+
+namespace seedstore {
+
+struct ExportOptions {
+  std::string tensors_glob = "*";  // which tensors
+  const Layout* layout = nullptr;  // null: whole tensors
+  int rank = 0;                    // with a layout: whose shards
+  CpuOptions cpu;
+};
+
+/// Writes the selected tensors (or the rank's shards of them) to `path` atomically. With a
+/// layout, empty shards are skipped and __metadata__["seedstore.shards"] maps each name to
+/// {"global_shape": [...], "start": [...], "stop": [...]} or {"global_shape": [...],
+/// "flat": [begin, end]}. Returns the number of tensors written. Errors name the tensor.
+Result<int> ExportSafetensors(const Catalog& c, const std::string& path, const ExportOptions& o);
+
+}  // namespace seedstore

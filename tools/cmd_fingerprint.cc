@@ -1,0 +1,71 @@
+// seedstore fingerprint: per-tensor layout-independent fingerprints (whole, or a rank's shard).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "io/open.h"
+#include "store/layout.h"
+#include "tools/cli.h"
+
+namespace seedstore::cli {
+namespace {
+
+struct Options {
+  std::string source, layout, tensors = "*";
+  int rank = -1, threads = 0;
+  bool json = false;
+};
+
+int Run(const Options& o) {
+  auto cat = OpenCatalog(o.source);
+  if (!cat.ok()) return Fail(cat.status());
+  std::optional<Layout> layout;
+  if (!o.layout.empty()) {
+    auto l = Layout::Load(o.layout);
+    if (!l.ok()) return Fail(l.status());
+    layout = std::move(*l);
+    if (o.rank < 0 || o.rank >= layout->world_size())
+      return Fail(InvalidArgument("--rank " + std::to_string(o.rank) + " is outside the mesh (" +
+                                  std::to_string(layout->world_size()) + " ranks)"));
+  } else if (o.rank >= 0) {
+    return Fail(InvalidArgument("--rank needs --layout"));
+  }
+  nlohmann::json out = nlohmann::json::array();
+  const auto& ts = (*cat)->tensors();
+  Progress bar("fingerprint", ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (!GlobMatch(o.tensors, ts[i].name)) continue;
+    Region r = WholeTensor(ts[i].shape);
+    if (layout) {
+      auto s = layout->ShardOf(ts[i].name, ts[i].shape, o.rank);
+      if (!s.ok()) return Fail(s.status());
+      r = s->region;
+    }
+    auto f = (*cat)->FingerprintRegion(i, r, CpuOptions{o.threads});
+    if (!f.ok()) return Fail(f.status());
+    bar.Advance();
+    if (o.json) {
+      nlohmann::json e = {{"name", ts[i].name}, {"fingerprint", FingerprintHex(*f)}};
+      if (layout) e["region"] = DescribeRegion(r);
+      out.push_back(e);
+    } else {
+      std::printf("%s %s\n", ts[i].name.c_str(), FingerprintHex(*f).c_str());
+    }
+  }
+  if (o.json) std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+Register reg({"fingerprint", "Print each tensor's fingerprint (or one rank's shard's)",
+              [](CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  app.add_option("source", o->source, "Spec (.json) or store file")->required();
+  app.add_option("--layout", o->layout, "Layout JSON: fingerprint one rank's shards");
+  app.add_option("--rank", o->rank, "Rank (with --layout)");
+  app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
+  app.add_flag("--json", o->json, "JSON output");
+  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  return [o] { return Run(*o); };
+}});
+
+}  // namespace
+}  // namespace seedstore::cli

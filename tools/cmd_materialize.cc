@@ -1,0 +1,47 @@
+// seedstore materialize: one rank's shards of a spec or store, to a safetensors file.
+#include <cstdio>
+
+#include "io/export.h"
+#include "io/open.h"
+#include "tools/cli.h"
+
+namespace seedstore::cli {
+namespace {
+
+struct Options {
+  std::string source, layout, tensors = "*", out;
+  int rank = 0, threads = 0;
+};
+
+int Run(const Options& o) {
+  auto cat = OpenCatalog(o.source);
+  if (!cat.ok()) return Fail(cat.status());
+  auto layout = Layout::Load(o.layout);
+  if (!layout.ok()) return Fail(layout.status());
+  if (o.rank < 0 || o.rank >= layout->world_size())
+    return Fail(InvalidArgument("--rank " + std::to_string(o.rank) + " is outside the mesh (" +
+                                std::to_string(layout->world_size()) + " ranks)"));
+  ExportOptions e;
+  e.tensors_glob = o.tensors;
+  e.layout = &*layout;
+  e.rank = o.rank;
+  e.cpu.threads = o.threads;
+  auto n = ExportSafetensors(**cat, o.out, e);
+  if (!n.ok()) return Fail(n.status());
+  std::fprintf(stderr, "wrote %d shard(s) of rank %d to %s\n", *n, o.rank, o.out.c_str());
+  return 0;
+}
+
+Register reg({"materialize", "Write one rank's shards to a safetensors file", [](CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  app.add_option("source", o->source, "Spec (.json) or store file")->required();
+  app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
+  app.add_option("--rank", o->rank, "Rank whose shards to write")->required();
+  app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
+  app.add_option("-o,--output", o->out, "Output .safetensors file")->required();
+  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  return [o] { return Run(*o); };
+}});
+
+}  // namespace
+}  // namespace seedstore::cli
