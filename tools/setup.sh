@@ -18,13 +18,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 mkdir -p "$BUILD"
 VENV="$BUILD/venv"
-stamp="$VENV/.seedstore-pip-v1"
+stamp="$VENV/.seedstore-pip-v2"
 if [ ! -f "$stamp" ]; then
   echo "setup: creating Python environment in $VENV"
   PY=python3
   command -v python3.11 >/dev/null && PY=python3.11
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q "jax[cpu]" numpy ml_dtypes h5py hdf5plugin safetensors
+  "$VENV/bin/pip" install -q "jax[cpu]" numpy ml_dtypes h5py hdf5plugin safetensors pytest
   touch "$stamp"
 fi
