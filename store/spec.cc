@@ -480,8 +480,13 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     const float a = R(XlaErfF32(R(lower / sqrt2))), b = R(XlaErfF32(R(upper / sqrt2)));
     p.lo_f = a;
     p.range_f = R(b - a);
-    p.clip_lo_f = jax ? NextAfterIn(d, lower, true) : lower;
-    p.clip_hi_f = jax ? NextAfterIn(d, upper, false) : upper;
+    // JAX clips to nextafter(bound) toward the interior; for bfloat16 XLA computes nextafter
+    // in float32 and rounds back (so a non-zero bound clips to itself, and 0 to 0).
+    auto inward = [&](float b, bool up) {
+      return d == DType::kBF16 ? RoundTo(d, NextAfterIn(DType::kF32, b, up)) : NextAfterIn(d, b, up);
+    };
+    p.clip_lo_f = jax ? inward(lower, true) : lower;
+    p.clip_hi_f = jax ? inward(upper, false) : upper;
   }
   return p;
 }

@@ -1,0 +1,147 @@
+// Spec parsing, key derivation and sampler preparation (label unit).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "store/catalog.h"
+#include "store/lazy.h"
+#include "store/spec.h"
+
+namespace seedstore {
+namespace {
+
+Status ParseError(const std::string& text) { return ModelSpec::Parse(text, "spec.json").status(); }
+
+void ExpectError(const std::string& text, Code code, const std::string& needle) {
+  const Status s = ParseError(text);
+  EXPECT_EQ(s.code(), code) << text << " -> " << s.ToString();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
+
+std::string Tensor(const std::string& fields) {
+  return R"({"seedstore": 1, "tensors": [{"name": "w", )" + fields + "}]}";
+}
+
+TEST(Spec, ParsesIssueExample) {
+  const auto m = ModelSpec::Parse(
+      R"({"seedstore": 1, "seed": 0, "generator": "threefry", "tensors": [{"name": "act", "shape": [32, 8192, 4096], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.05}, "key": {"seed": 43}}, {"name": "norm", "shape": [4096], "dtype": "float32", "init": {"dist": "ones"}}]})",
+      "x");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_EQ(m->tensors.size(), 2u);
+  EXPECT_EQ(m->tensors[0].NumElements(), 32ull * 8192 * 4096);
+  EXPECT_EQ(TensorKey(0, m->tensors[0]), (Key{0, 43}));
+  // Round trip through JSON.
+  const auto again = ModelSpec::FromJson(m->ToJson(), "y");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->ToJson(), m->ToJson());
+}
+
+TEST(Spec, BadInputNamesFieldAndValue) {
+  ExpectError("{", Code::kInvalidArgument, "malformed JSON");
+  ExpectError(R"({"tensors": [], "bogus": 1})", Code::kInvalidArgument, "unknown field 'bogus'");
+  ExpectError(R"({"seedstore": 2, "tensors": []})", Code::kInvalidArgument, "version 2");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float99", "init": {"dist": "zeros"})"),
+              Code::kInvalidArgument, "unknown dtype 'float99'");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "cauchy"})"),
+              Code::kInvalidArgument, "unknown distribution 'cauchy'");
+  ExpectError(Tensor(R"("shape": [-2], "dtype": "float32", "init": {"dist": "zeros"})"),
+              Code::kInvalidArgument, "shape[0]");
+  ExpectError(Tensor(R"("shape": [4294967296, 4294967296], "dtype": "float32", "init": {"dist": "zeros"})"),
+              Code::kInvalidArgument, "overflows");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "truncated_normal", "lower": 1, "upper": 1})"),
+              Code::kInvalidArgument, "lower (1");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "uniform", "minval": 2, "maxval": 1})"),
+              Code::kInvalidArgument, "minval (2");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "scale": "x"})"),
+              Code::kInvalidArgument, "scale: expected a number");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "minval": 0})"),
+              Code::kInvalidArgument, "unknown field 'minval'");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "bits"})"),
+              Code::kInvalidArgument, "bits needs uint8..uint64");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "int32", "init": {"dist": "normal"})"),
+              Code::kInvalidArgument, "needs a float dtype");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "key": {"seed": 1, "raw": [1, 2]})"),
+              Code::kInvalidArgument, "exactly one");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "key": {"raw": [1, 4294967296]})"),
+              Code::kInvalidArgument, "two uint32 words");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "generator": "mt19937"})"),
+              Code::kInvalidArgument, "unknown generator 'mt19937'");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "constant"})"),
+              Code::kInvalidArgument, "value: missing");
+  ExpectError(R"({"tensors": [{"name": "a", "shape": [], "dtype": "f32", "init": {"dist": "zeros"}}, {"name": "a", "shape": [], "dtype": "f32", "init": {"dist": "zeros"}}]})",
+              Code::kInvalidArgument, "duplicate tensor name 'a'");
+}
+
+TEST(Spec, ConstantRangeChecked) {
+  TensorSpec t;
+  t.name = "c";
+  t.dtype = DType::kU8;
+  t.init.dist = Dist::kConstant;
+  t.init.value = 256;
+  EXPECT_EQ(PrepareSampler(t, Key{}).status().code(), Code::kInvalidArgument);
+  t.init.value = 1.5;
+  EXPECT_EQ(PrepareSampler(t, Key{}).status().code(), Code::kInvalidArgument);
+  t.init.value = 255;
+  ASSERT_TRUE(PrepareSampler(t, Key{}).ok());
+  EXPECT_EQ(PrepareSampler(t, Key{})->const_bits, 255u);
+  t.dtype = DType::kI16;
+  t.init.value = -2;
+  EXPECT_EQ(PrepareSampler(t, Key{})->const_bits, 0xFFFEu);
+}
+
+// Derived keys are stable forever: pinned values.
+TEST(Spec, DerivedKeyIsPinned) {
+  TensorSpec t;
+  t.name = "model.layers.0.mlp.up_proj.weight";
+  const Key k = TensorKey(0, t);
+  const Key k2 = TensorKey(1, t);
+  EXPECT_NE(k, k2);
+  t.name = "model.layers.1.mlp.up_proj.weight";
+  EXPECT_NE(TensorKey(0, t), k);
+  // Pinned (computed once; a change here breaks every stored derived key).
+  t.name = "w";
+  const Key w = TensorKey(0, t);
+  EXPECT_EQ(w.k0, 0x2ea56a0cu) << std::hex << w.k0 << " " << w.k1;
+  EXPECT_EQ(w.k1, 0x6a3a1c53u) << std::hex << w.k0 << " " << w.k1;
+}
+
+TEST(Spec, FingerprintHexRoundTrip) {
+  const Fingerprint f{0x0123456789abcdefull, 0xfedcba9876543210ull};
+  EXPECT_EQ(FingerprintHex(f), "0123456789abcdeffedcba9876543210");
+  auto g = ParseFingerprintHex(FingerprintHex(f));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(*g, f);
+  EXPECT_FALSE(ParseFingerprintHex("xyz").ok());
+}
+
+TEST(Spec, BoxParsing) {
+  const std::vector<uint64_t> shape = {32, 8192, 4096};
+  auto r = ParseBox("0:2,100:104,0:8", shape);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->Count(), 2u * 4 * 8);
+  EXPECT_TRUE(ParseBox(":,:,:", shape).ok());
+  EXPECT_EQ(ParseBox(":,:,:", shape)->Count(), 32ull * 8192 * 4096);
+  EXPECT_NE(ParseBox("0:2,100:104", shape).status().message().find("has 2 dims"), std::string::npos);
+  EXPECT_NE(ParseBox("0:33,:,:", shape).status().message().find("outside the tensor"), std::string::npos);
+  EXPECT_NE(ParseBox("a:b,:,:", shape).status().message().find("start:stop"), std::string::npos);
+  EXPECT_EQ(ParseBox("5:5,:,:", shape)->Count(), 0u);  // empty box is fine
+}
+
+// A scalar (0-d) tensor has one element, index 0.
+TEST(Spec, ScalarTensor) {
+  TensorSpec t;
+  t.name = "s";
+  t.dtype = DType::kF32;
+  t.init.dist = Dist::kNormal;
+  t.key.kind = KeySpec::Kind::kSeed;
+  auto l = LazyTensor::Resolve(t, 0);
+  ASSERT_TRUE(l.ok());
+  float v = 0;
+  ASSERT_TRUE(l->Materialize(WholeTensor({}), &v).ok());
+  // jax.random.normal(PRNGKey(0), ()) == element 0 of normal(PRNGKey(0), (1,)) = 1.6226422
+  EXPECT_EQ(v, 1.6226422f);
+}
+
+}  // namespace
+}  // namespace seedstore
