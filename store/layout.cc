@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -30,7 +31,7 @@ std::string JoinShape(const std::vector<uint64_t>& shape) {
 
 /// Short rendering of a JSON value for error messages.
 std::string Show(const json& j) {
-  std::string s = j.dump();
+  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }
@@ -470,6 +471,7 @@ Result<Layout> Layout::Load(const std::string& path) {
 }
 
 Layout Layout::Replicated(int world) {
+  assert(world >= 1);
   Layout l;
   l.mesh_ = Mesh::Create({"data"}, {world}).value();
   return l;
@@ -486,6 +488,8 @@ Layout Layout::Fsdp(int world) {
 }
 
 Layout Layout::Hsdp(int replicate, int shard) {
+  assert(replicate >= 1 && shard >= 1 &&
+         static_cast<int64_t>(replicate) * shard <= static_cast<int64_t>(INT_MAX));
   Layout l;
   l.mesh_ = Mesh::Create({"replicate", "shard"}, {replicate, shard}).value();
   PlacementRule r;
