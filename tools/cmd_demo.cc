@@ -26,9 +26,9 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-const char* kFsdp8 = R"({"mesh": {"axes": ["fsdp"], "shape": [8]},
-  "placements": [{"match": "*", "flat": ["fsdp"]}]})";
-const char* kFsdp4Tp2 = R"({"mesh": {"axes": ["fsdp", "tp"], "shape": [4, 2]},
+const char* kFsdp8 = R"J({"mesh": {"axes": ["fsdp"], "shape": [8]},
+  "placements": [{"match": "*", "flat": ["fsdp"]}]})J";
+const char* kFsdp4Tp2 = R"J({"mesh": {"axes": ["fsdp", "tp"], "shape": [4, 2]},
   "placements": [
     {"match": "*.self_attn.[qkv]_proj.weight", "spec": ["tp", "fsdp"]},
     {"match": "*.mlp.gate_proj.weight", "spec": ["tp", "fsdp"]},
@@ -37,7 +37,7 @@ const char* kFsdp4Tp2 = R"({"mesh": {"axes": ["fsdp", "tp"], "shape": [4, 2]},
     {"match": "*.mlp.down_proj.weight", "spec": ["fsdp", "tp"]},
     {"match": "model.embed_tokens.weight", "dtensor": ["Shard(1)", "Shard(0)"]},
     {"match": "lm_head.weight", "dtensor": ["Shard(1)", "Shard(0)"]},
-    {"match": "*norm.weight", "spec": [null]}]})";
+    {"match": "*norm.weight", "spec": [null]}]})J";
 
 // Sum of the fingerprints of a tensor's distinct shards under `layout`.
 Result<Fingerprint> LayoutFingerprint(const Catalog& c, size_t i, const Layout& layout, int threads) {
