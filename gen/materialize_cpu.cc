@@ -1,11 +1,13 @@
 #include "gen/materialize_cpu.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
-#include "gen/dispatch.h"
+#include "gen/materialize_cpu_isa.h"
 
 namespace seedstore {
 namespace {
@@ -16,118 +18,44 @@ Isa DetectIsa() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
     return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2")) return Isa::kAvx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("bmi2"))
+    return Isa::kAvx2;
 #endif
   return Isa::kGeneric;
 }
-const Isa kIsa = DetectIsa();
 
-#define SEEDSTORE_FORCE_INLINE inline __attribute__((always_inline))
-
-// ---- loop bodies, compiled once per instruction set -------------------------------------
-
-template <Generator G, Dist X, DType D>
-SEEDSTORE_FORCE_INLINE void FillBody(const SamplerParams& p, uint64_t i, uint64_t n,
-                                     StorageT<D>* __restrict out) {
-  constexpr bool kBlocked = G == Generator::kPhilox && X != Dist::kConstant &&
-                            X != Dist::kZeros && X != Dist::kOnes;
-  if constexpr (kBlocked) {
-    // Philox yields several elements per call: whole blocks in the middle, single elements
-    // at the ends. Same values as SampleElement by construction (same helpers).
-    constexpr uint64_t K = sampler_detail::PerBlock<D>();
-    const uint64_t end = i + n;
-    while (i < end && i % K != 0) *out++ = SampleElement<G, X, D>(p, i++);
-    const uint64_t nb = (end - i) / K, b0 = i / K;
-    for (uint64_t b = 0; b < nb; ++b) {
-      const Word4 w = sampler_detail::PhiloxBlock(p.key, b0 + b);
-      if constexpr (K == 4) {
-        for (int l = 0; l < 4; ++l)
-          out[b * 4 + l] = sampler_detail::PhiloxFromWord<X, D>(p, w.v[l]);
-      } else {
-        out[b * 2] = sampler_detail::PhiloxFromWords<X, D>(p, w.v[0], w.v[1]);
-        out[b * 2 + 1] = sampler_detail::PhiloxFromWords<X, D>(p, w.v[2], w.v[3]);
-      }
-    }
-    out += nb * K;
-    i += nb * K;
-    while (i < end) *out++ = SampleElement<G, X, D>(p, i++);
-  } else {
-    for (uint64_t j = 0; j < n; ++j) out[j] = SampleElement<G, X, D>(p, i + j);
+/// SEEDSTORE_CPU_ISA=generic|avx2|avx512 in the environment caps the choice (for testing the
+/// fallbacks and for benchmarks); it never selects an ISA the CPU lacks.
+Isa PickIsa() {
+  Isa isa = DetectIsa();
+  if (const char* e = std::getenv("SEEDSTORE_CPU_ISA")) {
+    const std::string_view v(e);
+    if (v == "generic") isa = Isa::kGeneric;
+    else if (v == "avx2" && isa == Isa::kAvx512) isa = Isa::kAvx2;
   }
+  return isa;
 }
+const Isa kIsa = PickIsa();
 
-template <class T>
-SEEDSTORE_FORCE_INLINE Fingerprint HashBody(uint64_t i, uint64_t n, const T* __restrict data,
-                                            uint64_t seed) {
-  uint64_t s0 = 0, s1 = 0;
-  for (uint64_t j = 0; j < n; ++j) {
-    const Fingerprint h = HashElement(i + j, ValueBits(data[j]), seed);
-    s0 += h.lane0;
-    s1 += h.lane1;
-  }
-  return Fingerprint{s0, s1};
-}
-
-#define SEEDSTORE_ISA_VARIANTS(NAME, BODY, RET, PARAMS, ARGS)                               \
-  template <TPARAMS>                                                                        \
-  __attribute__((noinline)) RET NAME##Generic PARAMS { return BODY ARGS; }                  \
-  template <TPARAMS>                                                                        \
-  __attribute__((noinline, target("avx2,fma,bmi,bmi2"))) RET NAME##Avx2 PARAMS {            \
-    return BODY ARGS;                                                                       \
-  }                                                                                         \
-  template <TPARAMS>                                                                        \
-  __attribute__((noinline, target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,bmi,bmi2"))) \
-  RET NAME##Avx512 PARAMS {                                                                 \
-    return BODY ARGS;                                                                       \
-  }
-
-#define TPARAMS Generator G, Dist X, DType D
-SEEDSTORE_ISA_VARIANTS(Fill, (FillBody<G, X, D>), void,
-                       (const SamplerParams& p, uint64_t i, uint64_t n, StorageT<D>* out),
-                       (p, i, n, out))
-#undef TPARAMS
-#define TPARAMS class T
-SEEDSTORE_ISA_VARIANTS(Hash, (HashBody<T>), Fingerprint,
-                       (uint64_t i, uint64_t n, const T* data, uint64_t seed), (i, n, data, seed))
-#undef TPARAMS
-
-template <Generator G, Dist X, DType D>
-void FillRun(const SamplerParams& p, uint64_t i, uint64_t n, void* out) {
-  auto* o = static_cast<StorageT<D>*>(out);
-  switch (kIsa) {
-    case Isa::kAvx512: return FillAvx512<G, X, D>(p, i, n, o);
-    case Isa::kAvx2: return FillAvx2<G, X, D>(p, i, n, o);
-    default: return FillGeneric<G, X, D>(p, i, n, o);
-  }
-}
-
-template <class T>
-Fingerprint HashRun(uint64_t i, uint64_t n, const void* data, uint64_t seed) {
-  const auto* d = static_cast<const T*>(data);
-  switch (kIsa) {
-    case Isa::kAvx512: return HashAvx512<T>(i, n, d, seed);
-    case Isa::kAvx2: return HashAvx2<T>(i, n, d, seed);
-    default: return HashGeneric<T>(i, n, d, seed);
-  }
-}
-
-using FillFn = void (*)(const SamplerParams&, uint64_t, uint64_t, void*);
-using HashFn = Fingerprint (*)(uint64_t, uint64_t, const void*, uint64_t);
-
+// The loops themselves live in materialize_cpu_kernels.inc, compiled once per ISA.
 FillFn PickFill(const SamplerParams& p) {
-  return VisitSampler(p, [](auto g, auto x, auto d) -> FillFn {
-    return &FillRun<std::decay_t<decltype(g)>::value, std::decay_t<decltype(x)>::value, std::decay_t<decltype(d)>::value>;
-  });
+  switch (kIsa) {
+    case Isa::kAvx512: return cpu_avx512::PickFill(p);
+    case Isa::kAvx2: return cpu_avx2::PickFill(p);
+    default: return cpu_generic::PickFill(p);
+  }
 }
 
 HashFn PickHash(DType dtype) {
-  switch (DTypeSize(dtype)) {
-    case 8: return &HashRun<uint64_t>;
-    case 4: return &HashRun<uint32_t>;
-    case 2: return &HashRun<uint16_t>;
-    default: return &HashRun<uint8_t>;
+  const int size = DTypeSize(dtype);
+  switch (kIsa) {
+    case Isa::kAvx512: return cpu_avx512::PickHash(size);
+    case Isa::kAvx2: return cpu_avx2::PickHash(size);
+    default: return cpu_generic::PickHash(size);
   }
 }
 

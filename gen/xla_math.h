@@ -137,6 +137,13 @@ SEEDSTORE_HD float XlaErfInvF32(float x) {
   const bool lt = l > -5.0f;             // w < 5
   const float w = lt ? -2.5f - l : SqrtF32(-l) - 3.0f;
   float p = lt ? a[0] : b[0];
+  // Fully unrolled so the CPU materializer's element loop vectorizes (GCC will not
+  // vectorize an element loop that still contains this Horner loop). Same operations.
+#if defined(__CUDACC__)
+#pragma unroll
+#else
+#pragma GCC unroll 16
+#endif
   for (int i = 1; i < 9; ++i) p = FmaF32(p, w, lt ? a[i] : b[i]);
   const float ax = x < 0.0f ? -x : x;
   return x * (ax == 1.0f ? BitCast<float>(0x7F800000u) : p);
