@@ -213,6 +213,14 @@ SEEDSTORE_HD void FingerprintChunk(const RunMap& m, uint64_t c, const T* data, b
   }
 }
 
+/// Whether the launcher may use the kAligned variant for this region: every full chunk then
+/// starts on a Philox block boundary. (The unaligned variant is correct for any region.)
+template <Generator G, Dist X, DType D>
+bool UseAligned(const RunMap& m) {
+  if constexpr (kBlocked<G, X>) return m.RunsAligned(sampler_detail::PerBlock<D>(), kVec<D>);
+  return false;
+}
+
 /// Chunks covering a region of `count` elements of D.
 template <DType D>
 SEEDSTORE_HD uint64_t NumChunks(uint64_t count) {

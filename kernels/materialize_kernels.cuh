@@ -50,7 +50,7 @@ KernelStatus LaunchMaterialize(const SamplerParams& p, const Region& r, void* d_
     constexpr Dist X = std::decay_t<decltype(x)>::value;
     constexpr DType D = std::decay_t<decltype(d)>::value;
     if constexpr (chunk::kBlocked<G, X>) {
-      if (m.RunsAligned(sampler_detail::PerBlock<D>(), chunk::kVec<D>))
+      if (chunk::UseAligned<G, X, D>(m))
         return LaunchMaterializeKernel<G, X, D, true, kHash>(p, m, d_out, seed, stream, d_acc);
     }
     return LaunchMaterializeKernel<G, X, D, false, kHash>(p, m, d_out, seed, stream, d_acc);
