@@ -5,6 +5,7 @@
 
 int main(int argc, char** argv) {
   using namespace seedstore::cli;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear as they happen
   CLI::App app{"seedstore: lazy, sharding-invariant model weights with layout-independent "
                "fingerprints"};
   app.require_subcommand(1);

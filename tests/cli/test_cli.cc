@@ -1,0 +1,185 @@
+// The shipped binary run as a user would (label cli): output bytes and exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/safetensors.h"
+#include "store/spec.h"
+
+namespace seedstore {
+namespace {
+
+struct Proc {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Bin() {
+  const char* b = std::getenv("SEEDSTORE_BIN");
+  return b ? b : "seedstore";
+}
+
+std::string TempDir() {
+  static std::string dir = [] {
+    char tmpl[] = "/tmp/seedstore-cli-XXXXXX";
+    return std::string(mkdtemp(tmpl));
+  }();
+  return dir;
+}
+
+// Runs `seedstore <args>`, capturing stdout and stderr.
+Proc Exec(const std::string& args) {
+  const std::string err_path = TempDir() + "/stderr.txt";
+  const std::string cmd = Bin() + " " + args + " 2>" + err_path;
+  Proc r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
+}
+
+std::string Write(const std::string& name, const std::string& text) {
+  const std::string path = TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kSpec = R"({"seedstore": 1, "seed": 7, "tensors": [
+  {"name": "act", "shape": [8, 6, 10], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.05}, "key": {"seed": 43}},
+  {"name": "norm", "shape": [10], "dtype": "float32", "init": {"dist": "ones"}},
+  {"name": "flat.w", "shape": [7, 13], "dtype": "float32", "init": {"dist": "uniform"}, "generator": "philox"},
+  {"name": "layers.0.w", "shape": [9, 5], "dtype": "float16", "init": {"dist": "truncated_normal"}}]})";
+const char* kLayout = R"J({"mesh": {"axes": ["data", "pipeline", "tensor"], "shape": [2, 2, 2]},
+  "placements": [{"match": "act", "spec": [["data", "pipeline"], null, "tensor"]},
+                 {"match": "layers.*.w", "dtensor": ["Shard(0)", "Replicate()", "Shard(1)"]},
+                 {"match": "flat.*", "flat": ["data", "pipeline"]}]})J";
+
+TEST(Cli, GenRawMatchesJax) {
+  // jax.random.uniform(jax.random.key(0), (3,)) -> bits 1064475214 1064993846 1051337244.
+  const Proc r = Exec("gen --shape 3 --dtype float32 --init '{\"dist\":\"uniform\"}' --seed 0 --format raw");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.out.size(), 12u);
+  uint32_t v[3];
+  std::memcpy(v, r.out.data(), 12);
+  EXPECT_EQ(v[0], 1064475214u);
+  EXPECT_EQ(v[1], 1064993846u);
+  EXPECT_EQ(v[2], 1051337244u);
+}
+
+TEST(Cli, GenBoxEqualsSliceOfWhole) {
+  const Proc whole = Exec("gen --shape 4,5,6 --dtype bfloat16 --init '{\"dist\":\"normal\"}' --seed 3");
+  const Proc box = Exec("gen --shape 4,5,6 --dtype bfloat16 --init '{\"dist\":\"normal\"}' --seed 3 --box 1:3,2:5,0:6");
+  ASSERT_EQ(whole.code, 0);
+  ASSERT_EQ(box.code, 0);
+  ASSERT_EQ(box.out.size(), 2u * 3 * 6 * 2);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      EXPECT_EQ(box.out.substr((i * 3 + j) * 12, 12), whole.out.substr((((1 + i) * 5) + 2 + j) * 12, 12));
+}
+
+TEST(Cli, GenFormats) {
+  const Proc t = Exec("gen --shape 2 --dtype uint32 --init '{\"dist\":\"bits\"}' --seed 1701 --format text");
+  ASSERT_EQ(t.code, 0);
+  EXPECT_EQ(t.out, "1111271205\n2679469115\n");
+  const std::string npy = TempDir() + "/x.npy";
+  const Proc n = Exec("gen --shape 2,3 --dtype float32 --init '{\"dist\":\"zeros\"}' --format npy -o " + npy);
+  ASSERT_EQ(n.code, 0) << n.err;
+  std::ifstream f(npy, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(f)), {});
+  ASSERT_GE(data.size(), 64u + 24u);
+  EXPECT_EQ(data.substr(0, 6), "\x93NUMPY");
+  EXPECT_NE(data.find("'shape': (2, 3)"), std::string::npos);
+  EXPECT_EQ(data.size() % 16, (64u + 24u) % 16);
+}
+
+TEST(Cli, BadInputGivesNamedErrorAndExitCode) {
+  struct Case {
+    std::string args, needle;
+    int code;
+  };
+  const std::string spec = Write("spec.json", kSpec);
+  const std::string layout = Write("layout.json", kLayout);
+  const std::string twice = Write("twice.json", R"({"mesh": {"axes": ["a"], "shape": [2]}, "placements": [{"match": "*", "spec": ["a", "a"]}]})");
+  const Case cases[] = {
+      {"gen --shape 3 --dtype float99", "unknown dtype 'float99'", 2},
+      {"gen --shape 3 --init '{\"dist\":\"cauchy\"}'", "unknown distribution 'cauchy'", 2},
+      {"gen --shape 3 --init '{\"dist\":'", "--init: malformed JSON", 2},
+      {"gen --shape -3", "--shape", 2},
+      {"gen --shape 4294967296,4294967296", "overflows", 2},
+      {"gen --shape 3 --init '{\"dist\":\"truncated_normal\",\"lower\":2,\"upper\":1}'", "lower (2", 2},
+      {"gen --shape 3 --box 0:4", "outside the tensor", 2},
+      {"gen --shape 3 --key 1", "--key '1'", 2},
+      {"fingerprint /nonexistent/spec.json", "cannot open", 3},
+      {"fingerprint " + spec + " --layout " + layout + " --rank 8", "--rank 8 is outside the mesh", 2},
+      {"fingerprint " + spec + " --layout " + twice + " --rank 0", "used twice", 2},
+      {"materialize " + spec + " --layout " + layout + " --rank -1 -o /tmp/x.safetensors", "outside the mesh", 2},
+  };
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;  // never a crash
+  }
+}
+
+// Shard fingerprints from every rank sum (over distinct shards) to the whole tensor's, and
+// the materialized shards reassemble into the whole tensor.
+TEST(Cli, FingerprintsOfRanksComposeAndShardsReassemble) {
+  const std::string spec = Write("spec.json", kSpec);
+  const std::string layout = Write("layout.json", kLayout);
+  const Proc whole = Exec("fingerprint " + spec + " --json");
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  std::map<std::string, Fingerprint> want, got;
+  for (const auto& e : nlohmann::json::parse(whole.out))
+    want[e["name"]] = *ParseFingerprintHex(e["fingerprint"].get<std::string>());
+  std::map<std::string, std::set<std::string>> seen;  // tensor -> regions counted
+  for (int rank = 0; rank < 8; ++rank) {
+    const Proc r = Exec("fingerprint " + spec + " --layout " + layout + " --rank " + std::to_string(rank) + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (const auto& e : nlohmann::json::parse(r.out)) {
+      if (!seen[e["name"]].insert(e["region"]).second) continue;  // replicas count once
+      got[e["name"]].Add(*ParseFingerprintHex(e["fingerprint"].get<std::string>()));
+    }
+    const std::string out = TempDir() + "/rank" + std::to_string(rank) + ".safetensors";
+    const Proc m = Exec("materialize " + spec + " --layout " + layout + " --rank " + std::to_string(rank) + " -o " + out);
+    ASSERT_EQ(m.code, 0) << m.err;
+    auto f = SafetensorsFile::Open(out);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    const auto shards = nlohmann::json::parse(f->metadata().at("seedstore.shards"));
+    ASSERT_TRUE(shards.contains("act"));
+    // Each act shard equals the corresponding box from `gen`.
+    const auto& a = shards["act"];
+    std::string box;
+    for (int d = 0; d < 3; ++d)
+      box += (d ? "," : "") + std::to_string(a["start"][d].get<uint64_t>()) + ":" + std::to_string(a["stop"][d].get<uint64_t>());
+    const Proc g = Exec("gen --shape 8,6,10 --dtype bfloat16 --init '{\"dist\":\"normal\",\"scale\":0.05}' --seed 43 --box " + box);
+    ASSERT_EQ(g.code, 0);
+    const SafetensorsEntry* e = f->Find("act");
+    ASSERT_NE(e, nullptr);
+    std::string bytes(e->end - e->begin, '\0');
+    ASSERT_TRUE(f->Read(*e, bytes.data()).ok());
+    EXPECT_EQ(bytes, g.out) << "rank " << rank;
+  }
+  for (const auto& [name, fp] : want) EXPECT_EQ(FingerprintHex(got[name]), FingerprintHex(fp)) << name;
+}
+
+TEST(Cli, SelfTestPasses) {
+  const Proc r = Exec("selftest");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(" passed, 0 failed"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace seedstore
