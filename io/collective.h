@@ -1,0 +1,137 @@
+// Collectives: one small interface over MPI (CPU, under mpirun, across nodes), NCCL (GPU
+// buffers; its unique id bootstrapped over MPI) and a world of one -- and the cross-rank
+// verification entry points built on it (store/verify.h has the decision logic).
+//
+// Fault handling. MPI cannot time out a collective, so with a timeout every operation is
+// started non-blocking (MPI_Iallgather, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) and polled
+// against a deadline; every rank also posts a 4-byte "arrived" message to rank 0, so that on
+// a timeout rank 0 names the ranks that never reached the step. A timed-out collective returns
+// kIo and leaves the communicator unusable (a started MPI operation cannot be cancelled): the
+// caller prints its message and calls Abort(), which ends the whole job (MPI_Abort) instead of
+// hanging. A rank that dies is normally reaped by mpirun at once; the deadline is the backstop.
+#pragma once
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gen/materialize_cpu.h"
+#include "store/catalog.h"
+#include "store/layout.h"
+#include "store/verify.h"
+
+namespace seedstore {
+
+struct CollectiveOptions {
+  /// Seconds one collective step may take on any rank before the job is declared hung
+  /// (counted from when this rank enters the step). <= 0: wait forever (plain blocking calls).
+  double timeout_s = 600;
+};
+
+/// A world of ranks that can exchange host bytes. Every rank must make the same calls in the
+/// same order. Errors: kIo (with the library's message, file:line, and for timeouts the step
+/// and -- on rank 0 -- the ranks that did not arrive); after a kIo the object is unusable.
+class Collective : public Exchange {
+ public:
+  /// "self", "mpi" or "nccl".
+  virtual const char* backend() const = 0;
+  /// Copies root's `bytes` bytes of `data` into `data` on every rank.
+  virtual Status Broadcast(void* data, size_t bytes, int root, const char* what) = 0;
+  /// Ends every process of the job with `exit_code` (MPI_Abort); never returns. Use it after
+  /// a kIo from a collective: the world cannot be shut down cleanly any more.
+  [[noreturn]] virtual void Abort(int exit_code) = 0;
+  /// Seconds spent inside collective calls so far (waiting included).
+  double comm_seconds() const { return comm_s_; }
+  double timeout() const { return options_.timeout_s; }
+  void set_timeout(double s) { options_.timeout_s = s; }
+
+ protected:
+  CollectiveOptions options_;
+  double comm_s_ = 0;
+};
+
+/// A world of one process: every collective is a copy. Never fails.
+std::unique_ptr<Collective> CreateSelfCollective(CollectiveOptions o = {});
+
+/// MPI over MPI_COMM_WORLD (duplicated). Initializes MPI (MPI_THREAD_FUNNELED) unless the
+/// caller already did, and then finalizes it on destruction. Errors: kUnsupported when built
+/// without MPI; kIo when MPI fails to initialize.
+Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions o = {});
+
+/// NCCL on this rank's GPU (device = local rank modulo the device count), its unique id
+/// broadcast over `bootstrap` (MPI). The interface still takes host pointers: payloads are
+/// staged through device memory and moved by NCCL. Deadlines use a non-blocking communicator
+/// and ncclCommAbort. Errors: kUnsupported (built without CUDA/NCCL, or no GPU), kIo.
+Result<std::unique_ptr<Collective>> CreateNcclCollective(Collective& bootstrap,
+                                                         CollectiveOptions o = {});
+
+/// Whether this process was started by an MPI launcher (mpirun/mpiexec/srun with PMI/PMIx).
+bool LaunchedUnderMpi();
+
+/// "auto" (mpi when LaunchedUnderMpi(), else self), "self", "mpi". Errors: as the factories;
+/// kInvalidArgument for an unknown name.
+Result<std::unique_ptr<Collective>> OpenCollective(std::string_view backend,
+                                                   CollectiveOptions o = {});
+
+/// CPU threads per rank by default: hardware threads / ranks on this node (at least 1).
+int DefaultThreadsPerRank();
+
+// ---- Verification --------------------------------------------------------------------------
+
+/// Test and demo hooks that reproduce user failures on purpose (see tests/mpi/).
+enum class Simulate {
+  kNone,
+  kUnseeded,   // every rank r draws its shards from root seed + r: N different models
+  kLayoutRng,  // every rank draws its shard as a whole tensor of the local shape from the
+               // tensor's key: the old non-partitionable RNG; replicas agree, shards don't
+               // compose
+  kFlip,       // `simulate_rank` flips the lowest bit of one element of `simulate_tensor`
+  kHang,       // `simulate_rank` sleeps forever before the exchange
+  kDie,        // `simulate_rank` exits (status 3) before the exchange
+};
+Result<Simulate> ParseSimulate(std::string_view s);  // none, unseeded, layout-rng, flip, hang, die
+
+struct VerifyOptions {
+  CpuOptions cpu;
+  /// Where lazy shards are generated and hashed: "cpu", "cuda" or "auto" (cuda if available).
+  std::string device = "cpu";
+  Simulate simulate = Simulate::kNone;
+  int simulate_rank = 1;
+  std::string simulate_tensor;  // empty: the first tensor this rank holds elements of
+};
+
+/// Verifies that the ranks of `comm` hold `catalog` under `layout`: each rank fingerprints
+/// its shard of every tensor (lazy ones generated and hashed tile by tile, never materialized
+/// whole; dense ones read region by region), then ExchangeAndDecide (store/verify.h). The
+/// composition reference is the recorded fingerprint when the catalog has one, else the lazy
+/// spec. A shard that cannot be read is reported (that rank prints the error), not fatal.
+/// Errors (identical on every rank): kInvalidArgument (ranks opened different catalogs or
+/// layouts; layout world size != comm.size()), kIo (communication, timeout).
+Result<VerifyReport> VerifyCatalog(Collective& comm, const Catalog& catalog, const Layout& layout,
+                                   const VerifyOptions& o = {});
+
+/// One parameter of a live job: the caller's buffer holding this rank's shard
+/// (Layout::ShardOf(name, shape, rank).region, row-major; a flat range for flat placements).
+struct ParamBuffer {
+  std::string name;
+  std::vector<uint64_t> shape;  // global shape
+  DType dtype = DType::kF32;
+  const void* data = nullptr;  // host pointer, or device pointer when on_device
+  size_t bytes = 0;            // must equal the shard's element count x dtype size
+  bool on_device = false;      // CUDA device memory (needs a CUDA build and a GPU)
+};
+
+/// The live-job check in one call: fingerprints the caller's shard buffers (host on the CPU,
+/// device with the CUDA kernels, nothing copied), exchanges, decides. With `reference` (a spec
+/// or a store, e.g. what the job was initialized or loaded from), each rank also computes the
+/// expected fingerprint of its region of every tensor the reference has (lazy: generated and
+/// hashed; dense: the region read), so off-spec shards are named and composition is checked;
+/// without one, replica agreement is checked and composed fingerprints are reported.
+/// Errors: kInvalidArgument (a buffer of the wrong size, null data, a tensor whose shape or
+/// dtype differs from the reference's, ranks passing different names/shapes/layouts, layout
+/// world size != comm.size()), kUnsupported (device buffers without CUDA), kIo.
+Result<VerifyReport> VerifyBuffers(Collective& comm, const std::vector<ParamBuffer>& params,
+                                   const Layout& layout, const Catalog* reference = nullptr,
+                                   const VerifyOptions& o = {});
+
+}  // namespace seedstore

@@ -1,0 +1,239 @@
+// The MPI backend of io/collective.h: non-blocking collectives polled against a deadline.
+#include "io/collective.h"
+
+#if SEEDSTORE_HAVE_MPI
+// The C API only (OpenMPI and MPICH otherwise pull in the deprecated C++ bindings).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace seedstore {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string MpiError(int rc) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(msg, len);
+}
+
+// One macro per foreign API (house style H3): file:line plus MPI's own message.
+#define SEEDSTORE_MPI_CHECK(call, what)                                                     \
+  do {                                                                                      \
+    const int _rc = (call);                                                                 \
+    if (_rc != MPI_SUCCESS)                                                                 \
+      return IoError(std::string(what) + ": " #call " failed at " __FILE__ ":" +            \
+                     std::to_string(__LINE__) + ": " + MpiError(_rc));                      \
+  } while (0)
+
+constexpr int kArriveTag = 7301;
+
+std::string RankList(const std::vector<int>& r) {
+  std::string s;
+  for (size_t i = 0; i < r.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(r[i]);
+  if (r.size() > 16) s += ", ... (" + std::to_string(r.size()) + " ranks)";
+  return s;
+}
+
+class MpiCollective final : public Collective {
+ public:
+  static Result<std::unique_ptr<Collective>> Create(CollectiveOptions o) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized) return IoError("MPI: already finalized");
+    bool owns = false;
+    if (!inited) {
+      int provided = 0;
+      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      if (rc != MPI_SUCCESS) return IoError("MPI_Init_thread failed: " + MpiError(rc));
+      owns = true;
+    }
+    auto c = std::unique_ptr<MpiCollective>(new MpiCollective(o, owns));
+    SEEDSTORE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->comm_), "MPI setup");
+    SEEDSTORE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->arrive_comm_), "MPI setup");
+    MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(c->arrive_comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->comm_, &c->rank_);
+    MPI_Comm_size(c->comm_, &c->size_);
+    return std::unique_ptr<Collective>(std::move(c));
+  }
+
+  ~MpiCollective() override {
+    if (broken_) return;  // operations are still pending: finalizing would hang
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (arrive_comm_ != MPI_COMM_NULL) MPI_Comm_free(&arrive_comm_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_init_ && !finalized) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "mpi"; }
+
+  Status AllGather(const void* send, size_t bytes, void* recv, const char* what) override {
+    if (bytes > static_cast<size_t>(INT_MAX))
+      return InvalidArgument(std::string(what) + ": all-gather of " + std::to_string(bytes) +
+                             " bytes per rank exceeds INT_MAX");
+    const int n = static_cast<int>(bytes);
+    return Run(what, [&](MPI_Request* req) {
+      return req ? MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_, req)
+                 : MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_);
+    });
+  }
+
+  Status AllReduceSum(uint64_t* data, size_t n, const char* what) override {
+    if (n > static_cast<size_t>(INT_MAX))
+      return InvalidArgument(std::string(what) + ": all-reduce of " + std::to_string(n) +
+                             " values exceeds INT_MAX");
+    const int k = static_cast<int>(n);
+    // Unsigned addition wraps: sums are mod 2^64, as fingerprints need.
+    return Run(what, [&](MPI_Request* req) {
+      return req ? MPI_Iallreduce(MPI_IN_PLACE, data, k, MPI_UINT64_T, MPI_SUM, comm_, req)
+                 : MPI_Allreduce(MPI_IN_PLACE, data, k, MPI_UINT64_T, MPI_SUM, comm_);
+    });
+  }
+
+  Status Barrier(const char* what) override {
+    return Run(what, [&](MPI_Request* req) {
+      return req ? MPI_Ibarrier(comm_, req) : MPI_Barrier(comm_);
+    });
+  }
+
+  Status Broadcast(void* data, size_t bytes, int root, const char* what) override {
+    if (root < 0 || root >= size_)
+      return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
+                             " outside a world of " + std::to_string(size_));
+    if (bytes > static_cast<size_t>(INT_MAX))
+      return InvalidArgument(std::string(what) + ": broadcast of " + std::to_string(bytes) +
+                             " bytes exceeds INT_MAX");
+    const int n = static_cast<int>(bytes);
+    return Run(what, [&](MPI_Request* req) {
+      return req ? MPI_Ibcast(data, n, MPI_BYTE, root, comm_, req)
+                 : MPI_Bcast(data, n, MPI_BYTE, root, comm_);
+    });
+  }
+
+  [[noreturn]] void Abort(int exit_code) override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);  // not reached
+  }
+
+ private:
+  MpiCollective(CollectiveOptions o, bool owns) : owns_init_(owns) { options_ = o; }
+
+  // Runs one collective: blocking when there is no deadline, else started non-blocking and
+  // polled, with the arrival messages that let rank 0 name missing ranks.
+  template <class Start>
+  Status Run(const char* what, Start start) {
+    if (broken_) return IoError(std::string(what) + ": the communicator is unusable after an "
+                                "earlier failure");
+    const double t0 = Now();
+    Status st = options_.timeout_s > 0 ? RunWithDeadline(what, start) : [&]() -> Status {
+      SEEDSTORE_MPI_CHECK(start(nullptr), what);
+      return Status::Ok();
+    }();
+    comm_s_ += Now() - t0;
+    return st;
+  }
+
+  template <class Start>
+  Status RunWithDeadline(const char* what, Start start) {
+    const double t0 = Now();
+    const double timeout = options_.timeout_s;
+    // Rank 0 blames; the others wait a little longer so that rank 0's message comes first.
+    const double deadline = t0 + timeout + (rank_ == 0 ? 0.0 : std::min(2.0, 0.5 * timeout));
+    ++seq_;
+    std::vector<MPI_Request> reqs;  // [0] = the collective, then arrivals
+    std::vector<int> tokens(rank_ == 0 ? size_ : 1, 0);
+    reqs.push_back(MPI_REQUEST_NULL);
+    if (rank_ == 0) {
+      for (int r = 1; r < size_; ++r) {
+        reqs.push_back(MPI_REQUEST_NULL);
+        SEEDSTORE_MPI_CHECK(MPI_Irecv(&tokens[r], 1, MPI_INT, r, kArriveTag, arrive_comm_,
+                                      &reqs.back()), what);
+      }
+    } else {
+      tokens[0] = static_cast<int>(seq_);
+      reqs.push_back(MPI_REQUEST_NULL);
+      SEEDSTORE_MPI_CHECK(MPI_Isend(&tokens[0], 1, MPI_INT, 0, kArriveTag, arrive_comm_,
+                                    &reqs.back()), what);
+    }
+    SEEDSTORE_MPI_CHECK(start(&reqs[0]), what);
+    std::vector<int> done(reqs.size(), 0);
+    size_t remaining = reqs.size();
+    double sleep_s = 0;
+    for (;;) {
+      for (size_t k = 0; k < reqs.size(); ++k) {
+        if (done[k]) continue;
+        int flag = 0;
+        SEEDSTORE_MPI_CHECK(MPI_Test(&reqs[k], &flag, MPI_STATUS_IGNORE), what);
+        if (flag) {
+          done[k] = 1;
+          --remaining;
+        }
+      }
+      if (remaining == 0) return Status::Ok();
+      const double now = Now();
+      if (now > deadline) break;
+      // Spin for the first millisecond, then back off up to 2 ms between polls.
+      if (now - t0 > 1e-3) {
+        sleep_s = std::min(2e-3, sleep_s == 0 ? 5e-5 : sleep_s * 2);
+        std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
+      }
+    }
+    broken_ = true;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f", timeout);
+    if (rank_ == 0) {
+      std::vector<int> missing;
+      for (int r = 1; r < size_; ++r)
+        if (!done[r]) missing.push_back(r);
+      if (!missing.empty())
+        return IoError(std::string(missing.size() == 1 ? "rank " : "ranks ") +
+                       RankList(missing) + " did not reach step '" + what + "' within " + secs +
+                       " s (--timeout): hung, dead or far slower than the others");
+    }
+    return IoError("rank " + std::to_string(rank_) + ": step '" + what +
+                   "' did not complete within " + secs +
+                   " s (--timeout): another rank is hung or dead" +
+                   (rank_ == 0 ? "" : " (rank 0 names it unless it is rank 0)"));
+  }
+
+  bool owns_init_ = false;
+  bool broken_ = false;
+  uint64_t seq_ = 0;
+  int rank_ = 0, size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions o) {
+  return MpiCollective::Create(o);
+}
+
+}  // namespace seedstore
+
+#else  // !SEEDSTORE_HAVE_MPI
+
+namespace seedstore {
+Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions) {
+  return Unsupported("MPI backend: seedstore was built without MPI");
+}
+}  // namespace seedstore
+
+#endif

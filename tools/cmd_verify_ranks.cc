@@ -1,0 +1,95 @@
+// seedstore verify-ranks: do the ranks of a job hold one model, sharded as the layout says?
+// Run it under mpirun (one process per rank); alone it is a world of one.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "io/collective.h"
+#include "io/open.h"
+#include "tools/cli.h"
+
+namespace seedstore::cli {
+namespace {
+
+struct VerifyRanksOptions {
+  std::string source, layout, backend = "auto", device = "cpu", simulate = "none",
+                              simulate_tensor;
+  bool json = false, problems_only = false;
+  double timeout = 600;
+  int threads = 0, simulate_rank = 1;
+};
+
+int Run(const VerifyRanksOptions& o) {
+  auto comm = OpenCollective(o.backend, CollectiveOptions{o.timeout});
+  if (!comm.ok()) return Fail(comm.status());
+  Collective& c = **comm;
+  const int me = c.rank();
+  // Every rank opens the inputs itself; errors are the same on every rank unless the files
+  // differ between nodes, which the input digest then reports.
+  auto finish = [&](const Status& st) -> int {
+    if (st.ok()) return 0;
+    if (me == 0 || st.code() == Code::kIo) Fail(st);
+    if (st.code() == Code::kIo) c.Abort(ExitCode(st));  // a collective failed: end the job
+    return ExitCode(st);
+  };
+  auto sim = ParseSimulate(o.simulate);
+  if (!sim.ok()) return finish(sim.status());
+  auto layout = Layout::Load(o.layout);
+  if (!layout.ok()) return finish(layout.status());
+  auto cat = OpenCatalog(o.source);
+  if (!cat.ok()) return finish(cat.status());
+  VerifyOptions vo;
+  vo.cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();
+  vo.device = o.device;
+  vo.simulate = *sim;
+  vo.simulate_rank = o.simulate_rank;
+  vo.simulate_tensor = o.simulate_tensor;
+  auto rep = VerifyCatalog(c, **cat, *layout, vo);
+  if (!rep.ok()) return finish(rep.status());
+  if (me == 0) {
+    if (o.json) {
+      nlohmann::json j = rep->ToJson();
+      j["source"] = o.source;
+      j["layout"] = o.layout;
+      j["backend"] = c.backend();
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("verify-ranks: %s under %s: %d rank(s) (%s), %zu tensors\n\n", o.source.c_str(),
+                  o.layout.c_str(), c.size(), c.backend(), rep->tensors.size());
+      std::printf("%s", rep->Table(o.problems_only).c_str());
+      std::printf("time: %.3f s (fingerprint %.3f s, wait %.3f s, exchange %.4f s, %llu bytes)\n",
+                  rep->timing.total_s, rep->timing.fingerprint_s, rep->timing.wait_s,
+                  rep->timing.exchange_s, static_cast<unsigned long long>(rep->bytes_exchanged));
+    }
+    std::fflush(stdout);
+  }
+  const Status verdict = rep->ToStatus();
+  if (!verdict.ok() && me == 0) Fail(verdict);
+  return ExitCode(verdict);
+}
+
+Register reg({"verify-ranks",
+              "Check across ranks (under mpirun) that replicas agree and shards compose to "
+              "each tensor",
+              [](CLI::App& app) {
+  auto o = std::make_shared<VerifyRanksOptions>();
+  app.add_option("source", o->source, "Spec (.json) or store file")->required();
+  app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
+  app.add_flag("--json", o->json, "Print the report as JSON (rank 0)");
+  app.add_flag("--problems-only", o->problems_only, "Print only tensors with a problem");
+  app.add_option("--timeout", o->timeout,
+                 "Seconds a rank waits for the others at each step before the job is ended "
+                 "(<= 0: forever)");
+  app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi or self")
+      ->check(CLI::IsMember({"auto", "mpi", "self"}));
+  app.add_option("--device", o->device, "Where lazy shards are hashed: cpu, cuda or auto")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--threads", o->threads, "CPU threads per rank (0 = cores / ranks per node)");
+  app.add_option("--simulate", o->simulate,
+                 "Testing: reproduce a failure (unseeded, layout-rng, flip, hang, die)");
+  app.add_option("--simulate-rank", o->simulate_rank, "Testing: the rank that flips/hangs/dies");
+  app.add_option("--simulate-tensor", o->simulate_tensor, "Testing: the tensor to flip");
+  return [o] { return Run(*o); };
+}});
+
+}  // namespace
+}  // namespace seedstore::cli
