@@ -1,5 +1,7 @@
 #include "io/open.h"
 
+#include "io/h5store.h"
+
 namespace seedstore {
 
 Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
@@ -9,7 +11,8 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
     SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SpecCatalog> c, SpecCatalog::Create(spec, path));
     return std::unique_ptr<Catalog>(std::move(c));
   }
-  return Unsupported("'" + path + "': not a spec file (.json); store files are not supported yet");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> s, H5Store::Open(path));
+  return std::unique_ptr<Catalog>(std::move(s));
 }
 
 }  // namespace seedstore

@@ -1,0 +1,1355 @@
+#include "io/h5store.h"
+
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "io/atomic_file.h"
+
+namespace seedstore {
+namespace {
+
+using json = nlohmann::json;
+
+// ---- HDF5 plumbing -----------------------------------------------------------------------
+
+// All HDF5 calls of this process go through one lock: the serial library is not reentrant in
+// general, and we want the chunk codecs (our threads) to run outside of it.
+std::recursive_mutex& H5Mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+herr_t WalkError(unsigned, const H5E_error2_t* e, void* data) {
+  auto* s = static_cast<std::string*>(data);
+  if (!s->empty()) *s += "; ";
+  *s += e->func_name ? e->func_name : "?";
+  *s += ": ";
+  *s += e->desc ? e->desc : "";
+  return 0;
+}
+
+// The HDF5 error stack of this thread as text, then cleared.
+std::string H5ErrorText() {
+  std::string s;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, WalkError, &s);
+  H5Eclear2(H5E_DEFAULT);
+  return s.empty() ? "unknown HDF5 error" : s;
+}
+
+void InitH5() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    H5open();
+    RegisterZstdFilter();
+  });
+  // The error stack (and its automatic printing) is per thread in thread-safe builds.
+  thread_local bool quiet = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)quiet;
+}
+
+// Holds the HDF5 lock and silences this thread's error printing.
+struct H5Guard {
+  std::lock_guard<std::recursive_mutex> lock{H5Mutex()};
+  H5Guard() { InitH5(); }
+};
+
+// One macro per foreign API (house style H3): adds file:line and HDF5's own message.
+#define SEEDSTORE_H5_ERROR(what)                                                         \
+  ::seedstore::IoError(std::string(what) + " [" + __FILE__ + ":" + std::to_string(__LINE__) + \
+                       "]: " + H5ErrorText())
+
+// An owned HDF5 identifier.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Hid(Hid&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Hid& operator=(Hid&& o) noexcept {
+    Reset();
+    id_ = o.id_;
+    close_ = o.close_;
+    o.id_ = -1;
+    return *this;
+  }
+  ~Hid() { Reset(); }
+  void Reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  hid_t release() {
+    hid_t t = id_;
+    id_ = -1;
+    return t;
+  }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+// ---- zstd filter for the HDF5 pipeline (the HDF5 Zstandard plugin's encoding) ------------
+
+size_t ZstdFilter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], size_t nbytes,
+                  size_t* buf_size, void** buf) {
+  if (flags & H5Z_FLAG_REVERSE) {
+    const unsigned long long n = ZSTD_getFrameContentSize(*buf, nbytes);
+    if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || n == 0) return 0;
+    void* out = H5allocate_memory(n, false);
+    if (!out) return 0;
+    const size_t r = ZSTD_decompress(out, n, *buf, nbytes);
+    if (ZSTD_isError(r) || r != n) {
+      H5free_memory(out);
+      return 0;
+    }
+    H5free_memory(*buf);
+    *buf = out;
+    *buf_size = n;
+    return n;
+  }
+  int level = cd_nelmts > 0 ? static_cast<int>(cd_values[0]) : ZSTD_CLEVEL_DEFAULT;
+  level = std::clamp(level, 1, ZSTD_maxCLevel());
+  const size_t bound = ZSTD_compressBound(nbytes);
+  void* out = H5allocate_memory(bound, false);
+  if (!out) return 0;
+  const size_t r = ZSTD_compress(out, bound, *buf, nbytes, level);
+  if (ZSTD_isError(r)) {
+    H5free_memory(out);
+    return 0;
+  }
+  H5free_memory(*buf);
+  *buf = out;
+  *buf_size = bound;
+  return r;
+}
+
+// ---- names, types, attributes --------------------------------------------------------------
+
+std::string Hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016" PRIx64, v);
+  return b;
+}
+
+std::string ShapeText(const std::vector<uint64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+// The HDF5 file type of a dtype (bfloat16 as uint16, bool as uint8: see seedstore.dtype).
+Hid StorageType(DType d) {
+  switch (d) {
+    case DType::kF32: return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    case DType::kF64: return Hid(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
+    case DType::kF16: {
+      // IEEE binary16 as h5py defines it (numpy float16).
+      hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+      H5Tset_fields(t, 15, 10, 5, 0, 10);
+      H5Tset_size(t, 2);
+      H5Tset_ebias(t, 15);
+      return Hid(t, H5Tclose);
+    }
+    case DType::kBF16: case DType::kU16: return Hid(H5Tcopy(H5T_STD_U16LE), H5Tclose);
+    case DType::kU8: case DType::kBool: return Hid(H5Tcopy(H5T_STD_U8LE), H5Tclose);
+    case DType::kU32: return Hid(H5Tcopy(H5T_STD_U32LE), H5Tclose);
+    case DType::kU64: return Hid(H5Tcopy(H5T_STD_U64LE), H5Tclose);
+    case DType::kI8: return Hid(H5Tcopy(H5T_STD_I8LE), H5Tclose);
+    case DType::kI16: return Hid(H5Tcopy(H5T_STD_I16LE), H5Tclose);
+    case DType::kI32: return Hid(H5Tcopy(H5T_STD_I32LE), H5Tclose);
+    case DType::kI64: return Hid(H5Tcopy(H5T_STD_I64LE), H5Tclose);
+  }
+  return Hid();
+}
+
+// Whether an HDF5 type stores `d` (class, size, sign).
+bool TypeMatches(hid_t t, DType d) {
+  const H5T_class_t c = H5Tget_class(t);
+  if (H5Tget_size(t) != static_cast<size_t>(DTypeSize(d))) return false;
+  if (H5Tget_order(t) != H5T_ORDER_LE && DTypeSize(d) > 1) return false;
+  switch (d) {
+    case DType::kF32: case DType::kF64: case DType::kF16: return c == H5T_FLOAT;
+    case DType::kBF16: case DType::kBool: case DType::kU8: case DType::kU16: case DType::kU32:
+    case DType::kU64:
+      return c == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
+    default: return c == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_2;
+  }
+}
+
+Status WriteStringAttr(hid_t obj, const char* name, const std::string& value) {
+  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid a(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const char* p = value.c_str();
+  if (!a.ok() || H5Awrite(a.get(), type.get(), &p) < 0)
+    return SEEDSTORE_H5_ERROR(std::string("writing attribute '") + name + "'");
+  return Status::Ok();
+}
+
+Status WriteU64Attr(hid_t obj, const char* name, const std::vector<uint64_t>& v, bool scalar) {
+  const hsize_t n = v.size();
+  Hid space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr), H5Sclose);
+  Hid a(H5Acreate2(obj, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a.ok() || H5Awrite(a.get(), H5T_NATIVE_UINT64, v.data()) < 0)
+    return SEEDSTORE_H5_ERROR(std::string("writing attribute '") + name + "'");
+  return Status::Ok();
+}
+
+Status WriteI32Attr(hid_t obj, const char* name, int32_t v) {
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid a(H5Acreate2(obj, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a.ok() || H5Awrite(a.get(), H5T_NATIVE_INT32, &v) < 0)
+    return SEEDSTORE_H5_ERROR(std::string("writing attribute '") + name + "'");
+  return Status::Ok();
+}
+
+// Opens an attribute; missing-attribute when absent. `where` names the object.
+Result<Hid> OpenAttr(hid_t obj, const char* name, const std::string& where) {
+  const htri_t e = H5Aexists(obj, name);
+  if (e < 0) return SEEDSTORE_H5_ERROR(where + ": checking attribute '" + name + "'");
+  if (e == 0)
+    return StoreStatus(StoreError::kMissingAttribute, where + ": attribute '" + name + "' is missing");
+  Hid a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
+  if (!a.ok()) return SEEDSTORE_H5_ERROR(where + ": opening attribute '" + name + "'");
+  return a;
+}
+
+Result<std::string> ReadStringAttr(hid_t obj, const char* name, const std::string& where) {
+  SEEDSTORE_ASSIGN_OR_RETURN(Hid a, OpenAttr(obj, name, where));
+  Hid ft(H5Aget_type(a.get()), H5Tclose);
+  Hid sp(H5Aget_space(a.get()), H5Sclose);
+  if (H5Tget_class(ft.get()) != H5T_STRING || H5Sget_simple_extent_npoints(sp.get()) != 1)
+    return Corrupt(where + ": attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(ft.get()) > 0) {
+    Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt.get(), H5T_VARIABLE);
+    H5Tset_cset(mt.get(), H5Tget_cset(ft.get()));
+    char* p = nullptr;
+    if (H5Aread(a.get(), mt.get(), &p) < 0)
+      return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  const size_t n = H5Tget_size(ft.get());
+  std::string s(n, '\0');
+  if (H5Aread(a.get(), ft.get(), s.data()) < 0)
+    return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+Result<std::vector<uint64_t>> ReadU64Attr(hid_t obj, const char* name, const std::string& where) {
+  SEEDSTORE_ASSIGN_OR_RETURN(Hid a, OpenAttr(obj, name, where));
+  Hid ft(H5Aget_type(a.get()), H5Tclose);
+  Hid sp(H5Aget_space(a.get()), H5Sclose);
+  if (H5Tget_class(ft.get()) != H5T_INTEGER)
+    return Corrupt(where + ": attribute '" + name + "' is not an integer");
+  const hssize_t n = H5Sget_simple_extent_npoints(sp.get());
+  if (n < 0 || n > 1024) return Corrupt(where + ": attribute '" + name + "' has a bad size");
+  std::vector<uint64_t> v(static_cast<size_t>(n));
+  if (n > 0 && H5Aread(a.get(), H5T_NATIVE_UINT64, v.data()) < 0)
+    return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
+  return v;
+}
+
+// ---- chunk geometry -----------------------------------------------------------------------
+
+// The chunk grid of a dense tensor. Contiguous datasets (rank 0 or an empty dim) have one
+// "chunk": the whole data.
+struct Grid {
+  int rank = 0;
+  std::vector<uint64_t> shape, chunk, count;  // chunk empty: contiguous
+  uint64_t num = 1;
+
+  bool chunked() const { return !chunk.empty(); }
+  uint64_t ChunkElems() const {
+    uint64_t n = 1;
+    if (chunked()) for (uint64_t c : chunk) n *= c;
+    else for (uint64_t s : shape) n *= s;
+    return n;
+  }
+  void Coords(uint64_t j, uint64_t* c) const {  // chunk-grid coordinates, row-major
+    for (int d = rank - 1; d >= 0; --d) {
+      c[d] = j % count[d];
+      j /= count[d];
+    }
+  }
+  uint64_t Linear(const uint64_t* c) const {
+    uint64_t j = 0;
+    for (int d = 0; d < rank; ++d) j = j * count[d] + c[d];
+    return j;
+  }
+  // The chunk's box clipped to the tensor.
+  Region Box(uint64_t j) const {
+    Region r = WholeRegion(rank, shape.data());
+    if (!chunked()) return r;
+    uint64_t c[kMaxRank];
+    Coords(j, c);
+    for (int d = 0; d < rank; ++d) {
+      r.start[d] = c[d] * chunk[d];
+      r.stop[d] = std::min(shape[d], r.start[d] + chunk[d]);
+    }
+    return r;
+  }
+  static Grid Make(const std::vector<uint64_t>& shape, std::vector<uint64_t> chunk) {
+    Grid g;
+    g.rank = static_cast<int>(shape.size());
+    g.shape = shape;
+    g.chunk = std::move(chunk);
+    g.num = 1;
+    if (g.chunked()) {
+      for (int d = 0; d < g.rank; ++d) {
+        g.count.push_back((shape[d] + g.chunk[d] - 1) / g.chunk[d]);
+        g.num *= g.count.back();
+      }
+    }
+    return g;
+  }
+};
+
+// Writer's chunk-shape rule: start from the whole shape and halve (rounding up) the largest
+// dim, outermost first among equals, until the chunk holds at most `target` bytes.
+std::vector<uint64_t> ChooseChunk(const std::vector<uint64_t>& shape, int es, uint64_t target) {
+  if (shape.empty()) return {};
+  for (uint64_t s : shape)
+    if (s == 0) return {};
+  std::vector<uint64_t> c = shape;
+  auto bytes = [&] {
+    unsigned __int128 n = es;
+    for (uint64_t x : c) n *= x;
+    return n;
+  };
+  // HDF5 limits a chunk to < 4 GiB and each chunk dim to < 2^32.
+  for (auto& x : c) x = std::min<uint64_t>(x, 0xFFFFFFFFull);
+  target = std::clamp<uint64_t>(target, 1, 1ull << 31);
+  while (bytes() > target) {
+    size_t best = 0;
+    for (size_t d = 1; d < c.size(); ++d)
+      if (c[d] > c[best]) best = d;
+    if (c[best] == 1) break;
+    c[best] = (c[best] + 1) / 2;
+  }
+  return c;
+}
+
+// Copies the intersection `in` (tensor coordinates) from a buffer holding box `s` (row-major,
+// extents s_ext) into a buffer holding box `d`.
+void CopyIntersection(const uint8_t* src, const uint64_t* s_start, const uint64_t* s_ext,
+                      uint8_t* dst, const uint64_t* d_start, const uint64_t* d_ext,
+                      const uint64_t* i_start, const uint64_t* i_stop, int rank, size_t es) {
+  if (rank == 0) {
+    std::memcpy(dst, src, es);
+    return;
+  }
+  for (int k = 0; k < rank; ++k)
+    if (i_stop[k] <= i_start[k]) return;
+  const size_t run = (i_stop[rank - 1] - i_start[rank - 1]) * es;
+  uint64_t idx[kMaxRank];
+  for (int k = 0; k < rank; ++k) idx[k] = i_start[k];
+  for (;;) {
+    uint64_t so = 0, doff = 0;
+    for (int k = 0; k < rank; ++k) {
+      so = so * s_ext[k] + (idx[k] - s_start[k]);
+      doff = doff * d_ext[k] + (idx[k] - d_start[k]);
+    }
+    std::memcpy(dst + doff * es, src + so * es, run);
+    int k = rank - 2;
+    for (; k >= 0; --k) {
+      if (++idx[k] < i_stop[k]) break;
+      idx[k] = i_start[k];
+    }
+    if (k < 0) return;
+  }
+}
+
+// HDF5's shuffle filter: byte j of element i goes to j * n + i; trailing bytes copied.
+void Shuffle(const uint8_t* in, uint8_t* out, size_t nbytes, size_t es) {
+  const size_t n = nbytes / es;
+  if (es == 2) {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = in[2 * i];
+      out[n + i] = in[2 * i + 1];
+    }
+  } else if (es == 4) {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = in[4 * i];
+      out[n + i] = in[4 * i + 1];
+      out[2 * n + i] = in[4 * i + 2];
+      out[3 * n + i] = in[4 * i + 3];
+    }
+  } else {
+    for (size_t j = 0; j < es; ++j)
+      for (size_t i = 0; i < n; ++i) out[j * n + i] = in[i * es + j];
+  }
+  std::memcpy(out + n * es, in + n * es, nbytes - n * es);
+}
+
+void Unshuffle(const uint8_t* in, uint8_t* out, size_t nbytes, size_t es) {
+  const size_t n = nbytes / es;
+  if (es == 2) {
+    for (size_t i = 0; i < n; ++i) {
+      out[2 * i] = in[i];
+      out[2 * i + 1] = in[n + i];
+    }
+  } else if (es == 4) {
+    for (size_t i = 0; i < n; ++i) {
+      out[4 * i] = in[i];
+      out[4 * i + 1] = in[n + i];
+      out[4 * i + 2] = in[2 * n + i];
+      out[4 * i + 3] = in[3 * n + i];
+    }
+  } else {
+    for (size_t j = 0; j < es; ++j)
+      for (size_t i = 0; i < n; ++i) out[i * es + j] = in[j * n + i];
+  }
+  std::memcpy(out + n * es, in + n * es, nbytes - n * es);
+}
+
+struct ZstdCtx {
+  ZSTD_CCtx* c = ZSTD_createCCtx();
+  ZSTD_DCtx* d = ZSTD_createDCtx();
+  ~ZstdCtx() {
+    ZSTD_freeCCtx(c);
+    ZSTD_freeDCtx(d);
+  }
+};
+ZstdCtx& ThreadZstd() {
+  thread_local ZstdCtx z;
+  return z;
+}
+
+int ThreadCount(int requested, uint64_t work_items) {
+  int t = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
+  t = std::max(1, std::min(t, 256));
+  return static_cast<int>(std::min<uint64_t>(t, std::max<uint64_t>(work_items, 1)));
+}
+
+// Runs f(item, thread) for items 0..n-1 on `threads` threads; stops handing out items after
+// the first error unless `keep_going`. Returns the first error.
+Status ParallelFor(uint64_t n, int threads, bool keep_going,
+                   const std::function<Status(uint64_t, int)>& f) {
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  Status first;
+  auto work = [&](int t) {
+    for (;;) {
+      if (failed.load() && !keep_going) return;
+      const uint64_t j = next.fetch_add(1);
+      if (j >= n) return;
+      Status st = f(j, t);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> l(mu);
+        if (first.ok()) first = st;
+        failed = true;
+      }
+    }
+  };
+  if (threads <= 1) {
+    work(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+    for (auto& th : pool) th.join();
+  }
+  return first;
+}
+
+const char* FilterName(int id) {
+  switch (id) {
+    case 1: return "deflate";
+    case 2: return "shuffle";
+    case 3: return "fletcher32";
+    case 4: return "szip";
+    case 5: return "nbit";
+    case 6: return "scaleoffset";
+    case 307: return "bzip2";
+    case 32001: return "blosc";
+    case 32004: return "lz4";
+    case 32015: return "zstd";
+    default: return "unknown";
+  }
+}
+
+json LazyRecordJson(const LazyTensor& l, const std::optional<Fingerprint>& fp) {
+  json j = TensorSpecToJson(l.spec);
+  j["kind"] = "lazy";
+  j["key_words"] = {l.key.k0, l.key.k1};
+  if (fp) j["fingerprint"] = FingerprintHex(*fp);
+  return j;
+}
+
+}  // namespace
+
+// ---- public helpers ------------------------------------------------------------------------
+
+const char* StoreErrorName(StoreError e) {
+  switch (e) {
+    case StoreError::kNotHdf5: return "not-hdf5";
+    case StoreError::kTruncated: return "truncated";
+    case StoreError::kBadMagic: return "bad-magic";
+    case StoreError::kUnsupportedVersion: return "unsupported-version";
+    case StoreError::kMissingAttribute: return "missing-attribute";
+    case StoreError::kMissingObject: return "missing-object";
+    case StoreError::kBadIndex: return "bad-index";
+    case StoreError::kShapeMismatch: return "shape-mismatch";
+    case StoreError::kDtypeMismatch: return "dtype-mismatch";
+    case StoreError::kUnknownFilter: return "unknown-filter";
+    case StoreError::kChunkCorrupt: return "chunk-corrupt";
+    case StoreError::kFingerprintMismatch: return "fingerprint-mismatch";
+  }
+  return "?";
+}
+
+Status StoreStatus(StoreError e, const std::string& message) {
+  const Code c = e == StoreError::kUnsupportedVersion || e == StoreError::kUnknownFilter
+                     ? Code::kUnsupported
+                     : Code::kCorrupt;
+  return Status(c, std::string(StoreErrorName(e)) + ": " + message);
+}
+
+std::string EscapeH5Name(const std::string& name) {
+  const bool dots = name.find_first_not_of('.') == std::string::npos;
+  std::string out;
+  for (char c : name) {
+    if (c == '%') out += "%25";
+    else if (c == '/') out += "%2F";
+    else if (c == '.' && dots) out += "%2E";
+    else out += c;
+  }
+  return out;
+}
+
+void RegisterZstdFilter() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static const H5Z_class2_t cls = {H5Z_CLASS_T_VERS, static_cast<H5Z_filter_t>(kH5FilterZstd),
+                                     1, 1, "Zstandard (seedstore)", nullptr, nullptr,
+                                     ZstdFilter};
+    if (H5Zfilter_avail(kH5FilterZstd) <= 0) H5Zregister(&cls);
+  });
+}
+
+bool LooksLikeHdf5(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  for (uint64_t off = 0; off < (1ull << 40); off = off ? off * 2 : 512) {
+    unsigned char b[8];
+    f.seekg(static_cast<std::streamoff>(off));
+    if (!f.read(reinterpret_cast<char*>(b), 8)) return false;
+    if (std::memcmp(b, sig, 8) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_t begin,
+                                     uint64_t end) {
+  std::vector<Region> out;
+  const int rank = static_cast<int>(shape.size());
+  const Region whole = WholeRegion(rank, shape.data());
+  if (begin >= end) return out;
+  if (rank == 0) {
+    out.push_back(whole);
+    return out;
+  }
+  std::vector<uint64_t> inner(rank + 1, 1);
+  for (int d = rank - 1; d >= 0; --d) inner[d] = inner[d + 1] * shape[d];
+  std::vector<uint64_t> prefix;
+  // Emits the box: prefix fixed on dims < d, [a, b) on dim d, full after.
+  auto emit = [&](int d, uint64_t a, uint64_t b) {
+    Region r = whole;
+    for (int k = 0; k < d; ++k) {
+      r.start[k] = prefix[k];
+      r.stop[k] = prefix[k] + 1;
+    }
+    r.start[d] = a;
+    r.stop[d] = b;
+    out.push_back(r);
+  };
+  std::function<void(int, uint64_t, uint64_t)> split = [&](int d, uint64_t lo, uint64_t hi) {
+    if (lo >= hi) return;
+    const uint64_t in = inner[d + 1];
+    if (lo % in == 0 && hi % in == 0) {
+      emit(d, lo / in, hi / in);
+      return;
+    }
+    uint64_t a = lo / in;
+    const uint64_t b = hi / in;
+    if (a == b) {
+      prefix.push_back(a);
+      split(d + 1, lo - a * in, hi - a * in);
+      prefix.pop_back();
+      return;
+    }
+    if (lo % in != 0) {
+      prefix.push_back(a);
+      split(d + 1, lo % in, in);
+      prefix.pop_back();
+      ++a;
+    }
+    if (a < b) emit(d, a, b);
+    if (hi % in != 0) {
+      prefix.push_back(b);
+      split(d + 1, 0, hi % in);
+      prefix.pop_back();
+    }
+  };
+  split(0, begin, end);
+  return out;
+}
+
+// ---- H5Store -------------------------------------------------------------------------------
+
+H5Store::~H5Store() {
+  H5Guard g;
+  for (int64_t id : dsets_)
+    if (id >= 0) H5Dclose(id);
+  for (int64_t id : sums_)
+    if (id >= 0) H5Dclose(id);
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
+  const std::string w = "file '" + path + "'";
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return NotFound(w + ": cannot open (no such file)");
+  if (!LooksLikeHdf5(path))
+    return StoreStatus(StoreError::kNotHdf5, w + ": not an HDF5 file (no superblock signature)");
+  H5Guard g;
+  std::unique_ptr<H5Store> s(new H5Store());
+  s->path_ = path;
+  s->file_bytes_ = static_cast<uint64_t>(st.st_size);
+  s->file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (s->file_ < 0) {
+    const std::string e = H5ErrorText();
+    if (e.find("truncated") != std::string::npos)
+      return StoreStatus(StoreError::kTruncated, w + ": the file is truncated (" +
+                                                     std::to_string(st.st_size) +
+                                                     " bytes): " + e);
+    return Corrupt(w + ": HDF5 cannot open it: " + e);
+  }
+  const hid_t f = s->file_;
+  // Root attributes: magic and version.
+  SEEDSTORE_ASSIGN_OR_RETURN(std::string magic, ReadStringAttr(f, "seedstore.format", w));
+  if (magic != "seedstore")
+    return StoreStatus(StoreError::kBadMagic,
+                       w + ": seedstore.format is '" + magic + "', expected 'seedstore'");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> ver, ReadU64Attr(f, "seedstore.version", w));
+  if (ver.size() != 1 || ver[0] != static_cast<uint64_t>(kStoreFormatVersion))
+    return StoreStatus(StoreError::kUnsupportedVersion,
+                       w + ": format version " + (ver.empty() ? "?" : std::to_string(ver[0])) +
+                           " (this build reads version " + std::to_string(kStoreFormatVersion) + ")");
+  // The index.
+  if (H5Lexists(f, "/seedstore", H5P_DEFAULT) <= 0 ||
+      H5Lexists(f, "/seedstore/index", H5P_DEFAULT) <= 0)
+    return StoreStatus(StoreError::kMissingObject, w + ": dataset '/seedstore/index' is missing");
+  std::string text;
+  {
+    Hid d(H5Dopen2(f, "/seedstore/index", H5P_DEFAULT), H5Dclose);
+    if (!d.ok()) return SEEDSTORE_H5_ERROR(w + ": opening /seedstore/index");
+    Hid sp(H5Dget_space(d.get()), H5Sclose);
+    const hssize_t n = H5Sget_simple_extent_npoints(sp.get());
+    if (n <= 0 || H5Sget_simple_extent_ndims(sp.get()) != 1)
+      return StoreStatus(StoreError::kBadIndex, w + ": /seedstore/index is not a 1-D byte array");
+    text.resize(static_cast<size_t>(n));
+    if (H5Dread(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+      return StoreStatus(StoreError::kBadIndex,
+                         w + ": /seedstore/index cannot be read: " + H5ErrorText());
+    SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> sum,
+                               ReadU64Attr(d.get(), "seedstore.xxh3", w + " /seedstore/index"));
+    const uint64_t computed = XXH3_64bits(text.data(), text.size());
+    if (sum.size() != 1 || sum[0] != computed)
+      return StoreStatus(StoreError::kBadIndex,
+                         w + ": /seedstore/index checksum mismatch (stored " +
+                             (sum.empty() ? "?" : Hex64(sum[0])) + ", computed " +
+                             Hex64(computed) + ")");
+  }
+  json idx = json::parse(text, nullptr, false);
+  auto bad = [&](const std::string& m) { return StoreStatus(StoreError::kBadIndex, w + ": index " + m); };
+  if (idx.is_discarded() || !idx.is_object()) return bad("is not a JSON object");
+  if (!idx.contains("seed") || !idx["seed"].is_number_unsigned()) return bad("field 'seed' missing or not an unsigned integer");
+  s->seed_ = idx["seed"].get<uint64_t>();
+  if (!idx.contains("generator") || !idx["generator"].is_string()) return bad("field 'generator' missing");
+  {
+    auto gen = ParseGenerator(idx["generator"].get<std::string>());
+    if (!gen.ok()) return bad(gen.status().message());
+    s->generator_ = *gen;
+  }
+  if (!idx.contains("tensors") || !idx["tensors"].is_array()) return bad("field 'tensors' missing");
+  std::set<std::string> names;
+  for (size_t k = 0; k < idx["tensors"].size(); ++k) {
+    json rec = idx["tensors"][k];
+    const std::string where = "tensors[" + std::to_string(k) + "]";
+    if (!rec.is_object() || !rec.contains("kind") || !rec["kind"].is_string())
+      return bad(where + ": missing 'kind'");
+    const std::string kind = rec["kind"].get<std::string>();
+    std::optional<Fingerprint> fp;
+    if (rec.contains("fingerprint")) {
+      if (!rec["fingerprint"].is_string()) return bad(where + ": bad fingerprint");
+      auto f2 = ParseFingerprintHex(rec["fingerprint"].get<std::string>());
+      if (!f2.ok()) return bad(where + ": " + f2.status().message());
+      fp = *f2;
+    }
+    TensorRecord tr;
+    StoredTensor stt;
+    int64_t dset = -1, sums = -1;
+    std::vector<uint64_t> checks;
+    if (kind == "lazy") {
+      if (!rec.contains("key_words") || !rec["key_words"].is_array() || rec["key_words"].size() != 2 ||
+          !rec["key_words"][0].is_number_unsigned() || !rec["key_words"][1].is_number_unsigned())
+        return bad(where + ": 'key_words' missing or not two uint32 words");
+      const Key key{rec["key_words"][0].get<uint32_t>(), rec["key_words"][1].get<uint32_t>()};
+      rec.erase("kind");
+      rec.erase("key_words");
+      rec.erase("fingerprint");
+      auto t = TensorSpecFromJson(rec, s->generator_, where);
+      if (!t.ok()) return bad(t.status().message());
+      auto l = LazyTensor::Resolve(*t, s->seed_);
+      if (!l.ok()) return bad(l.status().message());
+      if (!(l->key == key))
+        return bad(where + " ('" + t->name + "'): key_words do not match the key derived from the spec");
+      tr.name = t->name;
+      tr.shape = t->shape;
+      tr.dtype = t->dtype;
+      tr.lazy = std::move(*l);
+    } else if (kind == "dense") {
+      if (!rec.contains("name") || !rec["name"].is_string() || !rec.contains("shape") ||
+          !rec["shape"].is_array() || !rec.contains("dtype") || !rec["dtype"].is_string())
+        return bad(where + ": dense record needs name, shape and dtype");
+      tr.name = rec["name"].get<std::string>();
+      for (const auto& d : rec["shape"]) {
+        if (!d.is_number_unsigned()) return bad(where + ": bad shape");
+        tr.shape.push_back(d.get<uint64_t>());
+      }
+      auto dt = ParseDType(rec["dtype"].get<std::string>());
+      if (!dt.ok()) return bad(where + ": " + dt.status().message());
+      tr.dtype = *dt;
+      if (auto v = ValidateShape(tr.shape, tr.dtype, where); !v.ok()) return bad(v.message());
+      if (rec.contains("stored_bytes") && rec["stored_bytes"].is_number_unsigned())
+        stt.stored_bytes = rec["stored_bytes"].get<uint64_t>();
+      const std::string tw = w + " tensor '" + tr.name + "'";
+      const std::string esc = EscapeH5Name(tr.name);
+      stt.dense = true;
+      stt.dataset = "/tensors/" + esc;
+      const std::string sums_path = "/checksums/" + esc;
+      for (const std::string& p : {stt.dataset, sums_path}) {
+        if (H5Lexists(f, p.substr(0, p.find('/', 1)).c_str(), H5P_DEFAULT) <= 0 ||
+            H5Lexists(f, p.c_str(), H5P_DEFAULT) <= 0)
+          return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
+      }
+      Hid d(H5Dopen2(f, stt.dataset.c_str(), H5P_DEFAULT), H5Dclose);
+      if (!d.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + stt.dataset);
+      // Attributes.
+      SEEDSTORE_ASSIGN_OR_RETURN(std::string aname, ReadStringAttr(d.get(), "seedstore.name", tw));
+      if (aname != tr.name)
+        return bad(where + ": dataset '" + stt.dataset + "' says its name is '" + aname + "'");
+      SEEDSTORE_ASSIGN_OR_RETURN(std::string adt, ReadStringAttr(d.get(), "seedstore.dtype", tw));
+      if (adt != DTypeName(tr.dtype))
+        return StoreStatus(StoreError::kDtypeMismatch, tw + ": seedstore.dtype is '" + adt +
+                                                           "', the index says '" + DTypeName(tr.dtype) + "'");
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> afp,
+                                 ReadU64Attr(d.get(), "seedstore.fingerprint", tw));
+      if (afp.size() != 2) return Corrupt(tw + ": seedstore.fingerprint must hold 2 words");
+      if (!fp) return bad(where + ": dense record without fingerprint");
+      if (afp[0] != fp->lane0 || afp[1] != fp->lane1)
+        return StoreStatus(StoreError::kFingerprintMismatch,
+                           tw + ": seedstore.fingerprint differs from the index");
+      // Shape and type.
+      Hid sp(H5Dget_space(d.get()), H5Sclose);
+      const int nd = H5Sget_simple_extent_ndims(sp.get());
+      std::vector<hsize_t> dims(std::max(nd, 0));
+      if (nd > 0) H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
+      std::vector<uint64_t> dshape(dims.begin(), dims.end());
+      if (nd < 0 || dshape != tr.shape)
+        return StoreStatus(StoreError::kShapeMismatch, tw + ": dataset shape " + ShapeText(dshape) +
+                                                           " differs from the record's " +
+                                                           ShapeText(tr.shape));
+      Hid ty(H5Dget_type(d.get()), H5Tclose);
+      if (!TypeMatches(ty.get(), tr.dtype))
+        return StoreStatus(StoreError::kDtypeMismatch,
+                           tw + ": HDF5 type does not store " + DTypeName(tr.dtype));
+      // Layout and filters.
+      Hid pl(H5Dget_create_plist(d.get()), H5Pclose);
+      const H5D_layout_t lay = H5Pget_layout(pl.get());
+      std::vector<uint64_t> chunk;
+      if (lay == H5D_CHUNKED) {
+        std::vector<hsize_t> c(std::max(nd, 1));
+        if (H5Pget_chunk(pl.get(), nd, c.data()) != nd)
+          return Corrupt(tw + ": cannot read the chunk shape");
+        chunk.assign(c.begin(), c.begin() + nd);
+      } else if (lay != H5D_CONTIGUOUS && lay != H5D_COMPACT) {
+        return Corrupt(tw + ": unsupported dataset layout");
+      }
+      const int nf = H5Pget_nfilters(pl.get());
+      for (int k2 = 0; k2 < nf; ++k2) {
+        unsigned flags = 0;
+        size_t ncd = 8;
+        unsigned cd[8];
+        char fname[64];
+        unsigned fcfg = 0;
+        const H5Z_filter_t id = H5Pget_filter2(pl.get(), k2, &flags, &ncd, cd, sizeof fname, fname, &fcfg);
+        if (id != kH5FilterShuffle && id != kH5FilterZstd)
+          return StoreStatus(StoreError::kUnknownFilter,
+                             tw + ": filter id " + std::to_string(id) + " (" + FilterName(id) +
+                                 ") in the pipeline; seedstore reads only shuffle (2) and zstd (32015)");
+        if (id == kH5FilterShuffle && ncd >= 1 && cd[0] != static_cast<unsigned>(DTypeSize(tr.dtype)))
+          return Corrupt(tw + ": shuffle element size " + std::to_string(cd[0]) + " is not the dtype's");
+        stt.filters.push_back(id);
+      }
+      Grid grid = Grid::Make(tr.shape, chunk);
+      stt.chunk = chunk;
+      stt.num_chunks = grid.num;
+      // Checksum table.
+      Hid cs(H5Dopen2(f, sums_path.c_str(), H5P_DEFAULT), H5Dclose);
+      if (!cs.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + sums_path);
+      Hid csp(H5Dget_space(cs.get()), H5Sclose);
+      if (H5Sget_simple_extent_ndims(csp.get()) != 1 ||
+          static_cast<uint64_t>(H5Sget_simple_extent_npoints(csp.get())) != grid.num)
+        return StoreStatus(StoreError::kShapeMismatch,
+                           tw + ": checksum table " + sums_path + " does not have one entry per chunk (" +
+                               std::to_string(grid.num) + ")");
+      checks.resize(grid.num);
+      if (H5Dread(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, checks.data()) < 0)
+        return SEEDSTORE_H5_ERROR(tw + ": reading " + sums_path);
+      dset = d.release();
+      sums = cs.release();
+    } else {
+      return bad(where + ": unknown kind '" + kind + "'");
+    }
+    if (!names.insert(tr.name).second) return bad(where + ": duplicate tensor '" + tr.name + "'");
+    tr.fingerprint = fp;
+    s->records_.push_back(std::move(tr));
+    s->stored_.push_back(std::move(stt));
+    s->dsets_.push_back(dset);
+    s->sums_.push_back(sums);
+    s->checksums_.push_back(std::move(checks));
+  }
+  return s;
+}
+
+namespace {
+// Checks that `r` lies inside `t` (box or flat range).
+Status CheckRegionIn(const TensorRecord& t, const Region& r) {
+  const std::string w = "tensor '" + t.name + "'";
+  if (r.rank != static_cast<int>(t.shape.size()))
+    return InvalidArgument(w + ": region has rank " + std::to_string(r.rank) + ", tensor has " +
+                           std::to_string(t.shape.size()));
+  for (int d = 0; d < r.rank; ++d) {
+    if (r.shape[d] != t.shape[d]) return InvalidArgument(w + ": region shape differs at dim " + std::to_string(d));
+    if (!r.flat && (r.start[d] > r.stop[d] || r.stop[d] > t.shape[d]))
+      return InvalidArgument(w + ": region dim " + std::to_string(d) + " [" + std::to_string(r.start[d]) +
+                             ":" + std::to_string(r.stop[d]) + "] is outside [0:" +
+                             std::to_string(t.shape[d]) + "]");
+  }
+  if (r.flat && (r.begin > r.end || r.end > t.NumElements()))
+    return InvalidArgument(w + ": flat range is outside the tensor");
+  return Status::Ok();
+}
+}  // namespace
+
+// Reads, decodes and verifies one chunk of dense tensor i into `chunk_buf` (full chunk size).
+// Shared by reads and Verify; `scratch` is reused between calls.
+static Status LoadChunk(const std::string& path, const TensorRecord& t, const StoredTensor& st,
+                        int64_t dset, const Grid& g, uint64_t j, uint64_t expected_sum,
+                        std::vector<uint8_t>& chunk_buf, std::vector<uint8_t>& raw,
+                        std::vector<uint8_t>& tmp) {
+  const size_t es = DTypeSize(t.dtype);
+  const size_t bytes = g.ChunkElems() * es;
+  chunk_buf.resize(bytes);
+  auto fail = [&](const std::string& m) {
+    std::string at;
+    if (g.chunked()) {
+      uint64_t c[kMaxRank];
+      g.Coords(j, c);
+      std::vector<uint64_t> off;
+      for (int d = 0; d < g.rank; ++d) off.push_back(c[d] * g.chunk[d]);
+      at = " at offset " + ShapeText(off);
+    }
+    return StoreStatus(StoreError::kChunkCorrupt, "file '" + path + "' tensor '" + t.name +
+                                                      "' chunk " + std::to_string(j) + at + ": " + m);
+  };
+  uint32_t mask = 0;
+  if (g.chunked()) {
+    hsize_t off[kMaxRank];
+    uint64_t c[kMaxRank];
+    g.Coords(j, c);
+    for (int d = 0; d < g.rank; ++d) off[d] = c[d] * g.chunk[d];
+    {
+      H5Guard gl;
+      hsize_t n = 0;
+      if (H5Dget_chunk_storage_size(dset, off, &n) < 0 || n == 0) {
+        H5ErrorText();
+        return fail("the chunk is missing from the file");
+      }
+      raw.resize(n);
+      if (H5Dread_chunk(dset, H5P_DEFAULT, off, &mask, raw.data()) < 0)
+        return fail("cannot read the stored chunk: " + H5ErrorText());
+    }
+    // Undo the filters in reverse pipeline order, skipping those the mask says were skipped.
+    std::vector<uint8_t>* cur = &raw;
+    for (int k = static_cast<int>(st.filters.size()) - 1; k >= 0; --k) {
+      if (mask & (1u << k)) continue;
+      if (st.filters[k] == kH5FilterZstd) {
+        const unsigned long long n = ZSTD_getFrameContentSize(cur->data(), cur->size());
+        if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN)
+          return fail("zstd: not a frame with a content size");
+        if (n != bytes)
+          return fail("zstd frame holds " + std::to_string(n) + " bytes, the chunk has " +
+                      std::to_string(bytes));
+        tmp.resize(bytes);
+        const size_t r = ZSTD_decompressDCtx(ThreadZstd().d, tmp.data(), bytes, cur->data(), cur->size());
+        if (ZSTD_isError(r) || r != bytes)
+          return fail(std::string("zstd: ") + (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame"));
+        cur = &tmp;
+      } else {  // shuffle
+        if (cur->size() != bytes) return fail("shuffled chunk has the wrong size");
+        std::vector<uint8_t>& dst = cur == &tmp ? raw : tmp;
+        dst.resize(bytes);
+        Unshuffle(cur->data(), dst.data(), bytes, es);
+        cur = &dst;
+      }
+    }
+    if (cur->size() != bytes)
+      return fail("stored chunk holds " + std::to_string(cur->size()) + " bytes, expected " +
+                  std::to_string(bytes));
+    std::memcpy(chunk_buf.data(), cur->data(), bytes);
+  } else if (bytes > 0) {
+    // Contiguous data: read as stored (memory type = file type, no conversion).
+    H5Guard gl;
+    Hid ty(H5Dget_type(dset), H5Tclose);
+    if (H5Dread(dset, ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, chunk_buf.data()) < 0)
+      return fail("cannot read the data: " + H5ErrorText());
+  }
+  const uint64_t sum = XXH3_64bits(chunk_buf.data(), bytes);
+  if (sum != expected_sum)
+    return fail("checksum mismatch (stored " + Hex64(expected_sum) + ", computed " + Hex64(sum) + ")");
+  return Status::Ok();
+}
+
+Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
+  if (i >= records_.size()) return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
+  const TensorRecord& t = records_[i];
+  if (t.lazy) return t.lazy->Materialize(r, out, o);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
+  if (!r.flat) return ReadDense(i, r, out, o);
+  auto* p = static_cast<uint8_t*>(out);
+  for (const Region& b : FlatRangeToBoxes(t.shape, r.begin, r.end)) {
+    SEEDSTORE_RETURN_IF_ERROR(ReadDense(i, b, p, o));
+    p += b.Count() * DTypeSize(t.dtype);
+  }
+  return Status::Ok();
+}
+
+Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const {
+  const TensorRecord& t = records_[i];
+  const StoredTensor& st = stored_[i];
+  const Grid g = Grid::Make(t.shape, st.chunk);
+  const size_t es = DTypeSize(t.dtype);
+  if (box.Count() == 0) return Status::Ok();
+  uint64_t b_ext[kMaxRank];
+  for (int d = 0; d < g.rank; ++d) b_ext[d] = box.stop[d] - box.start[d];
+  if (!g.chunked()) {
+    std::vector<uint8_t> buf, raw, tmp;
+    SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, dsets_[i], g, 0, checksums_[i][0], buf, raw, tmp));
+    uint64_t s_ext[kMaxRank], zero[kMaxRank] = {};
+    for (int d = 0; d < g.rank; ++d) s_ext[d] = t.shape[d];
+    CopyIntersection(buf.data(), zero, s_ext, static_cast<uint8_t*>(out), box.start, b_ext, box.start,
+                     box.stop, g.rank, es);
+    return Status::Ok();
+  }
+  // The chunks intersecting the box.
+  uint64_t lo[kMaxRank], n_in[kMaxRank];
+  uint64_t total = 1;
+  for (int d = 0; d < g.rank; ++d) {
+    lo[d] = box.start[d] / g.chunk[d];
+    n_in[d] = (box.stop[d] - 1) / g.chunk[d] - lo[d] + 1;
+    total *= n_in[d];
+  }
+  const int threads = ThreadCount(o.threads, total);
+  std::vector<std::vector<uint8_t>> bufs(threads), raws(threads), tmps(threads);
+  return ParallelFor(total, threads, false, [&](uint64_t q, int th) -> Status {
+    uint64_t c[kMaxRank];
+    for (int d = g.rank - 1; d >= 0; --d) {
+      c[d] = lo[d] + q % n_in[d];
+      q /= n_in[d];
+    }
+    const uint64_t j = g.Linear(c);
+    SEEDSTORE_RETURN_IF_ERROR(
+        LoadChunk(path_, t, st, dsets_[i], g, j, checksums_[i][j], bufs[th], raws[th], tmps[th]));
+    uint64_t cs[kMaxRank] = {}, is[kMaxRank] = {}, ie[kMaxRank] = {};
+    for (int d = 0; d < g.rank; ++d) {
+      cs[d] = c[d] * g.chunk[d];
+      is[d] = std::max(cs[d], box.start[d]);
+      ie[d] = std::min(cs[d] + g.chunk[d], box.stop[d]);
+    }
+    CopyIntersection(bufs[th].data(), cs, g.chunk.data(), static_cast<uint8_t*>(out), box.start,
+                     b_ext, is, ie, g.rank, es);
+    return Status::Ok();
+  });
+}
+
+H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {
+  VerifyReport rep;
+  std::mutex mu;
+  auto report = [&](uint64_t n) {
+    if (!progress) return;
+    std::lock_guard<std::mutex> l(mu);
+    progress(n);
+  };
+  for (size_t i = 0; i < records_.size(); ++i) {
+    const TensorRecord& t = records_[i];
+    ++rep.tensors;
+    Fingerprint total;
+    if (t.lazy) {
+      auto f = t.lazy->FingerprintWhole(o);
+      if (!f.ok()) {
+        rep.problems.push_back({t.name, -1, f.status()});
+        rep.fingerprints.push_back({});
+        continue;
+      }
+      total = *f;
+      report(t.NumBytes());
+    } else {
+      const StoredTensor& st = stored_[i];
+      const Grid g = Grid::Make(t.shape, st.chunk);
+      const size_t es = DTypeSize(t.dtype);
+      const int threads = ThreadCount(o.threads, g.num);
+      std::vector<std::vector<uint8_t>> bufs(threads), raws(threads), tmps(threads), packs(threads);
+      std::vector<Fingerprint> parts(threads);
+      (void)ParallelFor(g.num, threads, true, [&](uint64_t j, int th) -> Status {
+        Status s = LoadChunk(path_, t, st, dsets_[i], g, j, checksums_[i][j], bufs[th], raws[th], tmps[th]);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> l(mu);
+          rep.problems.push_back({t.name, static_cast<int64_t>(j), s});
+          return s;
+        }
+        const Region box = g.Box(j);
+        const uint8_t* data = bufs[th].data();
+        if (g.chunked() && box.Count() != g.ChunkElems()) {
+          packs[th].resize(box.Count() * es);
+          uint64_t cs[kMaxRank], ext[kMaxRank];
+          for (int d = 0; d < g.rank; ++d) {
+            cs[d] = box.start[d];
+            ext[d] = box.stop[d] - box.start[d];
+          }
+          CopyIntersection(data, cs, g.chunk.data(), packs[th].data(), cs, ext, box.start, box.stop,
+                           g.rank, es);
+          data = packs[th].data();
+        }
+        parts[th].Add(FingerprintCpu(t.dtype, box, data, t.fp_seed(), CpuOptions{1}));
+        report(box.Count() * es);
+        return Status::Ok();
+      });
+      rep.chunks += g.num;
+      for (const auto& p : parts) total.Add(p);
+      rep.bytes += t.NumBytes();
+    }
+    rep.fingerprints.push_back(total);
+    if (t.fingerprint && *t.fingerprint != total) {
+      bool chunk_problem = false;
+      for (const auto& p : rep.problems) chunk_problem = chunk_problem || p.tensor == t.name;
+      if (!chunk_problem)
+        rep.problems.push_back(
+            {t.name, -1,
+             StoreStatus(StoreError::kFingerprintMismatch,
+                         "file '" + path_ + "' tensor '" + t.name + "': recorded fingerprint " +
+                             FingerprintHex(*t.fingerprint) + ", recomputed " + FingerprintHex(total))});
+    }
+  }
+  return rep;
+}
+
+// ---- StoreWriter ---------------------------------------------------------------------------
+
+struct StoreWriter::Impl {
+  std::unique_ptr<AtomicFile> file;
+  hid_t h5 = -1, g_tensors = -1, g_sums = -1, g_meta = -1;
+  uint64_t seed = 0;
+  Generator generator = Generator::kThreefry;
+  WriteOptions opt;
+  json records = json::array();
+  std::set<std::string> names;
+  bool committed = false;
+
+  void CloseH5() {
+    H5Guard g;
+    for (hid_t* id : {&g_tensors, &g_sums, &g_meta})
+      if (*id >= 0) {
+        H5Gclose(*id);
+        *id = -1;
+      }
+    if (h5 >= 0) {
+      H5Fclose(h5);
+      h5 = -1;
+    }
+  }
+  Status CheckName(const std::string& name) {
+    if (name.empty()) return InvalidArgument("tensor name is empty");
+    if (committed) return Internal("store '" + file->path() + "' was already committed");
+    if (!names.insert(name).second)
+      return InvalidArgument("tensor '" + name + "' is added twice to '" + file->path() + "'");
+    return Status::Ok();
+  }
+};
+
+StoreWriter::~StoreWriter() {
+  if (impl_) impl_->CloseH5();
+}
+
+const std::string& StoreWriter::path() const { return impl_->file->path(); }
+
+Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path, uint64_t root_seed,
+                                                         Generator generator, WriteOptions options) {
+  std::unique_ptr<StoreWriter> w(new StoreWriter());
+  w->impl_ = std::make_unique<Impl>();
+  Impl& m = *w->impl_;
+  m.seed = root_seed;
+  m.generator = generator;
+  m.opt = options;
+  m.opt.zstd_level = std::clamp(m.opt.zstd_level, 1, ZSTD_maxCLevel());
+  SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path));
+  m.file = std::make_unique<AtomicFile>(std::move(af));
+  SEEDSTORE_RETURN_IF_ERROR(m.file->CloseFd());
+  H5Guard g;
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST);
+  m.h5 = H5Fcreate(m.file->temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  if (m.h5 < 0) return SEEDSTORE_H5_ERROR("creating '" + m.file->temp_path() + "'");
+  SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(m.h5, "seedstore.format", "seedstore"));
+  SEEDSTORE_RETURN_IF_ERROR(WriteI32Attr(m.h5, "seedstore.version", kStoreFormatVersion));
+  m.g_meta = H5Gcreate2(m.h5, "seedstore", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  m.g_tensors = H5Gcreate2(m.h5, "tensors", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  m.g_sums = H5Gcreate2(m.h5, "checksums", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (m.g_meta < 0 || m.g_tensors < 0 || m.g_sums < 0) return SEEDSTORE_H5_ERROR("creating groups");
+  return w;
+}
+
+Status StoreWriter::AddLazy(const TensorSpec& t, const Fingerprint* fingerprint,
+                            bool compute_fingerprint, CpuOptions o) {
+  Impl& m = *impl_;
+  SEEDSTORE_RETURN_IF_ERROR(m.CheckName(t.name));
+  SEEDSTORE_RETURN_IF_ERROR(ValidateShape(t.shape, t.dtype, "tensor '" + t.name + "' shape"));
+  SEEDSTORE_ASSIGN_OR_RETURN(LazyTensor l, LazyTensor::Resolve(t, m.seed));
+  std::optional<Fingerprint> fp;
+  if (fingerprint) {
+    fp = *fingerprint;
+  } else if (compute_fingerprint) {
+    SEEDSTORE_ASSIGN_OR_RETURN(fp, l.FingerprintWhole(o));
+  }
+  m.records.push_back(LazyRecordJson(l, fp));
+  return Status::Ok();
+}
+
+Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
+                             const BoxSource& source, std::function<void(uint64_t)> progress) {
+  Impl& m = *impl_;
+  SEEDSTORE_RETURN_IF_ERROR(m.CheckName(name));
+  const std::string tw = "tensor '" + name + "'";
+  SEEDSTORE_RETURN_IF_ERROR(ValidateShape(shape, dtype, tw + " shape"));
+  const int es = DTypeSize(dtype);
+  const int rank = static_cast<int>(shape.size());
+  const Grid g = Grid::Make(shape, ChooseChunk(shape, es, m.opt.chunk_bytes));
+  const std::string esc = EscapeH5Name(name);
+  const uint64_t fp_seed = FingerprintSeed(name, dtype, shape);
+  Hid dset, type;
+  {
+    H5Guard gl;
+    type = StorageType(dtype);
+    std::vector<hsize_t> dims(shape.begin(), shape.end());
+    Hid space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
+    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    if (g.chunked()) {
+      std::vector<hsize_t> cd(g.chunk.begin(), g.chunk.end());
+      H5Pset_chunk(dcpl.get(), rank, cd.data());
+      if (m.opt.shuffle && es > 1) H5Pset_shuffle(dcpl.get());
+      const unsigned level = static_cast<unsigned>(m.opt.zstd_level);
+      if (H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level) < 0)
+        return SEEDSTORE_H5_ERROR(tw + ": adding the zstd filter");
+    }
+    dset = Hid(H5Dcreate2(m.g_tensors, esc.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
+                          H5P_DEFAULT),
+               H5Dclose);
+    if (!dset.ok()) return SEEDSTORE_H5_ERROR(tw + ": creating dataset");
+  }
+  std::vector<uint64_t> sums(g.num);
+  std::atomic<uint64_t> stored{0};
+  const int threads = ThreadCount(m.opt.threads, g.num);
+  std::vector<Fingerprint> parts(threads);
+  std::mutex pmu;
+  const size_t chunk_bytes = g.ChunkElems() * es;
+  const bool do_shuffle = m.opt.shuffle && es > 1;
+  Status st = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
+    thread_local std::vector<uint8_t> box_buf, chunk_buf, shuf, comp;
+    const Region box = g.Box(j);
+    const uint64_t n = box.Count();
+    box_buf.resize(n * es);
+    if (n > 0) SEEDSTORE_RETURN_IF_ERROR(source(box, box_buf.data()).WithContext(tw));
+    parts[th].Add(FingerprintCpu(dtype, box, box_buf.data(), fp_seed, CpuOptions{1}));
+    const std::vector<uint8_t>* chunk = &box_buf;
+    if (g.chunked() && n != g.ChunkElems()) {
+      chunk_buf.assign(chunk_bytes, 0);  // edge chunk: zero outside the tensor
+      uint64_t ext[kMaxRank];
+      for (int d = 0; d < rank; ++d) ext[d] = box.stop[d] - box.start[d];
+      CopyIntersection(box_buf.data(), box.start, ext, chunk_buf.data(), box.start, g.chunk.data(),
+                       box.start, box.stop, rank, es);
+      chunk = &chunk_buf;
+    }
+    sums[j] = XXH3_64bits(chunk->data(), chunk_bytes);
+    if (g.chunked()) {
+      const uint8_t* src = chunk->data();
+      if (do_shuffle) {
+        shuf.resize(chunk_bytes);
+        Shuffle(src, shuf.data(), chunk_bytes, es);
+        src = shuf.data();
+      }
+      comp.resize(ZSTD_compressBound(chunk_bytes));
+      const size_t c = ZSTD_compressCCtx(ThreadZstd().c, comp.data(), comp.size(), src, chunk_bytes,
+                                         m.opt.zstd_level);
+      if (ZSTD_isError(c)) return Internal(tw + ": zstd: " + ZSTD_getErrorName(c));
+      hsize_t off[kMaxRank];
+      for (int d = 0; d < rank; ++d) off[d] = box.start[d];
+      {
+        H5Guard gl;
+        if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, 0, off, c, comp.data()) < 0)
+          return SEEDSTORE_H5_ERROR(tw + ": writing chunk " + std::to_string(j));
+      }
+      stored += c;
+    } else if (chunk_bytes > 0) {
+      H5Guard gl;
+      if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, chunk->data()) < 0)
+        return SEEDSTORE_H5_ERROR(tw + ": writing data");
+      stored += chunk_bytes;
+    }
+    if (progress) {
+      std::lock_guard<std::mutex> l(pmu);
+      progress(n * es);
+    }
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  Fingerprint fp;
+  for (const auto& p : parts) fp.Add(p);
+  H5Guard gl;
+  {
+    const hsize_t n = g.num;
+    Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    Hid cs(H5Dcreate2(m.g_sums, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                      H5P_DEFAULT),
+           H5Dclose);
+    if (!cs.ok() || H5Dwrite(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
+      return SEEDSTORE_H5_ERROR(tw + ": writing the checksum table");
+  }
+  SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.name", name));
+  SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.dtype", DTypeName(dtype)));
+  SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
+  json rec = {{"name", name},   {"shape", shape},  {"dtype", DTypeName(dtype)},
+              {"kind", "dense"}, {"fingerprint", FingerprintHex(fp)},
+              {"stored_bytes", stored.load() + g.num * 8}};
+  m.records.push_back(rec);
+  return Status::Ok();
+}
+
+Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
+  Impl& m = *impl_;
+  const TensorRecord& t = src.tensors().at(i);
+  SEEDSTORE_RETURN_IF_ERROR(m.CheckName(t.name));
+  if (t.lazy) {
+    LazyTensor l = *t.lazy;
+    if (l.spec.key.kind == KeySpec::Kind::kDerived && src.root_seed() != m.seed) {
+      l.spec.key.kind = KeySpec::Kind::kRaw;  // keep the very same key under another root seed
+      l.spec.key.raw = l.key;
+    }
+    m.records.push_back(LazyRecordJson(l, t.fingerprint));
+    return Status::Ok();
+  }
+  const std::string esc = EscapeH5Name(t.name);
+  H5Guard gl;
+  if (H5Ocopy(src.h5_file(), ("/tensors/" + esc).c_str(), m.g_tensors, esc.c_str(), H5P_DEFAULT,
+              H5P_DEFAULT) < 0 ||
+      H5Ocopy(src.h5_file(), ("/checksums/" + esc).c_str(), m.g_sums, esc.c_str(), H5P_DEFAULT,
+              H5P_DEFAULT) < 0)
+    return SEEDSTORE_H5_ERROR("copying tensor '" + t.name + "' from '" + src.origin() + "'");
+  json rec = {{"name", t.name},  {"shape", t.shape}, {"dtype", DTypeName(t.dtype)},
+              {"kind", "dense"}, {"fingerprint", FingerprintHex(*t.fingerprint)},
+              {"stored_bytes", src.stored(i).stored_bytes}};
+  m.records.push_back(rec);
+  return Status::Ok();
+}
+
+Status StoreWriter::Commit() {
+  Impl& m = *impl_;
+  if (m.committed) return Internal("store '" + m.file->path() + "' committed twice");
+  json idx = {{"format", "seedstore"},
+              {"version", kStoreFormatVersion},
+              {"seed", m.seed},
+              {"generator", GeneratorName(m.generator)},
+              {"tensors", m.records}};
+  const std::string text = idx.dump();
+  {
+    H5Guard gl;
+    const hsize_t n = text.size();
+    const hsize_t chunk = std::min<hsize_t>(n, 4u << 20);
+    Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_chunk(dcpl.get(), 1, &chunk);
+    const unsigned level = 3;
+    H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level);
+    Hid d(H5Dcreate2(m.g_meta, "index", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+          H5Dclose);
+    if (!d.ok() || H5Dwrite(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+      return SEEDSTORE_H5_ERROR("writing /seedstore/index");
+    SEEDSTORE_RETURN_IF_ERROR(
+        WriteU64Attr(d.get(), "seedstore.xxh3", {XXH3_64bits(text.data(), text.size())}, true));
+  }
+  {
+    H5Guard gl;
+    if (H5Fflush(m.h5, H5F_SCOPE_GLOBAL) < 0) return SEEDSTORE_H5_ERROR("flushing the store");
+  }
+  m.CloseH5();
+  SEEDSTORE_RETURN_IF_ERROR(m.file->Commit());
+  m.committed = true;
+  return Status::Ok();
+}
+
+Status ReplaceWithDense(const std::string& path, const std::map<std::string, BoxSource>& values,
+                        WriteOptions options) {
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> src, H5Store::Open(path));
+  for (const auto& [name, _] : values)
+    if (src->Find(name) < 0) return NotFound("file '" + path + "': no tensor '" + name + "'");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<StoreWriter> w,
+                             StoreWriter::Create(path, src->root_seed(), src->generator(), options));
+  for (size_t i = 0; i < src->tensors().size(); ++i) {
+    const TensorRecord& t = src->tensors()[i];
+    auto it = values.find(t.name);
+    if (it == values.end()) {
+      SEEDSTORE_RETURN_IF_ERROR(w->CopyFrom(*src, i));
+    } else {
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second));
+    }
+  }
+  return w->Commit();
+}
+
+}  // namespace seedstore

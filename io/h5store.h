@@ -1,0 +1,185 @@
+// The seedstore HDF5 store: one file holding lazy tensors (init spec + key + fingerprint, a few
+// bytes each) and dense tensors (chunked, byte-shuffled, zstd, per-chunk XXH3-64 checksums).
+// Normative description: docs/FORMAT.md. Summary:
+//
+//   /                       attrs seedstore.format = "seedstore", seedstore.version = 1
+//   /seedstore/index        uint8 JSON text (zstd): every tensor record, lazy and dense
+//   /tensors/<escaped>      dense data: chunked dataset, filters [shuffle(2)], zstd(32015)
+//   /checksums/<escaped>    uint64 XXH3-64 of each chunk's unfiltered bytes (chunk-grid order)
+//
+// Chunks are compressed and decompressed in our own threads and moved with H5Dwrite_chunk /
+// H5Dread_chunk; the zstd encoding is the HDF5 Zstandard plugin's (one frame per chunk with its
+// content size; cd_values[0] = level), so h5py + hdf5plugin read our files unchanged.
+//
+// Writes are atomic (invariant I5): a StoreWriter writes a temporary file next to the
+// destination and renames it over the destination on Commit(); until then the previous file is
+// untouched. Every read of a dense chunk checks its checksum.
+//
+// Errors are named: the message of every format error starts with one of the names of
+// StoreError (e.g. "chunk-corrupt: tensor 'w' chunk 3 ..."), listed in docs/FORMAT.md.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "store/catalog.h"
+
+namespace seedstore {
+
+/// Format version written by this build, and the only one it reads.
+constexpr int kStoreFormatVersion = 1;
+/// HDF5 filter ids in a dense tensor's pipeline.
+constexpr int kH5FilterShuffle = 2;
+constexpr int kH5FilterZstd = 32015;
+
+/// Named format errors; each message starts with "<name>: ".
+enum class StoreError {
+  kNotHdf5,             // "not-hdf5" (kCorrupt): no HDF5 superblock signature
+  kTruncated,           // "truncated" (kCorrupt): the file ends before HDF5's end-of-allocation
+  kBadMagic,            // "bad-magic" (kCorrupt): seedstore.format is not "seedstore"
+  kUnsupportedVersion,  // "unsupported-version" (kUnsupported)
+  kMissingAttribute,    // "missing-attribute" (kCorrupt)
+  kMissingObject,       // "missing-object" (kCorrupt): a dataset named by the index is absent
+  kBadIndex,            // "bad-index" (kCorrupt): index JSON malformed or its checksum wrong
+  kShapeMismatch,       // "shape-mismatch" (kCorrupt): dataset shape differs from its record
+  kDtypeMismatch,       // "dtype-mismatch" (kCorrupt)
+  kUnknownFilter,       // "unknown-filter" (kUnsupported): a filter other than shuffle/zstd
+  kChunkCorrupt,        // "chunk-corrupt" (kCorrupt): checksum mismatch or undecodable chunk
+  kFingerprintMismatch, // "fingerprint-mismatch" (kCorrupt)
+};
+const char* StoreErrorName(StoreError e);
+/// A Status whose message is "<name>: <message>", with the error's code.
+Status StoreStatus(StoreError e, const std::string& message);
+
+/// Options for writing dense tensors.
+struct WriteOptions {
+  int zstd_level = 1;                 // 1..22 (negative levels: fast mode)
+  uint64_t chunk_bytes = 1u << 20;    // target uncompressed chunk size
+  int threads = 0;                    // compression threads (0 = all cores)
+  bool shuffle = true;                // byte-shuffle (HDF5 filter 2) before zstd
+};
+
+/// Where a dense tensor's elements come from while writing: fills `out` with the elements of
+/// `box` (row-major). Called concurrently from several threads with disjoint boxes.
+using BoxSource = std::function<Status(const Region& box, void* out)>;
+
+/// Storage details of one tensor of an open store.
+struct StoredTensor {
+  bool dense = false;
+  uint64_t stored_bytes = 0;           // bytes on disk (compressed chunks + checksum table)
+  std::vector<uint64_t> chunk;         // chunk shape (empty: contiguous, one "chunk")
+  uint64_t num_chunks = 0;
+  std::vector<int> filters;            // HDF5 filter ids, pipeline order
+  std::string dataset;                 // HDF5 path of the data ("" for lazy)
+};
+
+/// A seedstore file opened for reading; a Catalog (lazy and dense tensors alike).
+class H5Store : public Catalog {
+ public:
+  /// Opens and validates a store: root attributes, index checksum and JSON, and for each dense
+  /// record its dataset (shape, dtype, filters, checksum table). Errors name the file and are
+  /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, ...).
+  static Result<std::unique_ptr<H5Store>> Open(const std::string& path);
+  ~H5Store() override;
+
+  const std::vector<TensorRecord>& tensors() const override { return records_; }
+  std::string origin() const override { return path_; }
+  /// Reads a box or flat range. Dense: reads and decompresses only the intersecting chunks,
+  /// verifying each chunk's checksum (chunk-corrupt names tensor and chunk). Lazy: materialized.
+  Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
+
+  const StoredTensor& stored(size_t i) const { return stored_.at(i); }
+  uint64_t root_seed() const { return seed_; }
+  Generator generator() const { return generator_; }
+  /// File size in bytes.
+  uint64_t file_bytes() const { return file_bytes_; }
+
+  /// One problem found by Verify.
+  struct Problem {
+    std::string tensor;
+    int64_t chunk = -1;  // -1: the whole tensor
+    Status status;
+  };
+  struct VerifyReport {
+    uint64_t tensors = 0, chunks = 0, bytes = 0;
+    std::vector<Problem> problems;
+    std::vector<Fingerprint> fingerprints;  // recomputed, per tensor
+  };
+  /// Checks every chunk checksum of every dense tensor and recomputes every fingerprint (lazy
+  /// ones from their spec), comparing with the recorded ones. Continues past problems.
+  /// `progress(bytes)` is called as work completes (any thread-safe callback, may be empty).
+  VerifyReport Verify(CpuOptions o = {}, std::function<void(uint64_t)> progress = {}) const;
+
+  /// Raw access for copying: HDF5 file id (valid while the store is open).
+  int64_t h5_file() const { return file_; }
+
+ private:
+  H5Store() = default;
+  Status ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const;
+  friend class StoreWriter;
+  std::string path_;
+  int64_t file_ = -1;
+  uint64_t seed_ = 0, file_bytes_ = 0;
+  Generator generator_ = Generator::kThreefry;
+  std::vector<TensorRecord> records_;
+  std::vector<StoredTensor> stored_;
+  std::vector<int64_t> dsets_, sums_;  // HDF5 dataset ids (dense tensors), else -1
+  std::vector<std::vector<uint64_t>> checksums_;
+};
+
+/// Writes a new store atomically at `path` (temporary file + fsync + rename on Commit()).
+class StoreWriter {
+ public:
+  /// Starts a store whose derived keys use `root_seed` (spec "seed") and default generator.
+  static Result<std::unique_ptr<StoreWriter>> Create(const std::string& path, uint64_t root_seed,
+                                                     Generator generator = Generator::kThreefry,
+                                                     WriteOptions options = {});
+  ~StoreWriter();  // without Commit(): the temporary is removed, `path` untouched
+
+  /// Adds a lazy tensor. `fingerprint`, when given, is recorded (else computed now unless
+  /// `compute_fingerprint` is false, in which case the record has none).
+  Status AddLazy(const TensorSpec& t, const Fingerprint* fingerprint = nullptr,
+                 bool compute_fingerprint = true, CpuOptions o = {});
+  /// Adds a dense tensor whose elements come from `source`; records its fingerprint and chunk
+  /// checksums. `progress(bytes)` is called as chunks complete (may be empty).
+  Status AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
+                  const BoxSource& source, std::function<void(uint64_t)> progress = {});
+  /// Copies tensor `i` of `src` unchanged: lazy record, or dense chunks as stored (no
+  /// recompression).
+  Status CopyFrom(const H5Store& src, size_t i);
+  /// Writes the index, closes the file, fsyncs and renames it over the destination.
+  Status Commit();
+  const std::string& path() const;
+
+ private:
+  StoreWriter() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Rewrites the store at `path` with the named tensors replaced by dense values from their
+/// sources (typically trained values replacing lazy ones); every other tensor is copied as is.
+/// Atomic. Errors: kNotFound for a name the store lacks; shapes come from the store's records.
+Status ReplaceWithDense(const std::string& path, const std::map<std::string, BoxSource>& values,
+                        WriteOptions options = {});
+
+/// Escapes a tensor name into one HDF5 link name: '%' -> "%25", '/' -> "%2F", and a name made
+/// only of dots has every '.' -> "%2E".
+std::string EscapeH5Name(const std::string& name);
+
+/// Registers the zstd filter (id 32015, the HDF5 Zstandard plugin's encoding) with the HDF5
+/// library in this process; idempotent. Called by Open/Create.
+void RegisterZstdFilter();
+
+/// Splits a flat range [begin, end) of a tensor of `shape` into boxes whose elements, taken in
+/// order box by box and row-major within each, are exactly the range in order.
+std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_t begin,
+                                     uint64_t end);
+
+/// Whether a file starts with the HDF5 signature (at offset 0, 512, 1024, ...).
+bool LooksLikeHdf5(const std::string& path);
+
+}  // namespace seedstore

@@ -1,0 +1,345 @@
+// The HDF5 store: dense round trips of random boxes and flat ranges for every dtype, lazy and
+// dense tensors mixed, replacing lazy tensors by dense values, checksums catching corruption,
+// atomic writes (invariant I5), names that are not HDF5 link names.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/h5store.h"
+#include "io/open.h"
+
+namespace seedstore {
+namespace {
+
+namespace fs = std::filesystem;
+using Shape = std::vector<uint64_t>;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/seedstore-h5test-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    if (!std::getenv("SEEDSTORE_KEEP_TMP")) fs::remove_all(path_);
+  }
+  std::string operator/(const std::string& f) const { return path_ + "/" + f; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+uint64_t Numel(const Shape& s) {
+  uint64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+// Row-major random bytes for a whole tensor.
+std::vector<uint8_t> RandomBytes(uint64_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(g());
+  return v;
+}
+
+// Copies `box` of a whole row-major tensor into out.
+void Extract(const std::vector<uint8_t>& whole, const Shape& shape, const Region& box, size_t es,
+             uint8_t* out) {
+  const int rank = static_cast<int>(shape.size());
+  const uint64_t n = box.Count();
+  std::vector<uint64_t> idx(rank);
+  for (uint64_t q = 0; q < n; ++q) {
+    uint64_t r = q, flat = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      const uint64_t ext = box.stop[d] - box.start[d];
+      idx[d] = box.start[d] + r % ext;
+      r /= ext;
+    }
+    for (int d = 0; d < rank; ++d) flat = flat * shape[d] + idx[d];
+    std::memcpy(out + q * es, whole.data() + flat * es, es);
+  }
+}
+
+BoxSource FromWhole(const std::vector<uint8_t>* whole, Shape shape, size_t es) {
+  return [whole, shape, es](const Region& box, void* out) {
+    Extract(*whole, shape, box, es, static_cast<uint8_t*>(out));
+    return Status::Ok();
+  };
+}
+
+Region RandomBox(const Shape& shape, std::mt19937_64& g) {
+  Region r = WholeRegion(static_cast<int>(shape.size()), shape.data());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const uint64_t a = g() % (shape[d] + 1), b = g() % (shape[d] + 1);
+    r.start[d] = std::min(a, b);
+    r.stop[d] = std::max(a, b);
+  }
+  return r;
+}
+
+const DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kU8,
+                            DType::kU16, DType::kU32, DType::kU64,  DType::kI8,  DType::kI16,
+                            DType::kI32, DType::kI64, DType::kBool};
+
+TEST(H5Store, DenseRoundTripRandomBoxesEveryDtype) {
+  TempDir dir;
+  const std::vector<Shape> shapes = {{}, {0}, {3, 0, 2}, {1}, {1000}, {37, 53}, {5, 7, 11}, {2, 3, 4, 5}};
+  std::mt19937_64 g(42);
+  for (int threads : {1, 3}) {
+    const std::string path = dir / ("rt" + std::to_string(threads) + ".h5");
+    WriteOptions wo;
+    wo.chunk_bytes = 96;  // many chunks, many edge chunks
+    wo.threads = threads;
+    auto w = StoreWriter::Create(path, 7, Generator::kThreefry, wo);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    std::vector<std::vector<uint8_t>> data;
+    std::vector<std::pair<std::string, Shape>> names;
+    data.reserve(64);
+    for (DType dt : kAllDTypes) {
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        const Shape& s = shapes[k];
+        const std::string name = std::string(DTypeName(dt)) + "/t" + std::to_string(k);
+        data.push_back(RandomBytes(Numel(s) * DTypeSize(dt), g()));
+        ASSERT_TRUE((*w)->AddDense(name, s, dt, FromWhole(&data.back(), s, DTypeSize(dt))).ok());
+        names.push_back({name, s});
+      }
+    }
+    ASSERT_TRUE((*w)->Commit().ok());
+    auto st = H5Store::Open(path);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    ASSERT_EQ((*st)->tensors().size(), names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      const TensorRecord& t = (*st)->tensors()[i];
+      ASSERT_EQ(t.name, names[i].first);
+      ASSERT_EQ(t.shape, names[i].second);
+      const size_t es = DTypeSize(t.dtype);
+      // Whole tensor, fingerprint, random boxes and flat ranges.
+      std::vector<uint8_t> whole(t.NumBytes());
+      ASSERT_TRUE((*st)->Read(i, WholeTensor(t.shape), whole.data(), CpuOptions{threads}).ok());
+      ASSERT_EQ(whole, data[i]) << t.name;
+      ASSERT_TRUE(t.fingerprint.has_value());
+      EXPECT_EQ(*t.fingerprint, FingerprintCpu(t.dtype, WholeTensor(t.shape), data[i].data(),
+                                               t.fp_seed()));
+      for (int rep = 0; rep < 8; ++rep) {
+        const Region box = RandomBox(t.shape, g);
+        std::vector<uint8_t> got(box.Count() * es), want(box.Count() * es);
+        ASSERT_TRUE((*st)->Read(i, box, got.data(), CpuOptions{threads}).ok());
+        Extract(data[i], t.shape, box, es, want.data());
+        ASSERT_EQ(got, want) << t.name << " box " << rep;
+        const uint64_t n = t.NumElements();
+        uint64_t a = g() % (n + 1), b = g() % (n + 1);
+        if (a > b) std::swap(a, b);
+        Region flat = WholeTensor(t.shape);
+        flat.flat = true;
+        flat.begin = a;
+        flat.end = b;
+        std::vector<uint8_t> fgot((b - a) * es);
+        ASSERT_TRUE((*st)->Read(i, flat, fgot.data()).ok());
+        ASSERT_TRUE(std::equal(fgot.begin(), fgot.end(), data[i].begin() + a * es)) << t.name;
+      }
+    }
+    auto rep = (*st)->Verify();
+    EXPECT_TRUE(rep.problems.empty()) << rep.problems[0].status.ToString();
+  }
+}
+
+TEST(H5Store, FlatRangeToBoxesIsExact) {
+  std::mt19937_64 g(3);
+  for (int it = 0; it < 300; ++it) {
+    Shape s(1 + g() % 4);
+    for (auto& d : s) d = 1 + g() % 6;
+    const uint64_t n = Numel(s);
+    uint64_t a = g() % (n + 1), b = g() % (n + 1);
+    if (a > b) std::swap(a, b);
+    uint64_t next = a;
+    for (const Region& r : FlatRangeToBoxes(s, a, b)) {
+      // Every box is contiguous in flat order and continues where the previous ended.
+      const uint64_t first = r.RunBase(0);
+      EXPECT_EQ(first, next);
+      next = first + r.Count();
+      for (uint64_t q = 1; q * r.RunLength() < r.Count(); ++q)
+        EXPECT_EQ(r.RunBase(q), first + q * r.RunLength());
+    }
+    EXPECT_EQ(next, b);
+  }
+}
+
+TensorSpec Spec(const std::string& name, Shape shape, DType dt, Dist dist, double scale = 1.0) {
+  TensorSpec t;
+  t.name = name;
+  t.shape = std::move(shape);
+  t.dtype = dt;
+  t.init.dist = dist;
+  t.init.scale = scale;
+  return t;
+}
+
+TEST(H5Store, LazyAndDenseMixAndReplace) {
+  TempDir dir;
+  const std::string path = dir / "mix.h5";
+  ModelSpec m;
+  m.seed = 1234;
+  m.tensors = {Spec("a.weight", {64, 48}, DType::kBF16, Dist::kNormal, 0.02),
+               Spec("b.bias", {48}, DType::kF32, Dist::kZeros),
+               Spec("c/odd%name", {5, 5}, DType::kF16, Dist::kUniform)};
+  auto spec_cat = SpecCatalog::Create(m, "mem");
+  ASSERT_TRUE(spec_cat.ok());
+  std::vector<uint8_t> dense = RandomBytes(30 * 4, 9);
+  {
+    auto w = StoreWriter::Create(path, m.seed);
+    ASSERT_TRUE(w.ok());
+    for (const auto& t : m.tensors) ASSERT_TRUE((*w)->AddLazy(t).ok());
+    ASSERT_TRUE((*w)->AddDense("d.trained", {5, 6}, DType::kF32, FromWhole(&dense, {5, 6}, 4)).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  auto cat = OpenCatalog(path);
+  ASSERT_TRUE(cat.ok()) << cat.status().ToString();
+  ASSERT_EQ((*cat)->tensors().size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    const TensorRecord& t = (*cat)->tensors()[i];
+    ASSERT_TRUE(t.lazy.has_value());
+    std::vector<uint8_t> a(t.NumBytes()), b(t.NumBytes());
+    ASSERT_TRUE((*cat)->Read(i, WholeTensor(t.shape), a.data()).ok());
+    ASSERT_TRUE((*spec_cat)->Read(i, WholeTensor(t.shape), b.data()).ok());
+    EXPECT_EQ(a, b) << t.name;
+    ASSERT_TRUE(t.fingerprint.has_value());
+    EXPECT_EQ(*t.fingerprint, *(*spec_cat)->FingerprintRegion(i, WholeTensor(t.shape)));
+  }
+  // Replace the lazy a.weight by "trained" values: lazy + 1 ulp.
+  const TensorRecord a = (*cat)->tensors()[0];
+  std::vector<uint8_t> trained(a.NumBytes());
+  ASSERT_TRUE((*cat)->Read(0, WholeTensor(a.shape), trained.data()).ok());
+  for (size_t k = 0; k < trained.size(); k += 2) trained[k] ^= 1;
+  cat->reset();
+  ASSERT_TRUE(ReplaceWithDense(path, {{"a.weight", FromWhole(&trained, a.shape, 2)}}).ok());
+  auto st = H5Store::Open(path);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  const auto& ts = (*st)->tensors();
+  ASSERT_EQ(ts.size(), 4u);
+  EXPECT_FALSE(ts[0].lazy.has_value());
+  EXPECT_TRUE(ts[1].lazy.has_value());
+  EXPECT_TRUE((*st)->stored(3).dense);
+  std::vector<uint8_t> got(a.NumBytes());
+  ASSERT_TRUE((*st)->Read(0, WholeTensor(a.shape), got.data()).ok());
+  EXPECT_EQ(got, trained);
+  std::vector<uint8_t> d2(dense.size());
+  ASSERT_TRUE((*st)->Read(3, WholeTensor({5, 6}), d2.data()).ok());
+  EXPECT_EQ(d2, dense);
+  auto rep = (*st)->Verify();
+  EXPECT_TRUE(rep.problems.empty());
+  EXPECT_EQ(rep.fingerprints[2], *(*spec_cat)->FingerprintRegion(2, WholeTensor({5, 5})));
+}
+
+// Flips one byte in the middle of the stored chunk at `offset` of tensor `name`.
+void FlipChunkByte(const std::string& path, const std::string& name, std::vector<hsize_t> offset) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t d = H5Dopen2(f, ("/tensors/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
+  unsigned mask;
+  haddr_t addr;
+  hsize_t size;
+  ASSERT_GE(H5Dget_chunk_info_by_coord(d, offset.data(), &mask, &addr, &size), 0);
+  H5Dclose(d);
+  H5Fclose(f);
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(static_cast<std::streamoff>(addr + size / 2));
+  char c;
+  io.read(&c, 1);
+  c ^= 0x10;
+  io.seekp(static_cast<std::streamoff>(addr + size / 2));
+  io.write(&c, 1);
+}
+
+TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
+  TempDir dir;
+  const std::string path = dir / "c.h5";
+  std::vector<uint8_t> data = RandomBytes(256 * 64 * 4, 5);
+  WriteOptions wo;
+  wo.chunk_bytes = 4096;
+  {
+    auto w = StoreWriter::Create(path, 0, Generator::kThreefry, wo);
+    ASSERT_TRUE((*w)->AddDense("w", {256, 64}, DType::kF32, FromWhole(&data, {256, 64}, 4)).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  std::vector<uint64_t> chunk;
+  {
+    auto st0 = H5Store::Open(path);
+    ASSERT_TRUE(st0.ok());
+    chunk = (*st0)->stored(0).chunk;
+    ASSERT_EQ(chunk.size(), 2u);
+  }
+  const uint64_t per_row = (64 + chunk[1] - 1) / chunk[1];
+  FlipChunkByte(path, "w", {5 / per_row * chunk[0], 5 % per_row * chunk[1]});  // chunk 5
+  auto st = H5Store::Open(path);
+  ASSERT_TRUE(st.ok());
+  std::vector<uint8_t> out(data.size());
+  Status s = (*st)->Read(0, WholeTensor({256, 64}), out.data());
+  EXPECT_EQ(s.code(), Code::kCorrupt);
+  EXPECT_NE(s.message().find("chunk-corrupt"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("tensor 'w' chunk 5"), std::string::npos) << s.message();
+  // A box that avoids the chunk still reads.
+  Region ok = WholeTensor({256, 64});
+  ok.stop[0] = 16;
+  EXPECT_TRUE((*st)->Read(0, ok, out.data()).ok());
+  auto rep = (*st)->Verify();
+  ASSERT_EQ(rep.problems.size(), 1u);
+  EXPECT_EQ(rep.problems[0].chunk, 5);
+}
+
+TEST(H5Store, UncommittedWriterLeavesPreviousFile) {
+  TempDir dir;
+  const std::string path = dir / "a.h5";
+  std::vector<uint8_t> one = RandomBytes(400, 1), two = RandomBytes(400, 2);
+  {
+    auto w = StoreWriter::Create(path, 0);
+    ASSERT_TRUE((*w)->AddDense("x", {100}, DType::kF32, FromWhole(&one, {100}, 4)).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  {
+    auto w = StoreWriter::Create(path, 0);
+    ASSERT_TRUE((*w)->AddDense("x", {100}, DType::kF32, FromWhole(&two, {100}, 4)).ok());
+    // destroyed without Commit
+  }
+  auto st = H5Store::Open(path);
+  ASSERT_TRUE(st.ok());
+  std::vector<uint8_t> got(400);
+  ASSERT_TRUE((*st)->Read(0, WholeTensor({100}), got.data()).ok());
+  EXPECT_EQ(got, one);
+  int files = 0;
+  for (auto& e : fs::directory_iterator(dir.path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);  // no temporary left behind
+}
+
+TEST(H5Store, WriterErrors) {
+  TempDir dir;
+  auto w = StoreWriter::Create(dir / "e.h5", 0);
+  ASSERT_TRUE(w.ok());
+  std::vector<uint8_t> v(16);
+  ASSERT_TRUE((*w)->AddDense("x", {4}, DType::kF32, FromWhole(&v, {4}, 4)).ok());
+  EXPECT_EQ((*w)->AddDense("x", {4}, DType::kF32, FromWhole(&v, {4}, 4)).code(),
+            Code::kInvalidArgument);
+  Status bad = (*w)->AddDense("y", {4}, DType::kF32,
+                              [](const Region&, void*) { return IoError("source failed"); });
+  EXPECT_EQ(bad.code(), Code::kIo);
+  EXPECT_NE(bad.message().find("tensor 'y'"), std::string::npos);
+  EXPECT_EQ(H5Store::Open(dir / "missing.h5").status().code(), Code::kNotFound);
+}
+
+TEST(H5Store, EscapedNames) {
+  EXPECT_EQ(EscapeH5Name("a/b%c.d"), "a%2Fb%25c.d");
+  EXPECT_EQ(EscapeH5Name(".."), "%2E%2E");
+  EXPECT_EQ(EscapeH5Name("a.b"), "a.b");
+}
+
+}  // namespace
+}  // namespace seedstore
