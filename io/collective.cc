@@ -223,7 +223,7 @@ void SimulateFault(const VerifyOptions& o, int rank) {
 
 }  // namespace
 
-Result<VerifyReport> VerifyCatalog(Collective& comm, const Catalog& catalog, const Layout& layout,
+Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const Layout& layout,
                                    const VerifyOptions& o) {
   const double t0 = Now();
   const auto& recs = catalog.tensors();
@@ -263,7 +263,7 @@ Result<VerifyReport> VerifyCatalog(Collective& comm, const Catalog& catalog, con
   return rep;
 }
 
-Result<VerifyReport> VerifyBuffers(Collective& comm, const std::vector<ParamBuffer>& params,
+Result<VerifyReport> VerifyBuffers(Exchange& comm, const std::vector<ParamBuffer>& params,
                                    const Layout& layout, const Catalog* reference,
                                    const VerifyOptions& o) {
   const double t0 = Now();

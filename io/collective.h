@@ -100,14 +100,15 @@ struct VerifyOptions {
   std::string simulate_tensor;  // empty: the first tensor this rank holds elements of
 };
 
-/// Verifies that the ranks of `comm` hold `catalog` under `layout`: each rank fingerprints
+/// Verifies that the ranks of `comm` (any Exchange: a Collective, or a test's in-process
+/// world) hold `catalog` under `layout`: each rank fingerprints
 /// its shard of every tensor (lazy ones generated and hashed tile by tile, never materialized
 /// whole; dense ones read region by region), then ExchangeAndDecide (store/verify.h). The
 /// composition reference is the recorded fingerprint when the catalog has one, else the lazy
 /// spec. A shard that cannot be read is reported (that rank prints the error), not fatal.
 /// Errors (identical on every rank): kInvalidArgument (ranks opened different catalogs or
 /// layouts; layout world size != comm.size()), kIo (communication, timeout).
-Result<VerifyReport> VerifyCatalog(Collective& comm, const Catalog& catalog, const Layout& layout,
+Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const Layout& layout,
                                    const VerifyOptions& o = {});
 
 /// One parameter of a live job: the caller's buffer holding this rank's shard
@@ -130,7 +131,7 @@ struct ParamBuffer {
 /// Errors: kInvalidArgument (a buffer of the wrong size, null data, a tensor whose shape or
 /// dtype differs from the reference's, ranks passing different names/shapes/layouts, layout
 /// world size != comm.size()), kUnsupported (device buffers without CUDA), kIo.
-Result<VerifyReport> VerifyBuffers(Collective& comm, const std::vector<ParamBuffer>& params,
+Result<VerifyReport> VerifyBuffers(Exchange& comm, const std::vector<ParamBuffer>& params,
                                    const Layout& layout, const Catalog* reference = nullptr,
                                    const VerifyOptions& o = {});
 

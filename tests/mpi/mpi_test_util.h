@@ -1,0 +1,221 @@
+// Helpers of the mpi tier: run commands (mpirun included), temp files, an in-process world.
+#pragma once
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/collective.h"
+#include "store/catalog.h"
+#include "store/verify.h"
+
+namespace seedstore::mpitest {
+
+struct Proc {
+  int code = -1;
+  std::string out, err;
+  double seconds = 0;
+};
+
+inline std::string TempDir() {
+  static std::string dir = [] {
+    char tmpl[] = "/tmp/seedstore-mpi-XXXXXX";
+    return std::string(mkdtemp(tmpl));
+  }();
+  return dir;
+}
+
+inline std::string Write(const std::string& name, const std::string& text) {
+  const std::string path = TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+/// Runs a shell command line, capturing stdout and stderr separately.
+inline Proc Shell(const std::string& cmd) {
+  static int n = 0;
+  const std::string base = TempDir() + "/proc" + std::to_string(n++);
+  const std::string line = "(" + cmd + ") >" + base + ".out 2>" + base + ".err";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int st = std::system(line.c_str());
+  Proc r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = ReadAll(base + ".out");
+  r.err = ReadAll(base + ".err");
+  return r;
+}
+
+/// The mpirun command prefix for `np` ranks, or "" when no mpirun is on PATH. OpenMPI gets
+/// --oversubscribe (more ranks than cores) and, through the environment, permission to run
+/// as root (CI containers).
+inline std::string Mpirun(int np) {
+  static const int kind = [] {
+    if (std::system("command -v mpirun >/dev/null 2>&1") != 0) return 0;
+    return std::system("mpirun --version 2>&1 | grep -q 'Open MPI'") == 0 ? 2 : 1;
+  }();
+  if (kind == 0) return "";
+  std::string s = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np " +
+                  std::to_string(np);
+  if (kind == 2) s += " --oversubscribe";
+  return s;
+}
+
+#define SEEDSTORE_NEED_MPIRUN()                                                        \
+  do {                                                                                 \
+    if (::seedstore::mpitest::Mpirun(1).empty())                                       \
+      GTEST_SKIP() << "mpirun not found on PATH: multi-rank tests need OpenMPI/MPICH"; \
+  } while (0)
+
+/// An in-process world: `n` threads, each with an Exchange over shared memory.
+class ThreadWorld {
+ public:
+  explicit ThreadWorld(int n) : n_(n), sync_(n), slots_(n) {}
+
+  class Member final : public Exchange {
+   public:
+    Member(ThreadWorld* w, int r) : w_(w), r_(r) {}
+    int rank() const override { return r_; }
+    int size() const override { return w_->n_; }
+    Status AllGather(const void* send, size_t bytes, void* recv, const char*) override {
+      w_->slots_[r_].assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
+      w_->sync_.arrive_and_wait();
+      for (int k = 0; k < w_->n_; ++k)
+        std::memcpy(static_cast<char*>(recv) + k * bytes, w_->slots_[k].data(), bytes);
+      w_->sync_.arrive_and_wait();
+      return Status::Ok();
+    }
+    Status AllReduceSum(uint64_t* data, size_t n, const char* what) override {
+      std::vector<uint64_t> all(n * w_->n_);
+      SEEDSTORE_RETURN_IF_ERROR(AllGather(data, n * 8, all.data(), what));
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t s = 0;
+        for (int k = 0; k < w_->n_; ++k) s += all[k * n + i];
+        data[i] = s;
+      }
+      return Status::Ok();
+    }
+    Status Barrier(const char*) override {
+      w_->sync_.arrive_and_wait();
+      return Status::Ok();
+    }
+
+   private:
+    ThreadWorld* w_;
+    int r_;
+  };
+
+  /// Runs fn(member) on every rank in its own thread and waits.
+  void Run(const std::function<void(Exchange&)>& fn) {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < n_; ++r)
+      ts.emplace_back([this, r, &fn] {
+        Member m(this, r);
+        fn(m);
+      });
+    for (auto& t : ts) t.join();
+  }
+
+ private:
+  int n_;
+  std::barrier<> sync_;
+  std::vector<std::vector<char>> slots_;
+};
+
+}  // namespace seedstore::mpitest
+
+// ---- A "training job" that builds its parameter shards, rightly or wrongly ----------------
+
+namespace seedstore::mpitest {
+
+/// How a job initializes its shards.
+enum class Init {
+  kSeeded,     // from the spec: each shard a slice of the spec's tensor (correct)
+  kUnseeded,   // rank r uses root seed + r (each rank a different model)
+  kLayoutRng,  // each rank draws its shard as a whole tensor of the local shape
+};
+
+/// The shards of every tensor of `spec` that `rank` holds under `layout`, initialized as
+/// `init` says; when flip_rank == rank, one bit of tensor `flip_tensor` is flipped.
+struct JobShards {
+  std::vector<std::vector<unsigned char>> storage;
+  std::vector<ParamBuffer> params;
+};
+
+inline JobShards BuildJob(const ModelSpec& spec, const Layout& layout, int rank, Init init,
+                          int flip_rank = -1, const std::string& flip_tensor = "") {
+  JobShards job;
+  ModelSpec s = spec;
+  if (init == Init::kUnseeded) s.seed += rank;
+  for (const TensorSpec& t : s.tensors) {
+    auto sh = layout.ShardOf(t.name, t.shape, rank);
+    EXPECT_TRUE(sh.ok()) << sh.status().ToString();
+    auto lazy = LazyTensor::Resolve(t, s.seed);
+    EXPECT_TRUE(lazy.ok()) << lazy.status().ToString();
+    std::vector<unsigned char> buf(lazy->RegionBytes(sh->region));
+    if (init == Init::kLayoutRng) {
+      TensorSpec local = t;
+      local.shape.clear();
+      if (sh->region.flat) {
+        local.shape.push_back(sh->region.end - sh->region.begin);
+      } else {
+        for (int d = 0; d < sh->region.rank; ++d)
+          local.shape.push_back(sh->region.stop[d] - sh->region.start[d]);
+      }
+      local.key.kind = KeySpec::Kind::kRaw;
+      local.key.raw = lazy->key;
+      auto l2 = LazyTensor::Resolve(local, 0);
+      EXPECT_TRUE(l2->Materialize(WholeTensor(local.shape), buf.data(), CpuOptions{1}).ok());
+    } else {
+      EXPECT_TRUE(lazy->Materialize(sh->region, buf.data(), CpuOptions{1}).ok());
+    }
+    if (rank == flip_rank && t.name == flip_tensor && !buf.empty()) buf[buf.size() / 2] ^= 0x10;
+    job.storage.push_back(std::move(buf));
+  }
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    const TensorSpec& t = s.tensors[i];
+    job.params.push_back(ParamBuffer{t.name, t.shape, t.dtype, job.storage[i].data(),
+                                     job.storage[i].size(), false});
+  }
+  return job;
+}
+
+/// A small model with every placement kind's worth of shapes (uneven splits included).
+inline const char* kSmallSpec = R"({"seedstore": 1, "seed": 7, "generator": "threefry",
+ "tensors": [
+   {"name": "embed", "shape": [64, 32], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.02}},
+   {"name": "layers.0.wq", "shape": [32, 32], "dtype": "float32", "init": {"dist": "normal"}},
+   {"name": "layers.0.w1", "shape": [33, 17], "dtype": "float32", "init": {"dist": "uniform"}},
+   {"name": "flat.norm", "shape": [37], "dtype": "float32", "init": {"dist": "truncated_normal"}},
+   {"name": "bias", "shape": [32], "dtype": "float16", "init": {"dist": "normal"}}]})";
+
+/// A 2-d mesh (data x tensor) layout for `world` ranks: tensor = 2 when world is even.
+inline std::string MeshLayout(int world) {
+  const int tp = world % 2 == 0 ? 2 : 1, dp = world / tp;
+  return R"({"mesh": {"axes": ["data", "tensor"], "shape": [)" + std::to_string(dp) + ", " +
+         std::to_string(tp) + R"J(]},
+ "placements": [
+   {"match": "embed", "spec": [["data", "tensor"], null]},
+   {"match": "layers.*.wq", "spec": [null, "tensor"]},
+   {"match": "layers.*.w1", "dtensor": ["Shard(1)", "Shard(0)"]},
+   {"match": "flat.*", "flat": ["data"]}]})J";
+}
+
+}  // namespace seedstore::mpitest

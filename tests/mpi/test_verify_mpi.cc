@@ -1,0 +1,260 @@
+// Multi-rank tests under real mpirun (1, 2 and 4 ranks, --oversubscribe): the shipped
+// `seedstore verify-ranks` (found through $SEEDSTORE_BIN) and the live-job API, which this
+// very test binary runs as the MPI program (MpiWorker.Run, selected by $SEEDSTORE_MPI_WORKER).
+// Every test skips with a visible message where mpirun is missing.
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/collective.h"
+#include "tests/mpi/mpi_test_util.h"
+
+namespace seedstore {
+namespace {
+
+using mpitest::Mpirun;
+using mpitest::Proc;
+using mpitest::Shell;
+using mpitest::Write;
+
+std::string Bin() {
+  const char* b = std::getenv("SEEDSTORE_BIN");
+  return b ? b : "";
+}
+
+#define SEEDSTORE_NEED_BIN()                                                              \
+  do {                                                                                    \
+    SEEDSTORE_NEED_MPIRUN();                                                              \
+    if (Bin().empty()) GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)";         \
+  } while (0)
+
+std::string Spec() { return Write("small.json", mpitest::kSmallSpec); }
+std::string LayoutFile(int world) {
+  return Write("mesh" + std::to_string(world) + ".json", mpitest::MeshLayout(world));
+}
+
+Proc VerifyRanks(int np, const std::string& args) {
+  return Shell(Mpirun(np) + " " + Bin() + " verify-ranks " + Spec() + " --layout " +
+               LayoutFile(np) + " --threads 1 " + args);
+}
+
+TEST(VerifyRanksCli, AgreesAt1_2_4Ranks) {
+  SEEDSTORE_NEED_BIN();
+  std::vector<nlohmann::json> tensors;
+  for (int np : {1, 2, 4}) {
+    Proc p = VerifyRanks(np, "--json");
+    ASSERT_EQ(p.code, 0) << np << " ranks\n" << p.out << p.err;
+    auto j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["world"], np);
+    EXPECT_EQ(j["backend"], "mpi");
+    EXPECT_TRUE(j["ok"].get<bool>());
+    for (const auto& t : j["tensors"]) EXPECT_EQ(t["composition"], "ok") << t.dump();
+    tensors.push_back(j["tensors"]);
+  }
+  // The composed fingerprints do not depend on the world size or layout (I4).
+  for (size_t i = 0; i < tensors[0].size(); ++i)
+    for (size_t k = 1; k < tensors.size(); ++k)
+      EXPECT_EQ(tensors[k][i]["composed"], tensors[0][i]["composed"]);
+}
+
+TEST(VerifyRanksCli, TableWithoutMpirunIsAWorldOfOne) {
+  SEEDSTORE_NEED_BIN();
+  Proc p = Shell(Bin() + " verify-ranks " + Spec() + " --layout " + LayoutFile(1));
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  EXPECT_NE(p.out.find("1 rank(s) (self)"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("5 tensors over 1 ranks: 5 ok"), std::string::npos) << p.out;
+}
+
+TEST(VerifyRanksCli, UnseededRanksAreNamed) {
+  SEEDSTORE_NEED_BIN();
+  for (int np : {2, 4}) {
+    Proc p = VerifyRanks(np, "--json --simulate unseeded");
+    EXPECT_EQ(p.code, 7) << p.out << p.err;
+    auto j = nlohmann::json::parse(p.out);
+    EXPECT_FALSE(j["ok"].get<bool>());
+    EXPECT_GT(j["summary"]["replica_problems"].get<int>(), 0);
+    // Rank r drew from seed + r: every rank but 0 holds an off-spec shard somewhere.
+    std::set<int> off;
+    for (const auto& t : j["tensors"])
+      for (const auto& g : t["problems"])
+        for (int r : g["off_spec"]) off.insert(r);
+    std::set<int> want;
+    for (int r = 1; r < np; ++r) want.insert(r);
+    EXPECT_EQ(off, want) << p.out;
+    EXPECT_NE(p.err.find("MISMATCH"), std::string::npos);
+  }
+}
+
+TEST(VerifyRanksCli, LayoutDependentRngDoesNotCompose) {
+  SEEDSTORE_NEED_BIN();
+  Proc p = VerifyRanks(4, "--simulate layout-rng");
+  EXPECT_EQ(p.code, 7) << p.out << p.err;
+  EXPECT_NE(p.out.find("0 replica disagreement(s), 4 composition mismatch(es)"), std::string::npos)
+      << p.out;
+  EXPECT_NE(p.out.find("'layers.0.wq': shards do not compose to the tensor"), std::string::npos)
+      << p.out;
+}
+
+TEST(VerifyRanksCli, FlippedElementNamesRankAndTensor) {
+  SEEDSTORE_NEED_BIN();
+  Proc p = VerifyRanks(4, "--simulate flip --simulate-rank 3 --simulate-tensor bias --problems-only");
+  EXPECT_EQ(p.code, 7) << p.out << p.err;
+  EXPECT_NE(p.out.find("'bias' [0:32] (held by ranks 0, 1, 2, 3): replicas disagree: rank 3 "
+                       "deviates from the majority {0, 1, 2}"),
+            std::string::npos)
+      << p.out;
+  p = VerifyRanks(2, "--simulate flip --simulate-rank 1 --simulate-tensor bias");
+  EXPECT_EQ(p.code, 7);
+  EXPECT_NE(p.out.find("vote is a TIE"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("rank 1 holds a shard that differs from the spec"), std::string::npos) << p.out;
+  p = VerifyRanks(1, "--simulate flip --simulate-rank 0 --simulate-tensor embed");
+  EXPECT_EQ(p.code, 7);
+  EXPECT_NE(p.out.find("'embed': shards do not compose to the tensor"), std::string::npos) << p.out;
+}
+
+TEST(VerifyRanksCli, DifferentCatalogsOnDifferentRanksAreNamed) {
+  SEEDSTORE_NEED_BIN();
+  std::string other = mpitest::kSmallSpec;
+  other.replace(other.find("\"seed\": 7"), 9, "\"seed\": 8");
+  nlohmann::json oj = nlohmann::json::parse(other);
+  oj["tensors"][0]["shape"] = {64, 31};
+  const std::string b = Write("other.json", oj.dump());
+  const std::string l = LayoutFile(2);
+  Proc p = Shell(Mpirun(1) + " " + Bin() + " verify-ranks " + Spec() + " --layout " + l +
+                 " : -np 1 " + Bin() + " verify-ranks " + b + " --layout " + l);
+  EXPECT_EQ(p.code, 2) << p.out << p.err;
+  EXPECT_NE(p.err.find("rank 1 passed a different catalog or layout than rank 0"), std::string::npos)
+      << p.err;
+}
+
+TEST(VerifyRanksCli, HungRankEndsTheJobWithinTheTimeout) {
+  SEEDSTORE_NEED_BIN();
+  Proc p = VerifyRanks(4, "--simulate hang --simulate-rank 2 --timeout 2");
+  EXPECT_EQ(p.code, 5) << p.out << p.err;
+  EXPECT_LT(p.seconds, 20.0);
+  EXPECT_NE(p.err.find("rank 2 did not reach step"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("within 2.0 s (--timeout)"), std::string::npos) << p.err;
+}
+
+TEST(VerifyRanksCli, HungRankZeroIsCaughtByTheOthers) {
+  SEEDSTORE_NEED_BIN();
+  Proc p = VerifyRanks(2, "--simulate hang --simulate-rank 0 --timeout 1");
+  EXPECT_EQ(p.code, 5) << p.out << p.err;
+  EXPECT_LT(p.seconds, 20.0);
+  EXPECT_NE(p.err.find("another rank is hung or dead"), std::string::npos) << p.err;
+}
+
+TEST(VerifyRanksCli, DeadRankEndsTheJob) {
+  SEEDSTORE_NEED_BIN();
+  Proc p = VerifyRanks(4, "--simulate die --simulate-rank 1 --timeout 5");
+  EXPECT_NE(p.code, 0) << p.out << p.err;
+  EXPECT_LT(p.seconds, 30.0);
+  EXPECT_NE(p.err.find("rank 1: --simulate die"), std::string::npos) << p.err;
+}
+
+// ---- The live-job API under mpirun ---------------------------------------------------------
+
+// The MPI program: a "training job" that builds its shards (as $SEEDSTORE_MPI_WORKER says)
+// and calls VerifyBuffers, then writes its report to $SEEDSTORE_MPI_OUT/rank<r>.json.
+TEST(MpiWorker, Run) {
+  const char* scenario = std::getenv("SEEDSTORE_MPI_WORKER");
+  if (!scenario) GTEST_SKIP() << "MPI program of the MpiLive tests (runs under mpirun only)";
+  auto comm = CreateMpiCollective(CollectiveOptions{30});
+  ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+  Collective& c = **comm;
+  const std::string sc = scenario;
+  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto ref = SpecCatalog::Create(*spec, "small.json");
+  auto layout = Layout::Parse(sc == "unseeded-replicated" || sc == "flip-replicated"
+                                  ? Layout::Replicated(c.size()).ToJson().dump()
+                                  : mpitest::MeshLayout(c.size()));
+  ASSERT_TRUE(layout.ok());
+  mpitest::Init init = sc.rfind("unseeded", 0) == 0   ? mpitest::Init::kUnseeded
+                       : sc == "layout-rng"           ? mpitest::Init::kLayoutRng
+                                                      : mpitest::Init::kSeeded;
+  const bool flip = sc.rfind("flip", 0) == 0;
+  mpitest::JobShards job = mpitest::BuildJob(*spec, *layout, c.rank(), init,
+                                             flip ? c.size() - 1 : -1, "layers.0.wq");
+  VerifyOptions o;
+  o.cpu.threads = 1;
+  auto rep = VerifyBuffers(c, job.params, *layout, sc == "unseeded-replicated" ? nullptr : ref->get(), o);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  nlohmann::json j = rep->ToJson();
+  j.erase("timing");
+  const char* dir = std::getenv("SEEDSTORE_MPI_OUT");
+  ASSERT_NE(dir, nullptr);
+  std::ofstream(std::string(dir) + "/rank" + std::to_string(c.rank()) + ".json") << j.dump();
+}
+
+// Launches the worker under mpirun; returns each rank's report.
+std::vector<nlohmann::json> RunWorker(int np, const std::string& scenario) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  EXPECT_GT(n, 0);
+  self[n > 0 ? n : 0] = '\0';
+  static int run = 0;
+  const std::string dir = mpitest::TempDir() + "/worker" + std::to_string(run++);
+  mkdir(dir.c_str(), 0755);
+  Proc p = Shell("SEEDSTORE_MPI_WORKER=" + scenario + " SEEDSTORE_MPI_OUT=" + dir + " " +
+                 Mpirun(np) + " " + self + " --gtest_filter=MpiWorker.Run");
+  EXPECT_EQ(p.code, 0) << p.out << p.err;
+  std::vector<nlohmann::json> reps(np);
+  for (int r = 0; r < np; ++r) {
+    const std::string text = mpitest::ReadAll(dir + "/rank" + std::to_string(r) + ".json");
+    if (text.empty()) {
+      ADD_FAILURE() << "no report from rank " << r << "\n" << p.out << p.err;
+      continue;
+    }
+    reps[r] = nlohmann::json::parse(text);
+  }
+  return reps;
+}
+
+TEST(MpiLive, SeededJobAgreesAt1_2_4Ranks) {
+  SEEDSTORE_NEED_MPIRUN();
+  for (int np : {1, 2, 4}) {
+    auto reps = RunWorker(np, "seeded");
+    for (const auto& j : reps) {
+      if (j.is_null()) continue;
+      EXPECT_TRUE(j["ok"].get<bool>()) << j.dump();
+      EXPECT_EQ(j, reps[0]);  // every rank reaches the same verdict
+    }
+  }
+}
+
+TEST(MpiLive, UnseededReplicasAreDetected) {
+  SEEDSTORE_NEED_MPIRUN();
+  for (int np : {2, 4}) {
+    auto reps = RunWorker(np, "unseeded-replicated");
+    if (reps[0].is_null()) continue;
+    EXPECT_FALSE(reps[0]["ok"].get<bool>());
+    EXPECT_EQ(reps[0]["summary"]["replica_problems"], 5);
+    for (const auto& t : reps[0]["tensors"]) {
+      EXPECT_EQ(t["replicas"], "tie");
+      EXPECT_EQ(t["problems"][0]["votes"].size(), static_cast<size_t>(np));
+    }
+  }
+}
+
+TEST(MpiLive, LayoutDependentRngReportedAsNotComposing) {
+  SEEDSTORE_NEED_MPIRUN();
+  auto reps = RunWorker(4, "layout-rng");
+  if (reps[0].is_null()) return;
+  EXPECT_EQ(reps[0]["summary"]["replica_problems"], 0);
+  EXPECT_EQ(reps[0]["summary"]["composition_problems"], 4);
+}
+
+TEST(MpiLive, FlippedElementNamesRankAndTensor) {
+  SEEDSTORE_NEED_MPIRUN();
+  auto reps = RunWorker(4, "flip-replicated");
+  if (reps[0].is_null()) return;
+  ASSERT_EQ(reps[0]["summary"]["replica_problems"], 1);
+  for (const auto& t : reps[0]["tensors"]) {
+    if (t["name"] != "layers.0.wq") continue;
+    EXPECT_EQ(t["replicas"], "mismatch");
+    EXPECT_EQ(t["problems"][0]["deviating"], nlohmann::json({3}));
+    EXPECT_EQ(t["problems"][0]["off_spec"], nlohmann::json({3}));
+  }
+}
+
+}  // namespace
+}  // namespace seedstore
