@@ -1,0 +1,282 @@
+#include "io/interop.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+
+namespace seedstore {
+namespace {
+
+using json = nlohmann::json;
+
+std::string DirName(const std::string& p) {
+  const auto s = p.rfind('/');
+  return s == std::string::npos ? "" : p.substr(0, s + 1);
+}
+std::string BaseName(const std::string& p) {
+  const auto s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+bool EndsWith(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+struct Item {
+  size_t index;
+  Region region;
+  std::vector<uint64_t> shape;
+  json shard;  // null without a layout
+  uint64_t bytes;
+};
+
+// A safetensors file opened for box reads (pread of each contiguous run).
+class SafetensorsBoxReader {
+ public:
+  static Result<std::shared_ptr<SafetensorsBoxReader>> Open(const std::string& path) {
+    SEEDSTORE_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
+    auto r = std::shared_ptr<SafetensorsBoxReader>(new SafetensorsBoxReader(std::move(f)));
+    r->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (r->fd_ < 0) return NotFound("safetensors file '" + path + "': cannot open");
+    unsigned char len[8];
+    SEEDSTORE_RETURN_IF_ERROR(PreadExact(r->fd_, len, 8, 0, path));
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; --i) hl = (hl << 8) | len[i];
+    r->data_start_ = 8 + hl;
+    return r;
+  }
+  ~SafetensorsBoxReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  const SafetensorsFile& file() const { return file_; }
+  Status ReadBox(const SafetensorsEntry& e, const Region& box, void* out) const {
+    const size_t es = DTypeSize(e.dtype);
+    const uint64_t n = box.Count();
+    if (n == 0) return Status::Ok();
+    const uint64_t run = box.RunLength();
+    auto* p = static_cast<uint8_t*>(out);
+    for (uint64_t q = 0; q * run < n; ++q) {
+      const uint64_t base = box.RunBase(q);
+      SEEDSTORE_RETURN_IF_ERROR(
+          PreadExact(fd_, p + q * run * es, run * es, data_start_ + e.begin + base * es, file_.path()));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  explicit SafetensorsBoxReader(SafetensorsFile f) : file_(std::move(f)) {}
+  SafetensorsFile file_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0;
+};
+
+}  // namespace
+
+Result<uint64_t> ParseByteSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) return InvalidArgument("size '" + text + "': expected a number with an optional unit");
+  double v = 0;
+  try {
+    v = std::stod(text.substr(0, i));
+  } catch (...) {
+    return InvalidArgument("size '" + text + "': bad number");
+  }
+  std::string unit = text.substr(i);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const std::map<std::string, double> kUnits = {
+      {"", 1},       {"B", 1},         {"KB", 1e3},        {"MB", 1e6},         {"GB", 1e9},
+      {"TB", 1e12},  {"KIB", 1024.0},  {"MIB", 1048576.0}, {"GIB", 1073741824.0},
+      {"TIB", 1099511627776.0}};
+  auto it = kUnits.find(unit);
+  if (it == kUnits.end())
+    return InvalidArgument("size '" + text + "': unknown unit '" + text.substr(i) +
+                           "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+  const double bytes = v * it->second;
+  if (!(bytes >= 1) || bytes > 9.2e18) return InvalidArgument("size '" + text + "' is out of range");
+  return static_cast<uint64_t>(bytes);
+}
+
+Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const std::string& path,
+                                                        const ExportOptions& o,
+                                                        uint64_t max_file_bytes,
+                                                        std::function<void(uint64_t)> progress) {
+  // Select tensors and regions, in catalog order.
+  std::vector<Item> items;
+  const auto& ts = c.tensors();
+  uint64_t total = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorRecord& t = ts[i];
+    if (!GlobMatch(o.tensors_glob, t.name)) continue;
+    Item it{i, WholeTensor(t.shape), t.shape, json(), 0};
+    if (o.layout) {
+      SEEDSTORE_ASSIGN_OR_RETURN(Shard s, o.layout->ShardOf(t.name, t.shape, o.rank));
+      if (s.empty()) continue;
+      it.region = s.region;
+      it.shard = {{"global_shape", t.shape}};
+      if (s.region.flat) {
+        it.shard["flat"] = {s.region.begin, s.region.end};
+        it.shape = {s.region.end - s.region.begin};
+      } else {
+        const Region& r = s.region;
+        it.shard["start"] = std::vector<uint64_t>(r.start, r.start + r.rank);
+        it.shard["stop"] = std::vector<uint64_t>(r.stop, r.stop + r.rank);
+        for (int d = 0; d < r.rank; ++d) it.shape[d] = r.stop[d] - r.start[d];
+      }
+    }
+    it.bytes = it.region.Count() * DTypeSize(t.dtype);
+    total += it.bytes;
+    items.push_back(std::move(it));
+  }
+  // Pack into files.
+  std::vector<std::vector<size_t>> files(1);
+  uint64_t in_file = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (max_file_bytes > 0 && !files.back().empty() && in_file + items[k].bytes > max_file_bytes) {
+      files.emplace_back();
+      in_file = 0;
+    }
+    files.back().push_back(k);
+    in_file += items[k].bytes;
+  }
+  std::vector<std::string> names;
+  if (files.size() == 1) {
+    names.push_back(path);
+  } else {
+    std::string stem = BaseName(path);
+    if (EndsWith(stem, ".safetensors")) stem.resize(stem.size() - 12);
+    char buf[64];
+    for (size_t f = 0; f < files.size(); ++f) {
+      std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu.safetensors", f + 1, files.size());
+      names.push_back(DirName(path) + stem + buf);
+    }
+  }
+  json weight_map = json::object();
+  for (size_t f = 0; f < files.size(); ++f) {
+    SafetensorsWriter w;
+    json shards = json::object();
+    for (size_t k : files[f]) {
+      const Item& it = items[k];
+      const TensorRecord& t = ts[it.index];
+      if (o.layout) shards[t.name] = it.shard;
+      weight_map[t.name] = BaseName(names[f]);
+      const size_t idx = it.index;
+      const Region r = it.region;
+      const CpuOptions cpu = o.cpu;
+      const uint64_t bytes = it.bytes;
+      w.Add(t.name, t.dtype, it.shape, [&c, idx, r, cpu, bytes, &progress](void* dst) {
+        Status s = c.Read(idx, r, dst, cpu);
+        if (s.ok() && progress) progress(bytes);
+        return s;
+      });
+    }
+    std::map<std::string, std::string> meta = {{"format", "pt"}, {"seedstore.version", "1"}};
+    if (o.layout) {
+      meta["seedstore.shards"] = shards.dump();
+      meta["seedstore.rank"] = std::to_string(o.rank);
+    }
+    SEEDSTORE_RETURN_IF_ERROR(w.Write(names[f], meta));
+  }
+  if (files.size() > 1) {
+    json idx = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    if (o.layout) idx["metadata"]["seedstore.rank"] = std::to_string(o.rank);
+    const std::string text = idx.dump(2) + "\n";
+    const std::string ipath = path + ".index.json";
+    SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(ipath));
+    SEEDSTORE_RETURN_IF_ERROR(af.Append(text.data(), text.size()));
+    SEEDSTORE_RETURN_IF_ERROR(af.Commit());
+    names.push_back(ipath);
+  }
+  return names;
+}
+
+Result<int> ImportSafetensors(const std::string& source, const std::string& store,
+                              const ImportOptions& o, std::function<void(uint64_t)> progress) {
+  // The files to read, and which tensors to take from each (in file order).
+  std::vector<std::string> files;
+  if (EndsWith(source, ".json")) {
+    std::ifstream in(source);
+    if (!in) return NotFound("index file '" + source + "': cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json j = json::parse(ss.str(), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      return InvalidArgument("index file '" + source + "': not a safetensors index (no weight_map)");
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it->is_string()) return InvalidArgument("index file '" + source + "': weight_map['" + it.key() + "'] is not a file name");
+      const std::string f = it->get<std::string>();
+      if (f.find('/') != std::string::npos || f == ".." )
+        return InvalidArgument("index file '" + source + "': file name '" + f + "' must be local");
+      const std::string p = DirName(source) + f;
+      if (std::find(files.begin(), files.end(), p) == files.end()) files.push_back(p);
+    }
+    std::sort(files.begin(), files.end());  // model-00001-of-N, model-00002-of-N, ...
+  } else {
+    files.push_back(source);
+  }
+  std::vector<std::shared_ptr<SafetensorsBoxReader>> readers;
+  for (const auto& f : files) {
+    SEEDSTORE_ASSIGN_OR_RETURN(auto r, SafetensorsBoxReader::Open(f));
+    readers.push_back(r);
+  }
+  // Tensors in the order of their bytes in each file (the writer's order), not by name.
+  auto ordered = [](const SafetensorsFile& f) {
+    std::vector<SafetensorsEntry> v = f.entries();
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    return v;
+  };
+  auto source_of = [&](const std::shared_ptr<SafetensorsBoxReader>& r, const SafetensorsEntry& e) {
+    return BoxSource([r, e](const Region& box, void* out) { return r->ReadBox(e, box, out); });
+  };
+  int n = 0;
+  if (!o.update) {
+    SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, o.seed, Generator::kThreefry, o.write));
+    for (const auto& r : readers) {
+      for (const auto& e : ordered(r->file())) {
+        SEEDSTORE_RETURN_IF_ERROR(w->AddDense(e.name, e.shape, e.dtype, source_of(r, e), progress)
+                                      .WithContext("importing '" + r->file().path() + "'"));
+        ++n;
+      }
+    }
+    SEEDSTORE_RETURN_IF_ERROR(w->Commit());
+    return n;
+  }
+  // Update: check shapes and dtypes against the store, then rewrite it.
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> st, H5Store::Open(store));
+  std::map<std::string, BoxSource> values;
+  for (const auto& r : readers) {
+    for (const auto& e : ordered(r->file())) {
+      const int i = st->Find(e.name);
+      const std::string w = "'" + r->file().path() + "' tensor '" + e.name + "'";
+      if (i < 0) return NotFound(w + ": the store '" + store + "' has no such tensor");
+      const TensorRecord& t = st->tensors()[i];
+      if (t.shape != e.shape || t.dtype != e.dtype)
+        return InvalidArgument(w + ": shape/dtype differ from the store's (" + DTypeName(t.dtype) + ")");
+      values[e.name] = source_of(r, e);
+      ++n;
+    }
+  }
+  SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, st->root_seed(), st->generator(), o.write));
+  for (size_t i = 0; i < st->tensors().size(); ++i) {
+    const TensorRecord& t = st->tensors()[i];
+    auto it = values.find(t.name);
+    if (it == values.end()) {
+      SEEDSTORE_RETURN_IF_ERROR(w->CopyFrom(*st, i));
+    } else {
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second, progress));
+    }
+  }
+  SEEDSTORE_RETURN_IF_ERROR(w->Commit());
+  return n;
+}
+
+}  // namespace seedstore

@@ -1,0 +1,47 @@
+// Hugging Face interop for stores: safetensors export split into several files with a
+// model.safetensors.index.json, and import of safetensors files (or such an index) into a
+// store as dense tensors, bit for bit.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/export.h"
+#include "io/h5store.h"
+
+namespace seedstore {
+
+/// Writes the selected tensors (or one rank's shards, see ExportOptions) as safetensors.
+/// With max_file_bytes == 0, or when all fit, one file at `path` (as ExportSafetensors).
+/// Otherwise tensors are packed in order into files of at most max_file_bytes of tensor data
+/// (a tensor larger than the limit gets a file of its own), named like Hugging Face's
+/// "<stem>-00001-of-0000N.safetensors" next to `path` (stem = file name of `path` without
+/// ".safetensors"), plus "<path>.index.json" = {"metadata": {"total_size": bytes, ...},
+/// "weight_map": {name: file}}. Every file is written atomically, the index last.
+/// Returns the files written (the index last, when there is one). `progress(bytes)` may be
+/// empty.
+Result<std::vector<std::string>> ExportSafetensorsFiles(
+    const Catalog& c, const std::string& path, const ExportOptions& o, uint64_t max_file_bytes,
+    std::function<void(uint64_t)> progress = {});
+
+/// Parses a size such as "5GB", "500MB", "2GiB", "1048576" (decimal units are powers of 1000,
+/// binary ones of 1024, as huggingface_hub). Error names the text.
+Result<uint64_t> ParseByteSize(const std::string& text);
+
+struct ImportOptions {
+  WriteOptions write;
+  /// false: create a new store with only the imported tensors (root seed `seed`).
+  /// true: `store` exists; imported tensors replace those of the same name (same shape and
+  /// dtype required) and every other tensor is kept.
+  bool update = false;
+  uint64_t seed = 0;
+};
+
+/// Imports `source` -- a .safetensors file or a model.safetensors.index.json -- into `store`
+/// as dense tensors, keeping dtypes (BF16, F16, F32, F64, I8..I64, U8..U64, BOOL) and bytes
+/// exactly. Atomic. Returns the number of tensors imported. Errors name the file and tensor.
+Result<int> ImportSafetensors(const std::string& source, const std::string& store,
+                              const ImportOptions& o,
+                              std::function<void(uint64_t)> progress = {});
+
+}  // namespace seedstore

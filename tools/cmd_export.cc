@@ -1,0 +1,78 @@
+// seedstore export: a store's tensors (whole, or one rank's shards) to safetensors, optionally
+// split into several files with a Hugging Face model.safetensors.index.json.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "io/interop.h"
+#include "io/open.h"
+#include "tools/cli.h"
+
+namespace seedstore::cli {
+namespace {
+
+struct Options {
+  std::string source, format = "safetensors", out, layout, tensors = "*", max_size;
+  int rank = -1, threads = 0;
+  bool json = false;
+};
+
+int Run(const Options& o) {
+  auto cat = OpenCatalog(o.source);
+  if (!cat.ok()) return Fail(cat.status());
+  ExportOptions e;
+  e.tensors_glob = o.tensors;
+  e.cpu.threads = o.threads;
+  Result<Layout> layout = Layout();
+  if (!o.layout.empty()) {
+    layout = Layout::Load(o.layout);
+    if (!layout.ok()) return Fail(layout.status());
+    if (o.rank < 0 || o.rank >= layout->world_size())
+      return Fail(InvalidArgument("--rank " + std::to_string(o.rank) + " is outside the mesh (" +
+                                  std::to_string(layout->world_size()) + " ranks)"));
+    e.layout = &*layout;
+    e.rank = o.rank;
+  } else if (o.rank >= 0) {
+    return Fail(InvalidArgument("--rank needs --layout"));
+  }
+  uint64_t max_bytes = 0;
+  if (!o.max_size.empty()) {
+    auto m = ParseByteSize(o.max_size);
+    if (!m.ok()) return Fail(m.status().WithContext("--max-shard-size"));
+    max_bytes = *m;
+  }
+  uint64_t total = 0;
+  for (const auto& t : (*cat)->tensors())
+    if (GlobMatch(o.tensors, t.name)) total += t.NumBytes();
+  Result<std::vector<std::string>> files = std::vector<std::string>();
+  {
+    Progress p("exporting", e.layout ? 0 : total);
+    files = ExportSafetensorsFiles(**cat, o.out, e, max_bytes, [&p](uint64_t n) { p.Advance(n); });
+  }
+  if (!files.ok()) return Fail(files.status());
+  if (o.json) {
+    std::printf("%s\n", nlohmann::json({{"files", *files}}).dump(2).c_str());
+  } else {
+    for (const auto& f : *files) std::printf("wrote %s\n", f.c_str());
+  }
+  return 0;
+}
+
+Register reg({"export", "Write a store's tensors (or one rank's shards) as safetensors",
+              [](CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  app.add_option("source", o->source, "Store file (or spec .json)")->required();
+  app.add_option("--format", o->format, "Output format")->check(CLI::IsMember({"safetensors"}));
+  app.add_option("-o,--output", o->out, "Output file, e.g. model.safetensors")->required();
+  app.add_option("--layout", o->layout, "Layout JSON: write only --rank's shards");
+  app.add_option("--rank", o->rank, "Rank whose shards to write (with --layout)");
+  app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
+  app.add_option("--max-shard-size", o->max_size,
+                 "Split into files of at most this much tensor data (e.g. 5GB), with "
+                 "<output>.index.json as Hugging Face does");
+  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  app.add_flag("--json", o->json, "JSON output");
+  return [o] { return Run(*o); };
+}});
+
+}  // namespace
+}  // namespace seedstore::cli

@@ -1,0 +1,100 @@
+// seedstore inspect: the tensors of a store (or spec): name, shape, dtype, lazy/dense, bytes on
+// disk, fingerprint.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "io/h5store.h"
+#include "io/open.h"
+#include "tools/cli.h"
+
+namespace seedstore::cli {
+namespace {
+
+struct Options {
+  std::string source, tensors = "*";
+  bool json = false;
+};
+
+std::string ShapeStr(const std::vector<uint64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? "," : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+int Run(const Options& o) {
+  auto cat = OpenCatalog(o.source);
+  if (!cat.ok()) return Fail(cat.status());
+  const auto* store = dynamic_cast<const H5Store*>(cat->get());
+  const auto& ts = (*cat)->tensors();
+  nlohmann::json rows = nlohmann::json::array();
+  uint64_t params = 0, lazy = 0, dense = 0, on_disk = 0;
+  size_t wname = 4, wshape = 5;
+  for (const auto& t : ts) {
+    if (!GlobMatch(o.tensors, t.name)) continue;
+    wname = std::max(wname, t.name.size());
+    wshape = std::max(wshape, ShapeStr(t.shape).size());
+  }
+  if (!o.json)
+    std::printf("%-*s  %-*s  %-8s  %-5s  %14s  %s\n", static_cast<int>(wname), "name",
+                static_cast<int>(wshape), "shape", "dtype", "kind", "bytes_on_disk", "fingerprint");
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorRecord& t = ts[i];
+    if (!GlobMatch(o.tensors, t.name)) continue;
+    const bool is_dense = store && store->stored(i).dense;
+    const uint64_t disk = store ? store->stored(i).stored_bytes : 0;
+    params += t.NumElements();
+    (is_dense ? dense : lazy) += 1;
+    on_disk += disk;
+    const std::string fp = t.fingerprint ? FingerprintHex(*t.fingerprint) : "-";
+    if (o.json) {
+      nlohmann::json r = {{"name", t.name},  {"shape", t.shape}, {"dtype", DTypeName(t.dtype)},
+                          {"kind", is_dense ? "dense" : "lazy"}, {"bytes", t.NumBytes()},
+                          {"bytes_on_disk", disk}};
+      r["fingerprint"] = t.fingerprint ? nlohmann::json(fp) : nlohmann::json(nullptr);
+      if (is_dense) {
+        r["chunk"] = store->stored(i).chunk;
+        r["chunks"] = store->stored(i).num_chunks;
+      } else if (t.lazy) {
+        r["init"] = t.lazy->spec.init.ToJson();
+        r["generator"] = GeneratorName(t.lazy->spec.generator);
+        r["key"] = {t.lazy->key.k0, t.lazy->key.k1};
+      }
+      rows.push_back(r);
+    } else {
+      std::printf("%-*s  %-*s  %-8s  %-5s  %14llu  %s\n", static_cast<int>(wname), t.name.c_str(),
+                  static_cast<int>(wshape), ShapeStr(t.shape).c_str(), DTypeName(t.dtype),
+                  is_dense ? "dense" : "lazy", static_cast<unsigned long long>(disk), fp.c_str());
+    }
+  }
+  if (o.json) {
+    nlohmann::json j = {{"source", o.source}, {"tensors", rows}, {"parameters", params},
+                        {"lazy", lazy},       {"dense", dense}};
+    if (store) {
+      j["file_bytes"] = store->file_bytes();
+      j["seed"] = store->root_seed();
+      j["generator"] = GeneratorName(store->generator());
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("%llu tensors (%llu lazy, %llu dense), %.6g B parameters", 
+                static_cast<unsigned long long>(lazy + dense), static_cast<unsigned long long>(lazy),
+                static_cast<unsigned long long>(dense), params / 1e9);
+    if (store)
+      std::printf(", file %llu bytes, seed %llu, %s", static_cast<unsigned long long>(store->file_bytes()),
+                  static_cast<unsigned long long>(store->root_seed()), GeneratorName(store->generator()));
+    std::printf("\n");
+  }
+  return 0;
+}
+
+Register reg({"inspect", "List the tensors of a store: shape, dtype, lazy/dense, size, fingerprint",
+              [](CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  app.add_option("source", o->source, "Store file (or spec .json)")->required();
+  app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
+  app.add_flag("--json", o->json, "JSON output");
+  return [o] { return Run(*o); };
+}});
+
+}  // namespace
+}  // namespace seedstore::cli
