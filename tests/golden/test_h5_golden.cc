@@ -1,0 +1,320 @@
+// Golden store files (tests/golden/errors/): a good store that must keep reading back exactly,
+// and broken variants -- truncated, flipped byte in a chunk, wrong magic, wrong version, not
+// HDF5, missing attribute, dataset shape not matching its record, unknown filter, bad index
+// checksum -- that must each fail with their own named error (docs/FORMAT.md "Errors"), in the
+// library and through `seedstore verify`.
+//
+// The files are checked in. They are produced by the DISABLED_Regenerate test below:
+//   seedstore_golden_tests --gtest_also_run_disabled_tests --gtest_filter='*Regenerate*'
+// and the same generator also runs into a temporary folder on every test run, so a format
+// change that breaks either the checked-in files or the generator is caught.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/h5store.h"
+
+namespace seedstore {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string SourceDir() {
+  const char* s = std::getenv("SEEDSTORE_SOURCE_DIR");
+  return s ? s : ".";
+}
+std::string GoldenDir() { return SourceDir() + "/tests/golden/errors"; }
+
+// The good store's dense tensor: w[i][j] = i * 1000 + j + 0.25 (float32), shape [64, 32].
+constexpr uint64_t kRows = 64, kCols = 32;
+float WValue(uint64_t i, uint64_t j) { return static_cast<float>(i * 1000 + j) + 0.25f; }
+
+TensorSpec LazySpec() {
+  TensorSpec t;
+  t.name = "lazy.weight";
+  t.shape = {8, 8};
+  t.dtype = DType::kBF16;
+  t.init.dist = Dist::kNormal;
+  t.init.scale = 0.02;
+  return t;
+}
+
+Status WriteGood(const std::string& path) {
+  WriteOptions wo;
+  wo.chunk_bytes = 1024;  // 8 chunks of [16, 16], a 4 x 2 grid: chunk 3 is at [16, 16]
+  wo.threads = 1;
+  SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, 42, Generator::kThreefry, wo));
+  SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(LazySpec()));
+  SEEDSTORE_RETURN_IF_ERROR(w->AddDense("w", {kRows, kCols}, DType::kF32, [](const Region& b, void* out) {
+    auto* f = static_cast<float*>(out);
+    for (uint64_t i = b.start[0]; i < b.stop[0]; ++i)
+      for (uint64_t j = b.start[1]; j < b.stop[1]; ++j) *f++ = WValue(i, j);
+    return Status::Ok();
+  }));
+  return w->Commit();
+}
+
+// ---- tampering with the HDF5 C API ------------------------------------------------------------
+
+struct File {
+  hid_t id;
+  explicit File(const std::string& p) : id(H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)) {}
+  ~File() { H5Fclose(id); }
+};
+
+void SetStringAttr(hid_t obj, const char* name, const std::string& v) {
+  if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+  const char* p = v.c_str();
+  H5Awrite(a, t, &p);
+  H5Aclose(a);
+  H5Sclose(s);
+  H5Tclose(t);
+}
+
+void SetIntAttr(hid_t obj, const char* name, int32_t v) {
+  if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(obj, name, H5T_STD_I32LE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_INT32, &v);
+  H5Aclose(a);
+  H5Sclose(s);
+}
+
+void RewriteIndex(const std::string& path, const std::function<void(json&)>& edit, bool fix_sum) {
+  File f(path);
+  hid_t d = H5Dopen2(f.id, "/seedstore/index", H5P_DEFAULT);
+  hid_t sp = H5Dget_space(d);
+  std::string text(H5Sget_simple_extent_npoints(sp), '\0');
+  H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
+  H5Sclose(sp);
+  H5Dclose(d);
+  json j = json::parse(text);
+  edit(j);
+  const std::string out = j.dump();
+  H5Ldelete(f.id, "/seedstore/index", H5P_DEFAULT);
+  const hsize_t n = out.size();
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 1, &n);
+  const unsigned level = 3;
+  H5Pset_filter(dcpl, kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level);
+  d = H5Dcreate2(f.id, "/seedstore/index", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+  uint64_t sum = XXH3_64bits(out.data(), out.size()) ^ (fix_sum ? 0 : 1);
+  hid_t s1 = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(d, "seedstore.xxh3", H5T_STD_U64LE, s1, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_UINT64, &sum);
+  H5Aclose(a);
+  H5Sclose(s1);
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+}
+
+// Replaces /tensors/w by the same data, attributes and chunks compressed with deflate (id 1).
+void ReplaceWithDeflate(const std::string& path) {
+  File f(path);
+  hid_t d = H5Dopen2(f.id, "/tensors/w", H5P_DEFAULT);
+  std::vector<float> data(kRows * kCols);
+  H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
+  uint64_t fp[2];
+  hid_t a = H5Aopen(d, "seedstore.fingerprint", H5P_DEFAULT);
+  H5Aread(a, H5T_NATIVE_UINT64, fp);
+  H5Aclose(a);
+  H5Dclose(d);
+  H5Ldelete(f.id, "/tensors/w", H5P_DEFAULT);
+  const hsize_t dims[2] = {kRows, kCols}, chunk[2] = {8, kCols};
+  hid_t space = H5Screate_simple(2, dims, nullptr);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 2, chunk);
+  H5Pset_deflate(dcpl, 6);
+  d = H5Dcreate2(f.id, "/tensors/w", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
+  SetStringAttr(d, "seedstore.name", "w");
+  SetStringAttr(d, "seedstore.dtype", "float32");
+  const hsize_t two = 2;
+  hid_t s2 = H5Screate_simple(1, &two, nullptr);
+  a = H5Acreate2(d, "seedstore.fingerprint", H5T_STD_U64LE, s2, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_UINT64, fp);
+  H5Aclose(a);
+  H5Sclose(s2);
+  H5Dclose(d);
+  H5Pclose(dcpl);
+  H5Sclose(space);
+}
+
+void FlipByteInChunk(const std::string& path, std::vector<hsize_t> offset) {
+  haddr_t addr;
+  hsize_t size;
+  {
+    File f(path);
+    hid_t d = H5Dopen2(f.id, "/tensors/w", H5P_DEFAULT);
+    unsigned mask;
+    H5Dget_chunk_info_by_coord(d, offset.data(), &mask, &addr, &size);
+    H5Dclose(d);
+  }
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(static_cast<std::streamoff>(addr + size / 2));
+  char c;
+  io.read(&c, 1);
+  c ^= 0x01;
+  io.seekp(static_cast<std::streamoff>(addr + size / 2));
+  io.write(&c, 1);
+}
+
+struct Case {
+  const char* file;
+  const char* error;   // StoreError name, or "" for the good file
+  Code code;
+  const char* detail;  // another substring the message must hold
+  bool at_open;        // fails in Open (else on Read/Verify)
+};
+
+const Case kCases[] = {
+    {"good.h5", "", Code::kOk, "", false},
+    {"truncated.h5", "truncated", Code::kCorrupt, "truncated", true},
+    {"flipped_chunk_byte.h5", "chunk-corrupt", Code::kCorrupt, "tensor 'w' chunk 3", false},
+    {"bad_magic.h5", "bad-magic", Code::kCorrupt, "'not-seedstore'", true},
+    {"not_hdf5.h5", "not-hdf5", Code::kCorrupt, "no superblock signature", true},
+    {"bad_version.h5", "unsupported-version", Code::kUnsupported, "format version 99", true},
+    {"missing_attribute.h5", "missing-attribute", Code::kCorrupt, "'seedstore.dtype'", true},
+    {"shape_mismatch.h5", "shape-mismatch", Code::kCorrupt, "[64, 32] differs from the record's [32, 64]", true},
+    {"unknown_filter.h5", "unknown-filter", Code::kUnsupported, "filter id 1 (deflate)", true},
+    {"bad_index_checksum.h5", "bad-index", Code::kCorrupt, "checksum mismatch", true},
+};
+
+Status Generate(const std::string& dir) {
+  fs::create_directories(dir);
+  auto p = [&](const char* f) { return dir + "/" + f; };
+  for (const Case& c : kCases) {
+    fs::remove(p(c.file));
+    if (std::string(c.file) != "not_hdf5.h5") SEEDSTORE_RETURN_IF_ERROR(WriteGood(p(c.file)));
+  }
+  RegisterZstdFilter();
+  fs::resize_file(p("truncated.h5"), fs::file_size(p("truncated.h5")) * 6 / 10);
+  FlipByteInChunk(p("flipped_chunk_byte.h5"), {16, 16});
+  {
+    File f(p("bad_magic.h5"));
+    SetStringAttr(f.id, "seedstore.format", "not-seedstore");
+  }
+  std::ofstream(p("not_hdf5.h5")) << "{\"seedstore\": 1, \"this is\": \"not an HDF5 file\"}\n";
+  {
+    File f(p("bad_version.h5"));
+    SetIntAttr(f.id, "seedstore.version", 99);
+  }
+  {
+    File f(p("missing_attribute.h5"));
+    hid_t d = H5Dopen2(f.id, "/tensors/w", H5P_DEFAULT);
+    H5Adelete(d, "seedstore.dtype");
+    H5Dclose(d);
+  }
+  RewriteIndex(p("shape_mismatch.h5"), [](json& j) {
+    for (auto& t : j["tensors"])
+      if (t["name"] == "w") t["shape"] = {kCols, kRows};
+  }, true);
+  ReplaceWithDeflate(p("unknown_filter.h5"));
+  RewriteIndex(p("bad_index_checksum.h5"), [](json&) {}, false);
+  return Status::Ok();
+}
+
+std::string RunCli(const std::string& args, int* rc) {
+  const char* bin = std::getenv("SEEDSTORE_BIN");
+  if (!bin) return "";
+  std::string out;
+  FILE* f = popen((std::string(bin) + " " + args + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  const int st = pclose(f);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+void CheckGood(const std::string& path) {
+  auto st = H5Store::Open(path);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ((*st)->tensors().size(), 2u);
+  // Dense values exactly as written.
+  std::vector<float> w(kRows * kCols);
+  ASSERT_TRUE((*st)->Read(1, WholeTensor({kRows, kCols}), w.data()).ok());
+  for (uint64_t i = 0; i < kRows; ++i)
+    for (uint64_t j = 0; j < kCols; ++j) ASSERT_EQ(w[i * kCols + j], WValue(i, j));
+  // The lazy tensor equals a fresh resolution of its spec under root seed 42.
+  auto lazy = LazyTensor::Resolve(LazySpec(), 42);
+  ASSERT_TRUE(lazy.ok());
+  std::vector<uint16_t> a(64), b(64);
+  ASSERT_TRUE((*st)->Read(0, WholeTensor({8, 8}), a.data()).ok());
+  ASSERT_TRUE(lazy->Materialize(WholeTensor({8, 8}), b.data()).ok());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(*(*st)->tensors()[0].fingerprint, *lazy->FingerprintWhole());
+  auto rep = (*st)->Verify();
+  EXPECT_TRUE(rep.problems.empty());
+}
+
+void CheckCase(const std::string& dir, const Case& c) {
+  SCOPED_TRACE(std::string(c.file));
+  const std::string path = dir + "/" + c.file;
+  ASSERT_TRUE(fs::exists(path)) << path;
+  if (c.code == Code::kOk) {
+    CheckGood(path);
+    return;
+  }
+  auto st = H5Store::Open(path);
+  Status s;
+  if (c.at_open) {
+    ASSERT_FALSE(st.ok());
+    s = st.status();
+  } else {
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    std::vector<float> w(kRows * kCols);
+    s = (*st)->Read(1, WholeTensor({kRows, kCols}), w.data());
+    auto rep = (*st)->Verify();
+    ASSERT_EQ(rep.problems.size(), 1u);
+    EXPECT_EQ(rep.problems[0].chunk, 3);
+  }
+  EXPECT_EQ(s.code(), c.code) << s.ToString();
+  EXPECT_EQ(s.message().rfind(std::string(c.error) + ": ", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find(c.detail), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(c.file), std::string::npos) << "message must name the file: " << s.message();
+  // The CLI: non-zero exit (1 + code) with the named error.
+  int rc = 0;
+  const std::string out = RunCli("verify '" + path + "'", &rc);
+  if (std::getenv("SEEDSTORE_BIN")) {
+    EXPECT_EQ(rc, 1 + static_cast<int>(c.code)) << out;
+    EXPECT_NE(out.find(c.error), std::string::npos) << out;
+  }
+}
+
+TEST(H5Golden, CheckedInFiles) {
+  for (const Case& c : kCases) CheckCase(GoldenDir(), c);
+}
+
+TEST(H5Golden, GeneratorStillProducesEachError) {
+  char tmpl[] = "/tmp/seedstore-golden-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ASSERT_TRUE(Generate(dir).ok());
+  for (const Case& c : kCases) CheckCase(dir, c);
+  fs::remove_all(dir);
+}
+
+TEST(H5Golden, DISABLED_Regenerate) { ASSERT_TRUE(Generate(GoldenDir()).ok()); }
+
+}  // namespace
+}  // namespace seedstore
