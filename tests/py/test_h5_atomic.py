@@ -1,0 +1,86 @@
+"""Atomic writes (invariant I5): kill -9 the writer at random moments during a large write.
+
+A checkpoint A is saved at PATH. Then, 24 times, a writer starts saving checkpoint B (or A
+again) at the same PATH and is killed with SIGKILL after a random delay spread over the
+whole write. After every kill PATH must hold a complete checkpoint that `seedstore verify`
+accepts and whose tensors are exactly A's or exactly B's -- never a mix, never a broken
+file. Stray temporaries ("PATH.tmp-<pid>-<n>") may remain; they never replace PATH.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+from safetensors import TensorSpec, serialize_file  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("SEEDSTORE_BIN", os.path.join(ROOT, "build", "tools", "seedstore"))
+TRIALS = 24
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_binary():
+    if not os.access(BIN, os.X_OK):
+        pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")
+
+
+def write_st(path, seed):
+    rng = np.random.default_rng(seed)
+    arrays = {f"layers.{i}.weight": (rng.standard_normal((1024, 4096)) * 0.02)
+              .astype(np.float32).astype(ml_dtypes.bfloat16) for i in range(12)}  # 96 MiB
+    specs = {k: TensorSpec(dtype=v.dtype.name, shape=v.shape, data_ptr=v.ctypes.data,
+                           data_len=v.nbytes) for k, v in arrays.items()}
+    serialize_file(specs, str(path))
+
+
+def fingerprints(path):
+    p = subprocess.run([BIN, "verify", str(path), "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, f"verify failed (rc={p.returncode}):\n{p.stdout}\n{p.stderr}"
+    rep = json.loads(p.stdout)
+    assert rep["ok"]
+    return {t["name"]: t["fingerprint"] for t in rep["tensors"]}
+
+
+def test_kill9_during_write_never_damages_the_checkpoint(tmp_path):
+    a_src, b_src = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    write_st(a_src, 1)
+    write_st(b_src, 2)
+    ckpt = tmp_path / "ckpt.h5"
+    t0 = time.monotonic()
+    subprocess.run([BIN, "import", a_src, "-o", ckpt, "--threads", "2"], check=True,
+                   capture_output=True)
+    full = time.monotonic() - t0
+    fp_a = fingerprints(ckpt)
+    subprocess.run([BIN, "import", b_src, "-o", tmp_path / "b.h5"], check=True,
+                   capture_output=True)
+    fp_b = fingerprints(tmp_path / "b.h5")
+    assert fp_a != fp_b
+    rng = random.Random(1234)
+    outcomes = {}
+    killed = 0
+    previous = fp_a
+    for trial in range(TRIALS):
+        src, target = (b_src, fp_b) if previous == fp_a else (a_src, fp_a)
+        proc = subprocess.Popen([BIN, "import", src, "-o", ckpt, "--threads", "2"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.0, full * 1.1))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            killed += 1
+        proc.wait()
+        fp = fingerprints(ckpt)
+        assert fp in (previous, target), f"trial {trial}: checkpoint is neither old nor new"
+        outcomes["old" if fp == previous else "new"] = outcomes.get("old" if fp == previous else "new", 0) + 1
+        previous = fp
+    # Most kills must have landed mid-write for the test to mean anything.
+    assert killed >= TRIALS // 2, f"only {killed} of {TRIALS} writers were killed mid-write"
+    strays = [f for f in os.listdir(tmp_path) if ".tmp-" in f]
+    print(f"\nfull write {full:.2f} s; {killed}/{TRIALS} killed mid-write; "
+          f"outcomes {outcomes}; {len(strays)} stray temporaries left")
