@@ -480,10 +480,12 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     const float a = R(XlaErfF32(R(lower / sqrt2))), b = R(XlaErfF32(R(upper / sqrt2)));
     p.lo_f = a;
     p.range_f = R(b - a);
-    // JAX clips to nextafter(bound) toward the interior; for bfloat16 XLA computes nextafter
-    // in float32 and rounds back (so a non-zero bound clips to itself, and 0 to 0).
+    // JAX clips to nextafter(bound) toward the interior, in the dtype. XLA's CPU code
+    // flushes bfloat16 subnormals to zero, so for bfloat16 a bound of 0 clips to 0.
     auto inward = [&](float b, bool up) {
-      return d == DType::kBF16 ? RoundTo(d, NextAfterIn(DType::kF32, b, up)) : NextAfterIn(d, b, up);
+      const float n = NextAfterIn(d, b, up);
+      const bool subnormal = n != 0.0f && std::fabs(n) < 1.17549435e-38f;
+      return d == DType::kBF16 && subnormal ? 0.0f : n;
     };
     p.clip_lo_f = jax ? inward(lower, true) : lower;
     p.clip_hi_f = jax ? inward(upper, false) : upper;
