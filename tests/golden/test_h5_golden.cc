@@ -32,11 +32,21 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string SourceDir() {
-  const char* s = std::getenv("SEEDSTORE_SOURCE_DIR");
-  return s ? s : ".";
+// The checked-in files: $SEEDSTORE_SOURCE_DIR/tests/golden/errors, else next to this source.
+std::string GoldenDir() {
+  if (const char* s = std::getenv("SEEDSTORE_SOURCE_DIR")) return std::string(s) + "/tests/golden/errors";
+  return (fs::path(__FILE__).parent_path() / "errors").string();
 }
-std::string GoldenDir() { return SourceDir() + "/tests/golden/errors"; }
+
+// The CLI: $SEEDSTORE_BIN, else ../tools/seedstore beside this test binary's folder.
+std::string CliPath() {
+  if (const char* b = std::getenv("SEEDSTORE_BIN")) return b;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const fs::path p = self.parent_path().parent_path() / "tools" / "seedstore";
+  return fs::exists(p) ? p.string() : "";
+}
 
 // The good store's dense tensor: w[i][j] = i * 1000 + j + 0.25 (float32), shape [64, 32].
 constexpr uint64_t kRows = 64, kCols = 32;
@@ -235,10 +245,10 @@ Status Generate(const std::string& dir) {
 }
 
 std::string RunCli(const std::string& args, int* rc) {
-  const char* bin = std::getenv("SEEDSTORE_BIN");
-  if (!bin) return "";
+  const std::string bin = CliPath();
+  if (bin.empty()) return "";
   std::string out;
-  FILE* f = popen((std::string(bin) + " " + args + " 2>&1").c_str(), "r");
+  FILE* f = popen(("'" + bin + "' " + args + " 2>&1").c_str(), "r");
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
@@ -296,7 +306,7 @@ void CheckCase(const std::string& dir, const Case& c) {
   // The CLI: non-zero exit (1 + code) with the named error.
   int rc = 0;
   const std::string out = RunCli("verify '" + path + "'", &rc);
-  if (std::getenv("SEEDSTORE_BIN")) {
+  if (!CliPath().empty()) {
     EXPECT_EQ(rc, 1 + static_cast<int>(c.code)) << out;
     EXPECT_NE(out.find(c.error), std::string::npos) << out;
   }
