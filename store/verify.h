@@ -127,7 +127,8 @@ struct VerifyReport {
   size_t CountReplicaProblems() const;      // tensors with a mismatch or tie
   size_t CountCompositionProblems() const;  // tensors with a composition mismatch
   size_t CountFailures() const;             // tensors some rank could not fingerprint
-  /// OK, or kMismatch with a one-line summary naming the first problem tensors.
+  /// OK, or kMismatch (disagreements and shards some rank could not fingerprint alike) with
+  /// a one-line summary naming the first problem tensors.
   Status ToStatus() const;
   /// Human-readable table: one row per tensor (only problem rows when `problems_only`), then
   /// one line per problem naming tensor, region and ranks, then a summary line.

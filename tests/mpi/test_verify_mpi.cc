@@ -258,3 +258,97 @@ TEST(MpiLive, FlippedElementNamesRankAndTensor) {
 
 }  // namespace
 }  // namespace seedstore
+
+// ---- Store files: recorded fingerprints are the composition reference ----------------------
+
+#include <hdf5.h>
+
+#include "io/h5store.h"
+
+namespace seedstore {
+namespace {
+
+// A store with the small model: "embed" and "bias" dense (their bytes from the spec), the rest
+// lazy. `corrupt` flips a byte in the middle of the file afterwards.
+std::string MakeStore(const std::string& name, bool corrupt) {
+  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  const std::string path = mpitest::TempDir() + "/" + name;
+  WriteOptions wo;
+  wo.chunk_bytes = 1024;  // embed: 4 chunks of 16 rows
+  auto w = StoreWriter::Create(path, spec->seed, spec->generator, wo);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  for (const TensorSpec& t : spec->tensors) {
+    if (t.name == "embed" || t.name == "bias") {
+      auto lazy = LazyTensor::Resolve(t, spec->seed);
+      BoxSource src = [l = *lazy](const Region& box, void* out) { return l.Materialize(box, out); };
+      EXPECT_TRUE((*w)->AddDense(t.name, t.shape, t.dtype, src).ok());
+    } else {
+      EXPECT_TRUE((*w)->AddLazy(t).ok());
+    }
+  }
+  EXPECT_TRUE((*w)->Commit().ok());
+  if (corrupt) {
+    // Flip a byte in the middle of embed's first stored chunk.
+    std::string dataset;
+    {
+      auto st = H5Store::Open(path);
+      EXPECT_TRUE(st.ok()) << st.status().ToString();
+      dataset = (*st)->stored(0).dataset;
+    }
+    haddr_t addr = 0;
+    hsize_t size = 0;
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+    unsigned mask = 0;
+    hsize_t offset[2] = {0, 0};
+    EXPECT_GE(H5Dget_chunk_info_by_coord(d, offset, &mask, &addr, &size), 0) << dataset;
+    EXPECT_GT(size, 0u);
+    H5Dclose(d);
+    H5Fclose(f);
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(addr + size / 2);
+    char c = 0;
+    io.read(&c, 1);
+    c ^= 0x5a;
+    io.seekp(addr + size / 2);
+    io.write(&c, 1);
+  }
+  return path;
+}
+
+TEST(VerifyRanksStore, RecordedFingerprintsAreTheReference) {
+  SEEDSTORE_NEED_BIN();
+  const std::string store = MakeStore("small.h5", false);
+  for (int np : {1, 2, 4}) {
+    Proc p = Shell(Mpirun(np) + " " + Bin() + " verify-ranks " + store + " --layout " +
+                   LayoutFile(np) + " --threads 1 --json");
+    ASSERT_EQ(p.code, 0) << p.out << p.err;
+    auto j = nlohmann::json::parse(p.out);
+    for (const auto& t : j["tensors"]) {
+      EXPECT_EQ(t["composition"], "ok") << t.dump();
+      EXPECT_EQ(t["reference"], "recorded") << t.dump();
+    }
+  }
+  Proc p = Shell(Mpirun(4) + " " + Bin() + " verify-ranks " + store + " --layout " + LayoutFile(4) +
+                 " --threads 1 --simulate flip --simulate-rank 2 --simulate-tensor embed");
+  EXPECT_EQ(p.code, 7) << p.out << p.err;
+  EXPECT_NE(p.out.find("'embed': shards do not compose to the tensor"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("!= recorded"), std::string::npos) << p.out;
+}
+
+TEST(VerifyRanksStore, CorruptShardIsNamedAndNobodyHangs) {
+  SEEDSTORE_NEED_BIN();
+  const std::string store = MakeStore("corrupt.h5", true);
+  Proc p = Shell(Mpirun(2) + " " + Bin() + " verify-ranks " + store + " --layout " + LayoutFile(2) +
+                 " --threads 1 --timeout 20");
+  EXPECT_NE(p.code, 0) << p.out << p.err;
+  EXPECT_LT(p.seconds, 30.0);
+  // Rank 0 holds embed's first rows (the corrupt chunk): it names the chunk, the table names
+  // the rank; rank 1's shard is fine.
+  EXPECT_NE(p.err.find("seedstore: rank 0: tensor 'embed'"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("chunk-corrupt"), std::string::npos) << p.err;
+  EXPECT_NE(p.out.find("rank 0 could not fingerprint the shard"), std::string::npos) << p.out;
+}
+
+}  // namespace
+}  // namespace seedstore
