@@ -33,7 +33,9 @@ Result<int> ExportSafetensors(const Catalog& c, const std::string& path, const E
       shards[t.name] = m;
     }
     const CpuOptions cpu = o.cpu;
-    w.Add(t.name, t.dtype, shape, [&c, i, r, cpu](void* dst) { return c.Read(i, r, dst, cpu); });
+    const Device dev = o.device;
+    w.Add(t.name, t.dtype, shape,
+          [&c, i, r, cpu, dev](void* dst) { return ReadOnDevice(dev, c, i, r, dst, cpu); });
     ++n;
   }
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"seedstore.version", "1"}};

@@ -2,6 +2,7 @@
 #pragma once
 #include <string>
 
+#include "io/device.h"
 #include "store/catalog.h"
 #include "store/layout.h"
 
@@ -12,6 +13,7 @@ struct ExportOptions {
   const Layout* layout = nullptr;  // null: whole tensors
   int rank = 0;                    // with a layout: whose shards
   CpuOptions cpu;
+  Device device = Device::kCpu;  // resolved device that computes lazy tensors
 };
 
 /// Writes the selected tensors (or the rank's shards of them) to `path` atomically. With a

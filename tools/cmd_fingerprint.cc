@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "io/device.h"
 #include "io/open.h"
 #include "store/layout.h"
 #include "tools/cli.h"
@@ -10,12 +11,16 @@ namespace seedstore::cli {
 namespace {
 
 struct Options {
-  std::string source, layout, tensors = "*";
+  std::string source, layout, tensors = "*", device = "auto";
   int rank = -1, threads = 0;
   bool json = false;
 };
 
 int Run(const Options& o) {
+  auto dev = ParseDevice(o.device);
+  if (!dev.ok()) return Fail(dev.status());
+  auto device = ResolveDevice(*dev);
+  if (!device.ok()) return Fail(device.status());
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return Fail(cat.status());
   std::optional<Layout> layout;
@@ -40,7 +45,7 @@ int Run(const Options& o) {
       if (!s.ok()) return Fail(s.status());
       r = s->region;
     }
-    auto f = (*cat)->FingerprintRegion(i, r, CpuOptions{o.threads});
+    auto f = FingerprintOnDevice(*device, **cat, i, r, CpuOptions{o.threads});
     if (!f.ok()) return Fail(f.status());
     bar.Advance();
     if (o.json) {
@@ -64,6 +69,7 @@ Register reg({"fingerprint", "Print each tensor's fingerprint (or one rank's sha
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_flag("--json", o->json, "JSON output");
   app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  app.add_option("--device", o->device, "auto (CUDA when a GPU is present), cpu or cuda");
   return [o] { return Run(*o); };
 }});
 

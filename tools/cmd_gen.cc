@@ -5,7 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "store/lazy.h"
+#include "io/device.h"
+#include "store/catalog.h"
 #include "tools/cli.h"
 #include "tools/output.h"
 
@@ -14,7 +15,7 @@ namespace {
 
 struct GenOptions {
   std::string shape, dtype = "float32", init = R"({"dist":"normal"})", key, box, format = "raw",
-                     out, name = "tensor", generator = "threefry";
+                     out, name = "tensor", generator = "threefry", device = "auto";
   int64_t seed = 0;
   bool x64 = false, has_seed = false;
   int threads = 0;
@@ -70,12 +71,19 @@ int Run(const GenOptions& o) {
     t.key.seed = o.seed;
     t.key.x64 = o.x64;
   }
-  auto lazy = LazyTensor::Resolve(t, 0);
-  if (!lazy.ok()) return Fail(lazy.status());
+  auto dev = ParseDevice(o.device);
+  if (!dev.ok()) return Fail(dev.status());
+  auto device = ResolveDevice(*dev);
+  if (!device.ok()) return Fail(device.status());
+  ModelSpec m;
+  m.tensors.push_back(t);
+  auto cat = SpecCatalog::Create(m, "--init");
+  if (!cat.ok()) return Fail(cat.status());
   auto region = ParseBox(o.box, t.shape);
   if (!region.ok()) return Fail(region.status().WithContext("--box"));
-  std::vector<unsigned char> buf(lazy->RegionBytes(*region));
-  if (auto st = lazy->Materialize(*region, buf.data(), CpuOptions{o.threads}); !st.ok()) return Fail(st);
+  std::vector<unsigned char> buf((*cat)->tensors()[0].lazy->RegionBytes(*region));
+  if (auto st = ReadOnDevice(*device, **cat, 0, *region, buf.data(), CpuOptions{o.threads}); !st.ok())
+    return Fail(st);
   std::vector<uint64_t> box_shape;
   for (int d = 0; d < region->rank; ++d) box_shape.push_back(region->stop[d] - region->start[d]);
   return ExitCode(WriteArray(o.out, o.format, t.dtype, box_shape, buf.data(), buf.size()));
@@ -97,6 +105,7 @@ Register reg({"gen", "Generate one lazily described tensor (or one box of it)", 
   app.add_option("-o,--output", o->out, "Output file (default: stdout)");
   app.add_option("--name", o->name, "Tensor name (only affects fingerprints)");
   app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  app.add_option("--device", o->device, "auto (CUDA when a GPU is present), cpu or cuda");
   return [o] { return Run(*o); };
 }});
 

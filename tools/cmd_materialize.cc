@@ -9,11 +9,15 @@ namespace seedstore::cli {
 namespace {
 
 struct Options {
-  std::string source, layout, tensors = "*", out;
+  std::string source, layout, tensors = "*", out, device = "auto";
   int rank = 0, threads = 0;
 };
 
 int Run(const Options& o) {
+  auto dev = ParseDevice(o.device);
+  if (!dev.ok()) return Fail(dev.status());
+  auto device = ResolveDevice(*dev);
+  if (!device.ok()) return Fail(device.status());
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return Fail(cat.status());
   auto layout = Layout::Load(o.layout);
@@ -26,6 +30,7 @@ int Run(const Options& o) {
   e.layout = &*layout;
   e.rank = o.rank;
   e.cpu.threads = o.threads;
+  e.device = *device;
   auto n = ExportSafetensors(**cat, o.out, e);
   if (!n.ok()) return Fail(n.status());
   std::fprintf(stderr, "wrote %d shard(s) of rank %d to %s\n", *n, o.rank, o.out.c_str());
@@ -40,6 +45,7 @@ Register reg({"materialize", "Write one rank's shards to a safetensors file", []
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_option("-o,--output", o->out, "Output .safetensors file")->required();
   app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  app.add_option("--device", o->device, "auto (CUDA when a GPU is present), cpu or cuda");
   return [o] { return Run(*o); };
 }});
 
