@@ -30,6 +30,11 @@ Result<Device> ResolveDevice(Device requested) {
   return Device::kCuda;
 }
 
+Result<Device> ResolveDevice(const std::string& option) {
+  SEEDSTORE_ASSIGN_OR_RETURN(Device d, ParseDevice(option));
+  return ResolveDevice(d);
+}
+
 Status FromKernel(const KernelStatus& s) {
   switch (s.code) {
     case KernelCode::kOk: return Status::Ok();

@@ -16,6 +16,8 @@ const char* DeviceName(Device d);
 /// auto -> cuda when CudaAvailable(), else cpu. cuda without a usable GPU -> kUnsupported
 /// naming why ("seedstore was built without CUDA", "no CUDA-capable device is detected").
 Result<Device> ResolveDevice(Device requested);
+/// ParseDevice then ResolveDevice: what a `--device` option means.
+Result<Device> ResolveDevice(const std::string& option);
 
 /// Converts a kernel-layer status (kCuda errors become kIo).
 Status FromKernel(const KernelStatus& s);

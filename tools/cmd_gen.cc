@@ -71,9 +71,7 @@ int Run(const GenOptions& o) {
     t.key.seed = o.seed;
     t.key.x64 = o.x64;
   }
-  auto dev = ParseDevice(o.device);
-  if (!dev.ok()) return Fail(dev.status());
-  auto device = ResolveDevice(*dev);
+  auto device = ResolveDevice(o.device);
   if (!device.ok()) return Fail(device.status());
   ModelSpec m;
   m.tensors.push_back(t);

@@ -14,9 +14,7 @@ struct Options {
 };
 
 int Run(const Options& o) {
-  auto dev = ParseDevice(o.device);
-  if (!dev.ok()) return Fail(dev.status());
-  auto device = ResolveDevice(*dev);
+  auto device = ResolveDevice(o.device);
   if (!device.ok()) return Fail(device.status());
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return Fail(cat.status());
