@@ -1,5 +1,6 @@
 #include "io/open.h"
 
+#include "io/dist_store.h"
 #include "io/h5store.h"
 
 namespace seedstore {
@@ -10,6 +11,10 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
     SEEDSTORE_ASSIGN_OR_RETURN(ModelSpec spec, ModelSpec::Load(path));
     SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SpecCatalog> c, SpecCatalog::Create(spec, path));
     return std::unique_ptr<Catalog>(std::move(c));
+  }
+  if (IsDistributedSave(path)) {  // a distributed save's master (docs/FORMAT.md)
+    SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<DistCatalog> d, DistCatalog::Open(path));
+    return std::unique_ptr<Catalog>(std::move(d));
   }
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> s, H5Store::Open(path));
   return std::unique_ptr<Catalog>(std::move(s));

@@ -1,0 +1,844 @@
+#include "io/dist_store.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "io/atomic_file.h"
+
+namespace seedstore {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kIndexPath = "/distributed/index";
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool FileExists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+std::string DirOf(const std::string& p) {
+  const size_t s = p.rfind('/');
+  return s == std::string::npos ? "" : p.substr(0, s + 1);
+}
+std::string BaseOf(const std::string& p) {
+  const size_t s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// RAII for HDF5 ids.
+struct H {
+  hid_t id = -1;
+  herr_t (*close)(hid_t) = nullptr;
+  H(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  ~H() {
+    if (id >= 0 && close) close(id);
+  }
+  H(const H&) = delete;
+  H& operator=(const H&) = delete;
+};
+
+Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
+                 const std::vector<uint64_t>& stop) {
+  Region r;
+  r.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < r.rank; ++d) {
+    r.shape[d] = shape[d];
+    r.start[d] = start[d];
+    r.stop[d] = stop[d];
+  }
+  return r;
+}
+Region FlatRegion(const std::vector<uint64_t>& shape, uint64_t b, uint64_t e) {
+  Region r;
+  r.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < r.rank; ++d) r.shape[d] = shape[d];
+  r.flat = true;
+  r.begin = b;
+  r.end = e;
+  return r;
+}
+
+// Shape of the dense tensor that stores a piece in its rank file.
+std::vector<uint64_t> LocalShape(const Region& r) {
+  if (r.flat) return {r.end - r.begin};
+  std::vector<uint64_t> s;
+  for (int d = 0; d < r.rank; ++d) s.push_back(r.stop[d] - r.start[d]);
+  return s;
+}
+
+json RegionJson(const Region& r) {
+  if (r.flat) return json{{"flat", {r.begin, r.end}}};
+  json st = json::array(), sp = json::array();
+  for (int d = 0; d < r.rank; ++d) {
+    st.push_back(r.start[d]);
+    sp.push_back(r.stop[d]);
+  }
+  return json{{"start", st}, {"stop", sp}};
+}
+
+Result<Region> RegionFromJson(const json& j, const std::vector<uint64_t>& shape) {
+  if (j.contains("flat")) {
+    const uint64_t b = j["flat"].at(0), e = j["flat"].at(1);
+    uint64_t n = 1;
+    for (uint64_t s : shape) n *= s;
+    if (b > e || e > n) return Corrupt("bad flat range");
+    return FlatRegion(shape, b, e);
+  }
+  std::vector<uint64_t> st = j.at("start"), sp = j.at("stop");
+  if (st.size() != shape.size() || sp.size() != shape.size()) return Corrupt("bad box rank");
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (st[d] > sp[d] || sp[d] > shape[d]) return Corrupt("bad box bounds");
+  return BoxRegion(shape, st, sp);
+}
+
+// Copies a row-major box of extent `ext` (from `src`) into a row-major buffer of extent `dext`
+// at offset `off`.
+void ScatterBox(const unsigned char* src, const uint64_t* ext, unsigned char* dst,
+                const uint64_t* dext, const uint64_t* off, int rank, size_t es) {
+  if (rank == 0) {
+    std::memcpy(dst, src, es);
+    return;
+  }
+  uint64_t rows = 1;
+  for (int d = 0; d < rank - 1; ++d) rows *= ext[d];
+  const size_t row_bytes = ext[rank - 1] * es;
+  if (row_bytes == 0) return;
+  std::vector<uint64_t> idx(rank, 0);
+  for (uint64_t q = 0; q < rows; ++q) {
+    uint64_t o = 0;
+    for (int d = 0; d < rank; ++d) o = o * dext[d] + (off[d] + (d < rank - 1 ? idx[d] : 0));
+    std::memcpy(dst + o * es, src + q * row_bytes, row_bytes);
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++idx[d] < ext[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+Status DistError(const char* name, Code code, const std::string& path, int rank,
+                 const std::string& file, const std::string& msg) {
+  std::string m = std::string(name) + ": distributed save '" + path + "'";
+  if (rank >= 0) m += " rank " + std::to_string(rank) + " file '" + file + "'";
+  return Status(code, m + ": " + msg);
+}
+
+// Variable-length UTF-8 string attribute.
+void WriteStrAttr(hid_t obj, const char* name, const std::string& v) {
+  H type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.id, H5T_VARIABLE);
+  H5Tset_cset(type.id, H5T_CSET_UTF8);
+  H space(H5Screate(H5S_SCALAR), H5Sclose);
+  H a(H5Acreate2(obj, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const char* p = v.c_str();
+  H5Awrite(a.id, type.id, &p);
+}
+
+// ---- Writer lock ------------------------------------------------------------------------
+
+class WriterLock {
+ public:
+  Status Acquire(const std::string& path) {
+    lock_ = path + ".lock";
+    const int fd = ::open(lock_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      std::string holder;
+      if (FILE* f = std::fopen(lock_.c_str(), "r")) {
+        char buf[256] = {};
+        holder = std::string(buf, std::fread(buf, 1, sizeof buf - 1, f));
+        std::fclose(f);
+        while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      }
+      return IoError("writer-locked: '" + path + "' is being written by another writer (" +
+                     (holder.empty() ? std::string("lock file") : holder) + "; lock file '" +
+                     lock_ + "'); the second writer is refused. Remove the lock file only if "
+                     "that writer is dead");
+    }
+    char host[128] = {};
+    ::gethostname(host, sizeof host - 1);
+    const std::string who = "pid " + std::to_string(::getpid()) + " on " + host + "\n";
+    if (::write(fd, who.data(), who.size()) < 0) { /* informative only */ }
+    ::close(fd);
+    held_ = true;
+    return Status::Ok();
+  }
+  ~WriterLock() {
+    if (held_) ::unlink(lock_.c_str());
+  }
+
+ private:
+  std::string lock_;
+  bool held_ = false;
+};
+
+// Every rank learns whether any rank failed; the failing rank keeps its own message.
+Status Agree(Exchange& comm, const Status& mine, const char* what) {
+  uint64_t bad = mine.ok() ? 0 : 1;
+  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&bad, 1, what));
+  if (!mine.ok()) return mine;
+  if (bad) return Status(Code::kIo, std::string(what) + ": failed on another rank (see its message)");
+  return Status::Ok();
+}
+
+struct Plan {
+  // Per tensor: distinct non-empty shards (owner = replicas[0]); empty for lazy tensors.
+  std::vector<std::vector<Shard>> shards;
+};
+
+Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
+  Plan p;
+  for (const TensorRecord& t : src.tensors()) {
+    std::vector<Shard> keep;
+    if (!t.lazy) {
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> all, layout.DistinctShards(t.name, t.shape));
+      for (auto& s : all)
+        if (!s.empty()) keep.push_back(std::move(s));
+    }
+    p.shards.push_back(std::move(keep));
+  }
+  return p;
+}
+
+// Writes layout rank r's file.
+Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::string& file,
+                     const DistSaveOptions& o, uint64_t* bytes) {
+  uint64_t seed;
+  Generator gen;
+  RootSeedOf(src, &seed, &gen);
+  SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(file, seed, gen, o.write));
+  const auto& ts = src.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    for (const Shard& s : plan.shards[i]) {
+      if (s.replicas[0] != r) continue;
+      const Region g = s.region;
+      const std::vector<uint64_t> shape = ts[i].shape;
+      BoxSource source = [&src, i, g, shape, &o](const Region& local, void* out) -> Status {
+        if (g.flat) {
+          return src.Read(i, FlatRegion(shape, g.begin + local.start[0], g.begin + local.stop[0]),
+                          out, CpuOptions{1});
+        }
+        Region glob = g;
+        for (int d = 0; d < g.rank; ++d) {
+          glob.start[d] = g.start[d] + local.start[d];
+          glob.stop[d] = g.start[d] + local.stop[d];
+        }
+        return src.Read(i, glob, out, CpuOptions{1});
+      };
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, LocalShape(g), ts[i].dtype, source));
+      *bytes += g.Count() * DTypeSize(ts[i].dtype);
+    }
+  }
+  return w->Commit();
+}
+
+// Adds the index and the virtual datasets to the (closed, committed) master file at `file`.
+Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
+                             const Layout& layout, uint32_t id, const std::string& path,
+                             const std::vector<Fingerprint>& fps) {
+  const auto& ts = src.tensors();
+  json tensors = json::array();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].lazy) {
+      tensors.push_back(json{{"name", ts[i].name}, {"kind", "lazy"}});
+      continue;
+    }
+    json pieces = json::array();
+    for (const Shard& s : plan.shards[i])
+      pieces.push_back(json{{"rank", s.replicas[0]}, {"region", RegionJson(s.region)}});
+    tensors.push_back(json{{"name", ts[i].name},
+                           {"kind", "dense"},
+                           {"shape", ts[i].shape},
+                           {"dtype", DTypeName(ts[i].dtype)},
+                           {"fingerprint", FingerprintHex(fps[i])},
+                           {"pieces", pieces}});
+  }
+  json files = json::array();
+  for (int r = 0; r < layout.world_size(); ++r) files.push_back(BaseOf(RankFileName(path, id, r)));
+  char idhex[16];
+  std::snprintf(idhex, sizeof idhex, "%08x", id);
+  const json index = {{"format", "seedstore-distributed"}, {"version", 1},   {"save_id", idhex},
+                      {"world", layout.world_size()},      {"layout", layout.ToJson()},
+                      {"rank_files", files},               {"tensors", tensors}};
+  const std::string text = index.dump();
+
+  H fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.id, H5F_LIBVER_V110, H5F_LIBVER_LATEST);
+  H f(H5Fopen(file.c_str(), H5F_ACC_RDWR, fapl.id), H5Fclose);
+  if (f.id < 0) return IoError("cannot reopen master '" + file + "' to add its index");
+  {
+    H g(H5Gcreate2(f.id, "/distributed", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    hsize_t n = text.size();
+    H space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    H d(H5Dcreate2(f.id, kIndexPath, H5T_STD_U8LE, space.id, H5P_DEFAULT, H5P_DEFAULT,
+                   H5P_DEFAULT),
+        H5Dclose);
+    if (g.id < 0 || d.id < 0) return IoError("cannot create " + std::string(kIndexPath));
+    if (H5Dwrite(d.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+      return IoError("cannot write " + std::string(kIndexPath));
+    const uint64_t h = XXH3_64bits(text.data(), text.size());
+    H as(H5Screate(H5S_SCALAR), H5Sclose);
+    H a(H5Acreate2(d.id, "seedstore.xxh3", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
+        H5Aclose);
+    H5Awrite(a.id, H5T_NATIVE_UINT64, &h);
+  }
+  // Virtual datasets: /tensors/<escaped> of each dense tensor with at least one element and
+  // rank >= 1. A flat piece maps one innermost run at a time (at most kMaxFlatRuns mappings
+  // per tensor; beyond that the tensor gets no virtual dataset, see docs/FORMAT.md).
+  constexpr uint64_t kMaxFlatRuns = 65536;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const TensorRecord& t = ts[i];
+    if (t.lazy || t.shape.empty() || t.NumElements() == 0) continue;
+    const int rank = static_cast<int>(t.shape.size());
+    const std::string esc = EscapeH5Name(t.name);
+    const std::string dset = "/tensors/" + esc;
+    // File type: the one the rank file holding the first piece uses.
+    const int r0 = plan.shards[i].at(0).replicas[0];
+    const std::string f0 = RankFileName(path, id, r0);
+    H rf(H5Fopen(f0.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    H rd(rf.id >= 0 ? H5Dopen2(rf.id, dset.c_str(), H5P_DEFAULT) : -1, H5Dclose);
+    if (rd.id < 0) return IoError("cannot open '" + f0 + "' " + dset + " for its type");
+    H ftype(H5Dget_type(rd.id), H5Tclose);
+    H dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());
+    uint64_t flat_runs = 0;
+    for (const Shard& s : plan.shards[i]) {
+      if (s.region.flat) flat_runs += (s.region.end - s.region.begin) / t.shape.back() + 2;
+    }
+    if (flat_runs > kMaxFlatRuns) continue;
+    bool failed = false;
+    for (const Shard& s : plan.shards[i]) {
+      const std::string src_file = BaseOf(RankFileName(path, id, s.replicas[0]));
+      const Region& g = s.region;
+      if (!g.flat) {
+        std::vector<hsize_t> st(rank), cnt(rank);
+        for (int d = 0; d < rank; ++d) {
+          st[d] = g.start[d];
+          cnt[d] = g.stop[d] - g.start[d];
+        }
+        H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
+        H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
+        H ss(H5Screate_simple(rank, cnt.data(), nullptr), H5Sclose);
+        failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
+        continue;
+      }
+      // Flat piece: one mapping per innermost run [g0, g1) of the range.
+      const uint64_t inner = t.shape.back();
+      const hsize_t local_n = g.end - g.begin;
+      for (uint64_t g0 = g.begin; g0 < g.end;) {
+        const uint64_t g1 = std::min(g.end, (g0 / inner + 1) * inner);
+        std::vector<hsize_t> st(rank), cnt(rank, 1);
+        uint64_t q = g0;
+        for (int d = rank - 1; d >= 0; --d) {
+          st[d] = q % t.shape[d];
+          q /= t.shape[d];
+        }
+        cnt[rank - 1] = g1 - g0;
+        H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
+        H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
+        H ss(H5Screate_simple(1, &local_n, nullptr), H5Sclose);
+        const hsize_t ls = g0 - g.begin, lc = g1 - g0;
+        H5Sselect_hyperslab(ss.id, H5S_SELECT_SET, &ls, nullptr, &lc, nullptr);
+        failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
+        g0 = g1;
+      }
+    }
+    if (failed) return IoError("cannot map the pieces of '" + t.name + "' (H5Pset_virtual)");
+    H space(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
+    H d(H5Dcreate2(f.id, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
+        H5Dclose);
+    if (d.id < 0) return IoError("cannot create the virtual dataset of '" + t.name + "'");
+    WriteStrAttr(d.id, "seedstore.name", t.name);
+    WriteStrAttr(d.id, "seedstore.dtype", DTypeName(t.dtype));
+    hsize_t two = 2;
+    H as(H5Screate_simple(1, &two, nullptr), H5Sclose);
+    H a(H5Acreate2(d.id, "seedstore.fingerprint", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
+        H5Aclose);
+    const uint64_t lanes[2] = {fps[i].lane0, fps[i].lane1};
+    H5Awrite(a.id, H5T_NATIVE_UINT64, lanes);
+  }
+  return H5Fflush(f.id, H5F_SCOPE_GLOBAL) < 0 ? IoError("cannot flush master '" + file + "'")
+                                              : Status::Ok();
+}
+
+}  // namespace
+
+std::string RankFileName(const std::string& path, uint32_t id, int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ".%08x.rank%d.h5", id, rank);
+  return path + buf;
+}
+
+bool IsDistributedSave(const std::string& path) {
+  if (!LooksLikeHdf5(path)) return false;
+  H5E_auto2_t fn;
+  void* data;
+  H5Eget_auto2(H5E_DEFAULT, &fn, &data);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  bool yes = false;
+  {
+    H f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (f.id >= 0) yes = H5Lexists(f.id, "/distributed", H5P_DEFAULT) > 0 &&
+                         H5Lexists(f.id, kIndexPath, H5P_DEFAULT) > 0;
+  }
+  H5Eset_auto2(H5E_DEFAULT, fn, data);
+  return yes;
+}
+
+void RootSeedOf(const Catalog& c, uint64_t* seed, Generator* generator) {
+  *seed = 0;
+  *generator = Generator::kThreefry;
+  if (auto* s = dynamic_cast<const SpecCatalog*>(&c)) {
+    *seed = s->spec().seed;
+    *generator = s->spec().generator;
+  } else if (auto* h = dynamic_cast<const H5Store*>(&c)) {
+    *seed = h->root_seed();
+    *generator = h->generator();
+  } else if (auto* d = dynamic_cast<const DistCatalog*>(&c)) {
+    *seed = d->root_seed();
+    *generator = d->generator();
+  }
+}
+
+// ---- Reader -----------------------------------------------------------------------------
+
+DistCatalog::~DistCatalog() = default;
+
+Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) {
+  std::unique_ptr<DistCatalog> c(new DistCatalog());
+  c->path_ = path;
+  SEEDSTORE_ASSIGN_OR_RETURN(c->master_, H5Store::Open(path));
+  auto bad = [&](const std::string& m) {
+    return DistError("bad-index", Code::kCorrupt, path, -1, "", std::string(kIndexPath) + ": " + m);
+  };
+  std::string text;
+  {
+    H d(H5Dopen2(c->master_->h5_file(), kIndexPath, H5P_DEFAULT), H5Dclose);
+    if (d.id < 0) return bad("missing");
+    H space(H5Dget_space(d.id), H5Sclose);
+    const hssize_t n = H5Sget_simple_extent_npoints(space.id);
+    if (n < 0) return bad("unreadable");
+    text.resize(n);
+    if (H5Dread(d.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+      return bad("unreadable");
+    uint64_t h = 0;
+    H a(H5Aopen(d.id, "seedstore.xxh3", H5P_DEFAULT), H5Aclose);
+    if (a.id < 0 || H5Aread(a.id, H5T_NATIVE_UINT64, &h) < 0) return bad("no seedstore.xxh3");
+    if (h != XXH3_64bits(text.data(), text.size())) return bad("checksum mismatch");
+  }
+  try {
+    const json j = json::parse(text);
+    if (j.at("format") != "seedstore-distributed" || j.at("version") != 1)
+      return bad("not a version 1 distributed index");
+    SEEDSTORE_ASSIGN_OR_RETURN(c->layout_, Layout::FromJson(j.at("layout")));
+    const std::string dir = DirOf(path);
+    for (const auto& f : j.at("rank_files")) {
+      const std::string name = f.get<std::string>();
+      if (name.find('/') != std::string::npos) return bad("rank file with a '/'");
+      c->rank_files_.push_back(dir + name);
+    }
+    if (static_cast<int>(c->rank_files_.size()) != j.at("world").get<int>() ||
+        c->layout_.world_size() != c->world())
+      return bad("world size differs from the rank files / layout");
+    c->rank_stores_.resize(c->rank_files_.size());
+    for (const auto& t : j.at("tensors")) {
+      const std::string name = t.at("name");
+      if (t.at("kind") == "lazy") {
+        const int k = c->master_->Find(name);
+        if (k < 0) return bad("lazy tensor '" + name + "' is not in the master store");
+        c->records_.push_back(c->master_->tensors()[k]);
+        c->pieces_.emplace_back();
+        continue;
+      }
+      TensorRecord rec;
+      rec.name = name;
+      rec.shape = t.at("shape").get<std::vector<uint64_t>>();
+      SEEDSTORE_ASSIGN_OR_RETURN(rec.dtype, ParseDType(t.at("dtype").get<std::string>()));
+      SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint fp,
+                                 ParseFingerprintHex(t.at("fingerprint").get<std::string>()));
+      rec.fingerprint = fp;
+      std::vector<Piece> ps;
+      uint64_t covered = 0;
+      for (const auto& p : t.at("pieces")) {
+        Piece piece;
+        piece.rank = p.at("rank");
+        if (piece.rank < 0 || piece.rank >= c->world()) return bad("piece rank out of range");
+        auto reg = RegionFromJson(p.at("region"), rec.shape);
+        if (!reg.ok()) return bad("tensor '" + name + "': " + reg.status().message());
+        piece.region = *reg;
+        covered += piece.region.Count();
+        ps.push_back(piece);
+      }
+      if (covered != rec.NumElements()) return bad("pieces of '" + name + "' do not cover it");
+      c->records_.push_back(std::move(rec));
+      c->pieces_.push_back(std::move(ps));
+    }
+  } catch (const std::exception& e) {
+    return bad(e.what());
+  }
+  for (int r = 0; r < c->world(); ++r)
+    if (!FileExists(c->rank_files_[r]))
+      return DistError("rank-file-missing", Code::kNotFound, path, r, c->rank_files_[r],
+                       "the file does not exist");
+  return c;
+}
+
+Result<const H5Store*> DistCatalog::RankStore(int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rank_stores_[rank]) return rank_stores_[rank].get();
+  const std::string& f = rank_files_[rank];
+  if (!FileExists(f))
+    return DistError("rank-file-missing", Code::kNotFound, path_, rank, f, "the file does not exist");
+  auto s = H5Store::Open(f);
+  if (!s.ok())
+    return DistError("rank-file-corrupt", s.status().code(), path_, rank, f, s.status().message());
+  // Every piece this rank holds must be there with its local shape and dtype.
+  for (size_t i = 0; i < records_.size(); ++i)
+    for (const Piece& p : pieces_[i]) {
+      if (p.rank != rank) continue;
+      const int k = (*s)->Find(records_[i].name);
+      if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
+          (*s)->tensors()[k].shape != LocalShape(p.region))
+        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                         "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region) +
+                             " is missing or has another shape or dtype");
+    }
+  rank_stores_[rank] = std::move(*s);
+  return rank_stores_[rank].get();
+}
+
+Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const {
+  const TensorRecord& t = records_[i];
+  const size_t es = DTypeSize(t.dtype);
+  const int rank = box.rank;
+  if (box.Count() == 0) return Status::Ok();
+  for (const Piece& p : pieces_[i]) {
+    const Region& g = p.region;
+    std::vector<unsigned char> tmp;
+    auto read_local = [&](const Region& local, void* dst) -> Status {
+      SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank));
+      const int k = s->Find(t.name);
+      Status st = s->Read(k, local, dst, o);
+      if (!st.ok())
+        return DistError("rank-file-corrupt", st.code(), path_, p.rank, rank_files_[p.rank],
+                         st.message());
+      return Status::Ok();
+    };
+    if (!g.flat) {
+      uint64_t lo[kMaxRank], hi[kMaxRank];
+      bool empty = false;
+      for (int d = 0; d < rank; ++d) {
+        lo[d] = std::max(box.start[d], g.start[d]);
+        hi[d] = std::min(box.stop[d], g.stop[d]);
+        if (hi[d] <= lo[d]) empty = true;
+      }
+      if (empty) continue;
+      const std::vector<uint64_t> lshape = LocalShape(g);
+      std::vector<uint64_t> ls(rank), lp(rank);
+      uint64_t ext[kMaxRank], dext[kMaxRank], off[kMaxRank];
+      bool whole = true;
+      for (int d = 0; d < rank; ++d) {
+        ls[d] = lo[d] - g.start[d];
+        lp[d] = hi[d] - g.start[d];
+        ext[d] = hi[d] - lo[d];
+        dext[d] = box.stop[d] - box.start[d];
+        off[d] = lo[d] - box.start[d];
+        whole &= ext[d] == dext[d];
+      }
+      const Region local = BoxRegion(lshape, ls, lp);
+      if (whole) {
+        SEEDSTORE_RETURN_IF_ERROR(read_local(local, out));
+        continue;
+      }
+      tmp.resize(local.Count() * es);
+      SEEDSTORE_RETURN_IF_ERROR(read_local(local, tmp.data()));
+      ScatterBox(tmp.data(), ext, out, dext, off, rank, es);
+      continue;
+    }
+    // Flat piece [b, e): read the span of it the box touches once, then copy run by run.
+    const uint64_t L = box.RunLength(), runs = box.Count() / L;
+    const uint64_t first = box.RunBase(0), last = box.RunBase(runs - 1) + L;
+    const uint64_t s0 = std::max(first, g.begin), s1 = std::min(last, g.end);
+    if (s1 <= s0) continue;
+    tmp.resize((s1 - s0) * es);
+    SEEDSTORE_RETURN_IF_ERROR(
+        read_local(BoxRegion({g.end - g.begin}, {s0 - g.begin}, {s1 - g.begin}), tmp.data()));
+    for (uint64_t q = 0; q < runs; ++q) {
+      const uint64_t a = box.RunBase(q), b = a + L;
+      const uint64_t x0 = std::max(a, s0), x1 = std::min(b, s1);
+      if (x1 <= x0) continue;
+      std::memcpy(out + (q * L + (x0 - a)) * es, tmp.data() + (x0 - s0) * es, (x1 - x0) * es);
+    }
+  }
+  return Status::Ok();
+}
+
+Status DistCatalog::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
+  const TensorRecord& t = records_.at(i);
+  if (t.lazy) return t.lazy->Materialize(r, out, o);
+  auto* dst = static_cast<unsigned char*>(out);
+  if (!r.flat) return ReadBox(i, r, dst, o);
+  const size_t es = DTypeSize(t.dtype);
+  for (const Region& b : FlatRangeToBoxes(t.shape, r.begin, r.end)) {
+    SEEDSTORE_RETURN_IF_ERROR(ReadBox(i, b, dst, o));
+    dst += b.Count() * es;
+  }
+  return Status::Ok();
+}
+
+// ---- Reshard ----------------------------------------------------------------------------
+
+bool ReshardReport::ok() const {
+  for (const auto& r : rows)
+    if (!r.ok()) return false;
+  return true;
+}
+
+std::string ReshardReport::Table() const {
+  std::string s;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-40s %-5s %6s %12s %-8s %-32s %s\n", "tensor", "kind",
+                "pieces", "bytes", "source", "fingerprint (source)", "proof");
+  s += line;
+  size_t bad = 0;
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof line, "%-40s %-5s %6zu %12llu %-8s %-32s %s\n", r.name.c_str(),
+                  r.lazy ? "lazy" : "dense", r.pieces, static_cast<unsigned long long>(r.bytes),
+                  r.source_ref.c_str(), FingerprintHex(r.source).c_str(),
+                  r.ok() ? "ok" : ("MISMATCH (output " + FingerprintHex(r.output) + ")").c_str());
+    s += line;
+    bad += !r.ok();
+  }
+  std::snprintf(line, sizeof line,
+                "%zu tensors: %zu proven equal to the source, %zu mismatch(es); %llu bytes "
+                "written in %.3f s, proof %.3f s\n",
+                rows.size(), rows.size() - bad, bad, static_cast<unsigned long long>(bytes),
+                write_s, prove_s);
+  s += line;
+  return s;
+}
+
+Status ReshardReport::ToStatus() const {
+  std::string names;
+  size_t n = 0;
+  for (const auto& r : rows)
+    if (!r.ok() && n++ < 3) names += (names.empty() ? "'" : ", '") + r.name + "'";
+  if (n == 0) return Status::Ok();
+  return Mismatch("reshard: " + std::to_string(n) + " tensor(s) of '" + path +
+                  "' differ from the source: " + names);
+}
+
+Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
+                              const std::string& path, const DistSaveOptions& o) {
+  const double t0 = Now();
+  const int me = comm.rank(), np = comm.size();
+  const auto& ts = src.tensors();
+  const size_t n = ts.size();
+  ReshardReport rep;
+  rep.path = path;
+  rep.world = o.consolidate ? 1 : layout.world_size();
+  rep.writers = np;
+  rep.consolidated = o.consolidate;
+  uint64_t seed;
+  Generator gen;
+  RootSeedOf(src, &seed, &gen);
+
+  WriterLock lock;
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, me == 0 ? lock.Acquire(path) : Status::Ok(), "lock"));
+
+  Plan plan;
+  if (!o.consolidate) {
+    auto p = MakePlan(src, layout);
+    SEEDSTORE_RETURN_IF_ERROR(Agree(comm, p.status(), "plan"));
+    plan = std::move(*p);
+  } else {
+    plan.shards.resize(n);
+  }
+  // Save id: rank 0 draws it, the sum spreads it.
+  uint64_t id64 = 0;
+  if (me == 0) id64 = std::random_device{}() ^ static_cast<uint32_t>(::getpid() * 2654435761u);
+  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&id64, 1, "save id"));
+  const uint32_t id = static_cast<uint32_t>(id64);
+
+  // Source fingerprints: recorded, or computed piece by piece by the owning process.
+  std::vector<uint64_t> sfp(2 * n, 0);
+  Status st;
+  for (size_t i = 0; i < n && st.ok(); ++i) {
+    if (ts[i].fingerprint) {
+      if (me == 0) {
+        sfp[2 * i] = ts[i].fingerprint->lane0;
+        sfp[2 * i + 1] = ts[i].fingerprint->lane1;
+      }
+      continue;
+    }
+    std::vector<Region> mine;
+    if (ts[i].lazy || o.consolidate) {
+      if (me == static_cast<int>(i % np)) mine.push_back(WholeTensor(ts[i].shape));
+    } else {
+      for (const Shard& s : plan.shards[i])
+        if (s.replicas[0] % np == me) mine.push_back(s.region);
+    }
+    for (const Region& r : mine) {
+      auto f = src.FingerprintRegion(i, r, o.cpu);
+      if (!f.ok()) {
+        st = f.status();
+        break;
+      }
+      sfp[2 * i] += f->lane0;
+      sfp[2 * i + 1] += f->lane1;
+    }
+  }
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "source fingerprints"));
+  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(sfp.data(), sfp.size(), "source fingerprints"));
+  std::vector<Fingerprint> src_fp(n);
+  for (size_t i = 0; i < n; ++i) src_fp[i] = Fingerprint{sfp[2 * i], sfp[2 * i + 1]};
+
+  // Old distributed save at `path` (its rank files go once the new master is in place).
+  std::vector<std::string> old_files;
+  if (me == 0 && !o.consolidate && IsDistributedSave(path)) {
+    if (auto old = DistCatalog::Open(path); old.ok()) old_files = (*old)->rank_files();
+  }
+
+  // Write.
+  uint64_t bytes = 0;
+  if (o.consolidate) {
+    if (me == 0) {
+      st = [&]() -> Status {
+        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, seed, gen, o.write));
+        const auto* store = dynamic_cast<const H5Store*>(&src);
+        for (size_t i = 0; i < n; ++i) {
+          if (ts[i].lazy) {
+            SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
+          } else if (store) {
+            SEEDSTORE_RETURN_IF_ERROR(w->CopyFrom(*store, i));
+            bytes += ts[i].NumBytes();
+          } else {
+            BoxSource source = [&src, i](const Region& b, void* out) {
+              return src.Read(i, b, out, CpuOptions{1});
+            };
+            SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, ts[i].shape, ts[i].dtype, source));
+            bytes += ts[i].NumBytes();
+          }
+        }
+        return w->Commit();
+      }();
+    }
+  } else {
+    for (int r = me; r < layout.world_size() && st.ok(); r += np)
+      st = WriteRankFile(src, plan, r, RankFileName(path, id, r), o, &bytes);
+    SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write rank files"));
+    if (me == 0) {
+      st = [&]() -> Status {
+        SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path));
+        SEEDSTORE_RETURN_IF_ERROR(af.CloseFd());
+        {
+          SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(af.temp_path(), seed, gen, o.write));
+          for (size_t i = 0; i < n; ++i)
+            if (ts[i].lazy)
+              SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
+          SEEDSTORE_RETURN_IF_ERROR(w->Commit());
+        }
+        SEEDSTORE_RETURN_IF_ERROR(
+            AddDistributedObjects(af.temp_path(), src, plan, layout, id, path, src_fp));
+        return af.Commit();
+      }();
+      if (st.ok()) {
+        std::vector<std::string> keep;
+        for (int r = 0; r < layout.world_size(); ++r) keep.push_back(RankFileName(path, id, r));
+        for (const auto& f : old_files)
+          if (std::find(keep.begin(), keep.end(), f) == keep.end()) ::unlink(f.c_str());
+      }
+    }
+  }
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write master"));
+  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&bytes, 1, "bytes"));
+  rep.bytes = bytes;
+  const double t1 = Now();
+  rep.write_s = t1 - t0;
+
+  // Prove: read back what was written, fingerprint each distinct piece once (its writer does),
+  // sum over processes.
+  std::vector<uint64_t> ofp(2 * n, 0);
+  std::unique_ptr<Catalog> out;
+  if (o.consolidate) {
+    auto s = H5Store::Open(path);
+    st = s.status();
+    if (s.ok()) out = std::move(*s);
+  } else {
+    auto s = DistCatalog::Open(path);
+    st = s.status();
+    if (s.ok()) out = std::move(*s);
+  }
+  if (st.ok() && out->tensors().size() != n) st = Corrupt("reshard: output has another tensor count");
+  for (size_t i = 0; i < n && st.ok(); ++i) {
+    const TensorRecord& t = out->tensors()[i];
+    if (t.name != ts[i].name || t.shape != ts[i].shape || t.dtype != ts[i].dtype) {
+      st = Corrupt("reshard: output tensor " + std::to_string(i) + " is '" + t.name +
+                   "', not the source's '" + ts[i].name + "' with its shape and dtype");
+      break;
+    }
+    std::vector<Region> mine;
+    if (t.lazy) {
+      // No data moved: the record's fingerprint stands for it, checked against the spec
+      // (same spec, same resolved key).
+      if (me == 0) {
+        const bool same = ts[i].lazy && t.lazy->key == ts[i].lazy->key &&
+                          TensorSpecToJson(t.lazy->spec) == TensorSpecToJson(ts[i].lazy->spec);
+        Fingerprint f = t.fingerprint.value_or(Fingerprint{});
+        if (!same) f.lane0 ^= 1;  // forces a mismatch
+        ofp[2 * i] = f.lane0;
+        ofp[2 * i + 1] = f.lane1;
+      }
+      continue;
+    }
+    if (o.consolidate) {
+      if (me == static_cast<int>(i % np)) mine.push_back(WholeTensor(t.shape));
+    } else {
+      for (const Shard& s : plan.shards[i])
+        if (s.replicas[0] % np == me) mine.push_back(s.region);
+    }
+    for (const Region& r : mine) {
+      auto f = out->FingerprintRegion(i, r, o.cpu);
+      if (!f.ok()) {
+        st = f.status();
+        break;
+      }
+      ofp[2 * i] += f->lane0;
+      ofp[2 * i + 1] += f->lane1;
+    }
+  }
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "prove"));
+  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(ofp.data(), ofp.size(), "prove"));
+  for (size_t i = 0; i < n; ++i) {
+    ReshardRow row;
+    row.name = ts[i].name;
+    row.lazy = ts[i].lazy.has_value();
+    if (!row.lazy) {
+      row.pieces = o.consolidate ? 1 : plan.shards[i].size();
+      row.bytes = ts[i].NumBytes();
+    }
+    row.source_ref = ts[i].fingerprint ? "recorded" : "computed";
+    row.source = src_fp[i];
+    row.output = Fingerprint{ofp[2 * i], ofp[2 * i + 1]};
+    rep.rows.push_back(std::move(row));
+  }
+  SEEDSTORE_RETURN_IF_ERROR(comm.Barrier("reshard done"));
+  rep.prove_s = Now() - t1;
+  rep.total_s = Now() - t0;
+  return rep;
+}
+
+}  // namespace seedstore

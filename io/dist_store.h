@@ -1,0 +1,127 @@
+// Distributed saves (issue 5, items 5-7): one ordinary seedstore store per rank holding that
+// rank's distinct shards of the dense tensors, plus a master store that keeps the lazy tensors
+// as lazy records, an index of every dense tensor's pieces, and one HDF5 virtual dataset per
+// dense tensor stitching the pieces so any HDF5 reader (h5py included) sees the global tensor.
+// Normative description: docs/FORMAT.md, "Distributed saves". Summary, for a save at P:
+//
+//   P                     master: an ordinary store (lazy tensors) + /distributed/index (JSON)
+//                         + /tensors/<escaped> virtual datasets of the dense tensors
+//   P.<id>.rank<r>.h5     rank r's file: ordinary store; its distinct shard of each dense
+//                         tensor as a dense tensor of the same name and the shard's local shape
+//   P.lock                present only while a writer is saving to P (O_EXCL)
+//
+// <id> is 8 hex digits, new for every save, so writing a save never touches the files of the
+// save it replaces until the new master has been renamed over P; then the old rank files are
+// removed. Every file is written atomically (io/atomic_file.h).
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "io/h5store.h"
+#include "store/catalog.h"
+#include "store/layout.h"
+#include "store/verify.h"
+
+namespace seedstore {
+
+/// Whether `path` is an HDF5 file holding a distributed-save master (/distributed/index).
+bool IsDistributedSave(const std::string& path);
+
+/// The root seed and default generator of a catalog (spec, store or distributed save); 0 and
+/// threefry for other catalogs.
+void RootSeedOf(const Catalog& c, uint64_t* seed, Generator* generator);
+
+/// A distributed save opened for reading. Lazy tensors come from the master; a dense tensor's
+/// Read opens (once, lazily) and reads only the rank files whose pieces intersect the region,
+/// through H5Store, so every chunk read is checksum-verified.
+///
+/// Errors (named, message "<name>: distributed save '<P>' rank R file '<F>': ..."):
+///   rank-file-missing (kNotFound) at Open when a rank file the index names does not exist;
+///   rank-file-corrupt (the inner error's code) when a rank file fails to open, lacks a piece
+///   or holds it with another shape or dtype, or a chunk fails its checksum;
+///   bad-index (kCorrupt) for a malformed or tampered /distributed/index.
+class DistCatalog : public Catalog {
+ public:
+  struct Piece {
+    int rank = 0;
+    Region region;  // global indices (box or flat range)
+  };
+  static Result<std::unique_ptr<DistCatalog>> Open(const std::string& path);
+  ~DistCatalog() override;
+
+  const std::vector<TensorRecord>& tensors() const override { return records_; }
+  std::string origin() const override { return path_; }
+  Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
+
+  /// The non-empty pieces of dense tensor i (empty for lazy tensors).
+  const std::vector<Piece>& pieces(size_t i) const { return pieces_.at(i); }
+  int world() const { return static_cast<int>(rank_files_.size()); }
+  const std::vector<std::string>& rank_files() const { return rank_files_; }  // full paths
+  const Layout& layout() const { return layout_; }
+  uint64_t root_seed() const { return master_->root_seed(); }
+  Generator generator() const { return master_->generator(); }
+
+ private:
+  DistCatalog() = default;
+  Result<const H5Store*> RankStore(int rank) const;
+  Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
+  std::string path_;
+  std::unique_ptr<H5Store> master_;
+  Layout layout_;
+  std::vector<TensorRecord> records_;
+  std::vector<std::vector<Piece>> pieces_;
+  std::vector<std::string> rank_files_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<H5Store>> rank_stores_;
+};
+
+struct DistSaveOptions {
+  WriteOptions write;
+  CpuOptions cpu;
+  /// Consolidate: write one ordinary store at the path instead of a distributed save.
+  bool consolidate = false;
+};
+
+/// One row of the proof: the output tensor's fingerprint, read back from what was written,
+/// against the source's.
+struct ReshardRow {
+  std::string name;
+  bool lazy = false;
+  size_t pieces = 0;            // non-empty distinct pieces written (0 for lazy)
+  uint64_t bytes = 0;           // data bytes written (0 for lazy)
+  std::string source_ref;       // "recorded" or "computed"
+  Fingerprint source, output;
+  bool ok() const { return source == output; }
+};
+
+struct ReshardReport {
+  std::string path;
+  int world = 1;           // output layout's ranks (1 when consolidated)
+  int writers = 1;         // processes that wrote
+  bool consolidated = false;
+  std::vector<ReshardRow> rows;
+  uint64_t bytes = 0;      // data bytes written (dense, uncompressed)
+  double write_s = 0, prove_s = 0, total_s = 0;
+  bool ok() const;
+  /// One row per tensor, then a summary line.
+  std::string Table() const;
+  /// OK, or kMismatch naming the first tensors whose fingerprints differ.
+  Status ToStatus() const;
+};
+
+/// Writes `src` to `path` under `layout` as a distributed save (or one store when
+/// o.consolidate), then proves every tensor: the sum of the fingerprints of its distinct
+/// pieces, read back from `path`, must equal the source's recorded (or computed) fingerprint.
+/// `comm`'s ranks split the layout's ranks among them (layout rank r is written by process
+/// r % comm.size()); every process gets the same report. Rank 0 takes the writer lock
+/// "<path>.lock" (O_EXCL) first: a second writer is refused with "writer-locked" (kIo).
+/// A fingerprint mismatch is not an error here: inspect the report (ToStatus()).
+Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
+                              const std::string& path, const DistSaveOptions& o = {});
+
+/// Rank r's file name of a save at `path` with save id `id`.
+std::string RankFileName(const std::string& path, uint32_t id, int rank);
+
+}  // namespace seedstore

@@ -1,0 +1,111 @@
+// seedstore reshard: any catalog (spec, store, distributed save) -> a distributed save under a
+// new layout (or one store with --consolidate), with every tensor's fingerprint proven equal
+// to the source's. Alone it writes every rank's file; under mpirun each process writes its
+// ranks' files in parallel and rank 0 writes the master after a barrier.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "io/collective.h"
+#include "io/dist_store.h"
+#include "io/open.h"
+#include "tools/cli.h"
+
+namespace seedstore::cli {
+namespace {
+
+struct ReshardOptions {
+  std::string source, layout, output, backend = "auto";
+  bool consolidate = false, json = false, quiet = false;
+  double timeout = 600;
+  int threads = 0, zstd_level = 1;
+};
+
+int Run(const ReshardOptions& o) {
+  auto comm = OpenCollective(o.backend, CollectiveOptions{o.timeout});
+  if (!comm.ok()) return Fail(comm.status());
+  Collective& c = **comm;
+  const int me = c.rank();
+  auto finish = [&](const Status& st) -> int {
+    if (st.ok()) return 0;
+    // Every rank fails alike; rank 0 (or the rank that saw the cause) prints it.
+    if (me == 0 || st.message().find("another rank") == std::string::npos) Fail(st);
+    if (st.code() == Code::kIo && st.message().rfind("writer-locked", 0) != 0 &&
+        st.message().find("another rank") == std::string::npos && c.size() > 1)
+      c.Abort(ExitCode(st));
+    return ExitCode(st);
+  };
+  Layout layout;
+  if (!o.layout.empty()) {
+    auto l = Layout::Load(o.layout);
+    if (!l.ok()) return finish(l.status());
+    layout = *l;
+  } else if (!o.consolidate) {
+    return finish(InvalidArgument("--layout is required unless --consolidate"));
+  }
+  auto cat = OpenCatalog(o.source);
+  if (!cat.ok()) return finish(cat.status());
+  DistSaveOptions so;
+  so.consolidate = o.consolidate;
+  so.cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();
+  so.write.threads = so.cpu.threads;
+  so.write.zstd_level = o.zstd_level;
+  auto rep = Reshard(c, **cat, layout, o.output, so);
+  if (!rep.ok()) return finish(rep.status());
+  if (me == 0) {
+    if (o.json) {
+      nlohmann::json j;
+      j["source"] = o.source;
+      j["output"] = o.output;
+      j["world"] = rep->world;
+      j["writers"] = rep->writers;
+      j["consolidated"] = rep->consolidated;
+      j["ok"] = rep->ok();
+      j["bytes"] = rep->bytes;
+      j["write_s"] = rep->write_s;
+      j["prove_s"] = rep->prove_s;
+      j["total_s"] = rep->total_s;
+      j["tensors"] = nlohmann::json::array();
+      for (const auto& r : rep->rows)
+        j["tensors"].push_back({{"name", r.name},
+                                {"kind", r.lazy ? "lazy" : "dense"},
+                                {"pieces", r.pieces},
+                                {"source_ref", r.source_ref},
+                                {"source", FingerprintHex(r.source)},
+                                {"output", FingerprintHex(r.output)},
+                                {"ok", r.ok()}});
+      std::printf("%s\n", j.dump(2).c_str());
+    } else if (!o.quiet) {
+      std::printf("reshard: %s -> %s (%s, %d writer process(es), %s)\n\n", o.source.c_str(),
+                  o.output.c_str(),
+                  o.consolidate ? "one store" : (std::to_string(rep->world) + " ranks").c_str(),
+                  rep->writers, c.backend());
+      std::printf("%s", rep->Table().c_str());
+    }
+    std::fflush(stdout);
+  }
+  const Status verdict = rep->ToStatus();
+  if (!verdict.ok() && me == 0) Fail(verdict);
+  return ExitCode(verdict);
+}
+
+Register reg({"reshard",
+              "Rewrite a spec, store or distributed save under a new layout (or into one "
+              "store), proving every tensor's fingerprint",
+              [](CLI::App& app) {
+  auto o = std::make_shared<ReshardOptions>();
+  app.add_option("source", o->source, "Spec (.json), store, or distributed save")->required();
+  app.add_option("--layout", o->layout, "Output layout JSON (mesh + placements)");
+  app.add_option("-o,--output", o->output, "Output path (the master file)")->required();
+  app.add_flag("--consolidate", o->consolidate, "Write one ordinary store instead");
+  app.add_flag("--json", o->json, "Print the proof as JSON (rank 0)");
+  app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
+  app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi or self")
+      ->check(CLI::IsMember({"auto", "mpi", "self"}));
+  app.add_option("--timeout", o->timeout, "Seconds a rank waits for the others at each step");
+  app.add_option("--threads", o->threads, "CPU threads per rank (0 = cores / ranks per node)");
+  app.add_option("--zstd-level", o->zstd_level, "zstd level of written chunks");
+  return [o] { return Run(*o); };
+}});
+
+}  // namespace
+}  // namespace seedstore::cli
