@@ -1,0 +1,337 @@
+// Distributed saves and `seedstore reshard` (issue 5, items 5-7): N=4 -> M=2, M=3 (uneven) and
+// consolidated, bit-exact against the source for every tensor; under mpirun -np 2; h5py reads
+// the master's virtual datasets; a missing or corrupted rank file is named; a second writer is
+// refused and the existing save stays intact.
+#include <nlohmann/json.hpp>
+
+#include "io/dist_store.h"
+#include "io/h5store.h"
+#include "io/open.h"
+#include "store/spec.h"
+#include "tests/mpi/mpi_test_util.h"
+
+namespace seedstore {
+namespace {
+
+using mpitest::Mpirun;
+using mpitest::Proc;
+using mpitest::Shell;
+using mpitest::TempDir;
+using mpitest::Write;
+
+std::string Bin() {
+  const char* b = std::getenv("SEEDSTORE_BIN");
+  return b ? b : "";
+}
+
+#define NEED_BIN() \
+  if (Bin().empty()) GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)"
+
+// The small mpi-tier model plus a scalar and an uneven 3-d tensor; "bias" stays lazy.
+const char* kSpec = R"({"seedstore": 1, "seed": 7, "generator": "threefry",
+ "tensors": [
+   {"name": "embed", "shape": [64, 32], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.02}},
+   {"name": "layers.0.wq", "shape": [32, 32], "dtype": "float32", "init": {"dist": "normal"}},
+   {"name": "layers.0.w1", "shape": [33, 17], "dtype": "float32", "init": {"dist": "uniform"}},
+   {"name": "flat.norm", "shape": [37], "dtype": "float32", "init": {"dist": "truncated_normal"}},
+   {"name": "cube", "shape": [5, 7, 9], "dtype": "int32", "init": {"dist": "constant", "value": 3}},
+   {"name": "scale", "shape": [], "dtype": "float64", "init": {"dist": "normal"}},
+   {"name": "bias", "shape": [32], "dtype": "float16", "init": {"dist": "normal"}}]})";
+
+// 2-d mesh (data x tensor); flat and nested shardings; uneven splits when dp = 3.
+std::string LayoutFile(int dp, int tp) {
+  const std::string name = "rs_mesh" + std::to_string(dp) + "x" + std::to_string(tp) + ".json";
+  return Write(name, R"({"mesh": {"axes": ["data", "tensor"], "shape": [)" + std::to_string(dp) +
+                         ", " + std::to_string(tp) + R"J(]},
+ "placements": [
+   {"match": "embed", "spec": [["data", "tensor"], null]},
+   {"match": "layers.*.wq", "spec": [null, "tensor"]},
+   {"match": "layers.*.w1", "dtensor": ["Shard(1)", "Shard(0)"]},
+   {"match": "cube", "spec": ["tensor", null, "data"]},
+   {"match": "flat.*", "flat": ["data"]}]})J");
+}
+
+struct Fixture {
+  ModelSpec spec;
+  std::string source;  // dense store (bias lazy)
+  std::string d4;      // distributed save over 4 ranks
+};
+
+// Whole tensor bytes from the spec.
+std::vector<unsigned char> Expected(const ModelSpec& spec, const std::string& name) {
+  const TensorSpec& t = spec.tensors[spec.Find(name)];
+  auto lazy = LazyTensor::Resolve(t, spec.seed);
+  EXPECT_TRUE(lazy.ok());
+  std::vector<unsigned char> buf(lazy->RegionBytes(WholeTensor(t.shape)));
+  EXPECT_TRUE(lazy->Materialize(WholeTensor(t.shape), buf.data(), CpuOptions{1}).ok());
+  return buf;
+}
+
+const Fixture& Get() {
+  static Fixture f = [] {
+    Fixture x;
+    auto spec = ModelSpec::Parse(kSpec, "rs_spec");
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    x.spec = *spec;
+    x.source = TempDir() + "/rs_source.h5";
+    auto w = StoreWriter::Create(x.source, x.spec.seed, x.spec.generator);
+    EXPECT_TRUE(w.ok());
+    for (const TensorSpec& t : x.spec.tensors) {
+      auto lazy = LazyTensor::Resolve(t, x.spec.seed);
+      if (t.name == "bias") {
+        EXPECT_TRUE((*w)->AddLazy(t).ok());
+        continue;
+      }
+      LazyTensor l = *lazy;
+      Status st = (*w)->AddDense(t.name, t.shape, t.dtype, [l](const Region& b, void* out) {
+        return l.Materialize(b, out, CpuOptions{1});
+      });
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    }
+    EXPECT_TRUE((*w)->Commit().ok());
+    x.d4 = TempDir() + "/rs_d4.h5";
+    if (!Bin().empty()) {
+      Proc p = Shell(Bin() + " reshard " + x.source + " --layout " + LayoutFile(2, 2) + " -o " +
+                     x.d4 + " --threads 1 -q");
+      EXPECT_EQ(p.code, 0) << p.out << p.err;
+    }
+    return x;
+  }();
+  return f;
+}
+
+// Every tensor of the catalog at `path` equals the spec's, read back whole and by pieces.
+void ExpectSameAsSource(const std::string& path) {
+  const Fixture& f = Get();
+  auto cat = OpenCatalog(path);
+  ASSERT_TRUE(cat.ok()) << cat.status().ToString();
+  ASSERT_EQ((*cat)->tensors().size(), f.spec.tensors.size());
+  for (size_t i = 0; i < f.spec.tensors.size(); ++i) {
+    const TensorRecord& t = (*cat)->tensors()[i];
+    SCOPED_TRACE(path + " tensor " + t.name);
+    EXPECT_EQ(t.lazy.has_value(), t.name == "bias");  // lazy stays lazy, dense stays dense
+    const auto want = Expected(f.spec, t.name);
+    std::vector<unsigned char> got(want.size());
+    ASSERT_TRUE((*cat)->Read(i, WholeTensor(t.shape), got.data(), CpuOptions{1}).ok());
+    EXPECT_EQ(got, want);
+    // A box and a flat range that straddle pieces.
+    if (t.shape.size() >= 2) {
+      Region b = WholeTensor(t.shape);
+      b.start[0] = 1;
+      b.stop[0] = t.shape[0] - 1;
+      b.start[1] = 1;
+      std::vector<unsigned char> part(b.Count() * DTypeSize(t.dtype));
+      ASSERT_TRUE((*cat)->Read(i, b, part.data(), CpuOptions{1}).ok());
+      std::vector<unsigned char> exp;
+      const size_t es = DTypeSize(t.dtype);
+      const uint64_t runs = b.Count() / b.RunLength();
+      for (uint64_t q = 0; q < runs; ++q) {
+        const uint64_t base = b.RunBase(q);
+        exp.insert(exp.end(), want.begin() + base * es, want.begin() + (base + b.RunLength()) * es);
+      }
+      EXPECT_EQ(part, exp);
+    }
+    if (t.NumElements() > 3) {
+      Region r = WholeTensor(t.shape);
+      r.flat = true;
+      r.begin = 1;
+      r.end = t.NumElements() - 2;
+      std::vector<unsigned char> part(r.Count() * DTypeSize(t.dtype));
+      ASSERT_TRUE((*cat)->Read(i, r, part.data(), CpuOptions{1}).ok());
+      const size_t es = DTypeSize(t.dtype);
+      EXPECT_EQ(part, std::vector<unsigned char>(want.begin() + es, want.end() - 2 * es));
+    }
+  }
+}
+
+Proc Reshard(const std::string& src, const std::string& args) {
+  return Shell(Bin() + " reshard " + src + " --threads 1 " + args);
+}
+
+void ExpectProven(const Proc& p, size_t tensors) {
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  auto j = nlohmann::json::parse(p.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  ASSERT_EQ(j["tensors"].size(), tensors);
+  for (const auto& t : j["tensors"]) {
+    EXPECT_EQ(t["source"], t["output"]) << t.dump();
+    EXPECT_TRUE(t["ok"].get<bool>());
+  }
+}
+
+TEST(Reshard, FourRanksIsBitExact) {
+  NEED_BIN();
+  const Fixture& f = Get();
+  ExpectSameAsSource(f.source);
+  ExpectSameAsSource(f.d4);
+  auto d = DistCatalog::Open(f.d4);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ((*d)->world(), 4);
+  EXPECT_FALSE(mpitest::ReadAll(f.d4 + ".lock").size() > 0);  // the lock is gone
+}
+
+TEST(Reshard, FourToTwoThreeAndConsolidatedAreBitExactAndProven) {
+  NEED_BIN();
+  const Fixture& f = Get();
+  const size_t n = f.spec.tensors.size();
+  struct Case {
+    std::string out, args;
+  };
+  for (const Case& c : {Case{"rs_d2.h5", "--layout " + LayoutFile(1, 2)},
+                        Case{"rs_d3.h5", "--layout " + LayoutFile(3, 1)},
+                        Case{"rs_c.h5", "--consolidate"}}) {
+    const std::string out = TempDir() + "/" + c.out;
+    Proc p = Reshard(f.d4, c.args + " -o " + out + " --json");
+    ExpectProven(p, n);
+    ExpectSameAsSource(out);
+  }
+  // The consolidated file is an ordinary store that `verify` accepts.
+  Proc v = Shell(Bin() + " verify " + TempDir() + "/rs_c.h5");
+  EXPECT_EQ(v.code, 0) << v.out << v.err;
+  // The table form names every tensor and proves it.
+  Proc t = Reshard(TempDir() + "/rs_d3.h5", "--layout " + LayoutFile(1, 2) + " -o " + TempDir() +
+                                                "/rs_d3to2.h5");
+  EXPECT_EQ(t.code, 0) << t.out << t.err;
+  EXPECT_NE(t.out.find("7 tensors: 7 proven equal to the source, 0 mismatch(es)"),
+            std::string::npos)
+      << t.out;
+  ExpectSameAsSource(TempDir() + "/rs_d3to2.h5");
+}
+
+TEST(Reshard, UnderMpirunTwoWritersInParallel) {
+  NEED_BIN();
+  SEEDSTORE_NEED_MPIRUN();
+  const Fixture& f = Get();
+  const std::string out = TempDir() + "/rs_mpi3.h5";
+  Proc p = Shell(Mpirun(2) + " " + Bin() + " reshard " + f.d4 + " --threads 1 --layout " +
+                 LayoutFile(3, 1) + " -o " + out + " --json");
+  ExpectProven(p, f.spec.tensors.size());
+  auto j = nlohmann::json::parse(p.out);
+  EXPECT_EQ(j["writers"], 2);
+  EXPECT_EQ(j["world"], 3);
+  ExpectSameAsSource(out);
+  const std::string c = TempDir() + "/rs_mpi_c.h5";
+  ExpectProven(Shell(Mpirun(2) + " " + Bin() + " reshard " + out + " --threads 1 --consolidate -o " +
+                     c + " --json"),
+               f.spec.tensors.size());
+  ExpectSameAsSource(c);
+}
+
+TEST(Reshard, H5pyReadsTheVirtualDatasets) {
+  NEED_BIN();
+  const char* py = std::getenv("SEEDSTORE_PYTHON");
+  if (!py || Shell(std::string(py) + " -c 'import h5py, hdf5plugin, ml_dtypes'").code != 0)
+    GTEST_SKIP() << "no python with h5py + hdf5plugin (SEEDSTORE_PYTHON)";
+  const Fixture& f = Get();
+  const std::string out = TempDir() + "/rs_py3.h5";
+  ASSERT_EQ(Reshard(f.d4, "--layout " + LayoutFile(3, 1) + " -o " + out + " -q").code, 0);
+  // h5py, run from another folder, compares each virtual dataset with the source store.
+  const std::string script = Write("rs_check.py", R"(import json, sys, h5py, hdf5plugin, numpy as np
+src, dist = sys.argv[1], sys.argv[2]
+with h5py.File(src, "r") as a, h5py.File(dist, "r") as b:
+    index = json.loads(bytes(b["distributed/index"][()]))
+    n = 0
+    for rec in index["tensors"]:
+        if rec["kind"] != "dense" or rec["shape"] == []:
+            continue
+        esc = rec["name"].replace("%", "%25").replace("/", "%2F")
+        v = b["tensors"][esc]
+        assert v.is_virtual, rec["name"]
+        assert v.attrs["seedstore.dtype"] == rec["dtype"]
+        x, y = a["tensors"][esc][()], v[()]
+        assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), rec["name"]
+        n += 1
+    print("h5py-ok", n)
+)");
+  Proc p = Shell("cd / && " + std::string(py) + " " + script + " " + f.source + " " + out);
+  EXPECT_EQ(p.code, 0) << p.out << p.err;
+  EXPECT_NE(p.out.find("h5py-ok 5"), std::string::npos) << p.out << p.err;
+}
+
+TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
+  NEED_BIN();
+  const Fixture& f = Get();
+  const std::string out = TempDir() + "/rs_fault.h5";
+  ASSERT_EQ(Reshard(f.d4, "--layout " + LayoutFile(2, 2) + " -o " + out + " -q").code, 0);
+  auto d = DistCatalog::Open(out);
+  ASSERT_TRUE(d.ok());
+  const std::vector<std::string> files = (*d)->rank_files();
+  d->reset();
+  // Corrupt one chunk byte region of rank 1's file: reading names the rank and file.
+  const std::string keep = mpitest::ReadAll(files[1]);
+  {
+    std::string bad = keep;
+    for (size_t k = bad.size() / 3; k < bad.size() / 3 + 4096 && k < bad.size(); ++k) bad[k] ^= 0x5a;
+    std::ofstream(files[1], std::ios::binary) << bad;
+  }
+  auto c = OpenCatalog(out);
+  bool named = false;
+  if (!c.ok()) {
+    named = c.status().message().find("rank 1") != std::string::npos;
+  } else {
+    for (size_t i = 0; i < (*c)->tensors().size(); ++i) {
+      const TensorRecord& t = (*c)->tensors()[i];
+      std::vector<unsigned char> buf(t.NumBytes());
+      Status st = (*c)->Read(i, WholeTensor(t.shape), buf.data(), CpuOptions{1});
+      if (!st.ok()) {
+        EXPECT_EQ(st.message().rfind("rank-file-corrupt: distributed save '" + out + "' rank 1 file '", 0), 0u)
+            << st.ToString();
+        named = true;
+      }
+    }
+  }
+  EXPECT_TRUE(named);
+  if (c.ok()) c->reset();  // HDF5 would keep serving the open (corrupt) file
+  Proc p = Reshard(out, "--consolidate -o " + TempDir() + "/rs_fault_c.h5");
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.err.find("rank 1"), std::string::npos) << p.err;
+  std::ofstream(files[1], std::ios::binary) << keep;
+  ExpectSameAsSource(out);
+  // Missing: named at open, NOT_FOUND (exit 3 from the CLI).
+  ASSERT_EQ(std::rename(files[2].c_str(), (files[2] + ".away").c_str()), 0);
+  auto m = OpenCatalog(out);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kNotFound);
+  EXPECT_EQ(m.status().message(), "rank-file-missing: distributed save '" + out + "' rank 2 file '" +
+                                      files[2] + "': the file does not exist");
+  p = Reshard(out, "--consolidate -o " + TempDir() + "/rs_fault_c.h5");
+  EXPECT_EQ(p.code, 3) << p.err;
+  EXPECT_NE(p.err.find("rank-file-missing"), std::string::npos) << p.err;
+  ASSERT_EQ(std::rename((files[2] + ".away").c_str(), files[2].c_str()), 0);
+  ExpectSameAsSource(out);
+}
+
+TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
+  NEED_BIN();
+  const Fixture& f = Get();
+  const std::string out = TempDir() + "/rs_lock.h5";
+  ASSERT_EQ(Reshard(f.d4, "--layout " + LayoutFile(1, 2) + " -o " + out + " -q").code, 0);
+  // A writer in progress holds the lock.
+  Write("rs_lock.h5.lock", "pid 12345 on otherhost\n");
+  Proc p = Reshard(f.d4, "--layout " + LayoutFile(3, 1) + " -o " + out);
+  EXPECT_EQ(p.code, 5) << p.out << p.err;  // kIo
+  EXPECT_NE(p.err.find("writer-locked: '" + out + "' is being written by another writer (pid 12345 "
+                       "on otherhost"),
+            std::string::npos)
+      << p.err;
+  EXPECT_EQ(mpitest::ReadAll(out + ".lock"), "pid 12345 on otherhost\n");  // not taken over
+  auto d = DistCatalog::Open(out);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ((*d)->world(), 2);  // still the first save
+  ExpectSameAsSource(out);
+  std::remove((out + ".lock").c_str());
+  // Two real writers at once: exactly one wins, the other is refused, the result is whole.
+  Proc both = Shell("(" + Bin() + " reshard " + f.d4 + " --threads 1 -q --layout " +
+                    LayoutFile(3, 1) + " -o " + out + " & " + Bin() + " reshard " + f.d4 +
+                    " --threads 1 -q --layout " + LayoutFile(2, 2) + " -o " + out +
+                    "; wait) 2>&1; echo done");
+  ExpectSameAsSource(out);
+  // Replacing a save removes the old save's rank files.
+  auto d2 = DistCatalog::Open(out);
+  ASSERT_TRUE(d2.ok());
+  Proc ls = Shell("ls " + out + ".*.rank*.h5 | wc -l");
+  EXPECT_EQ(std::stoi(ls.out), (*d2)->world()) << both.out;
+}
+
+}  // namespace
+}  // namespace seedstore
