@@ -301,7 +301,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
   constexpr uint64_t kMaxFlatRuns = 65536;
   for (size_t i = 0; i < ts.size(); ++i) {
     const TensorRecord& t = ts[i];
-    if (t.lazy || t.shape.empty() || t.NumElements() == 0) continue;
+    if (t.lazy || t.NumElements() == 0) continue;
     const int rank = static_cast<int>(t.shape.size());
     const std::string esc = EscapeH5Name(t.name);
     const std::string dset = "/tensors/" + esc;
@@ -312,6 +312,28 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     H rd(rf.id >= 0 ? H5Dopen2(rf.id, dset.c_str(), H5P_DEFAULT) : -1, H5Dclose);
     if (rd.id < 0) return IoError("cannot open '" + f0 + "' " + dset + " for its type");
     H ftype(H5Dget_type(rd.id), H5Tclose);
+    auto add_attrs = [&](hid_t d) {
+      WriteStrAttr(d, "seedstore.name", t.name);
+      WriteStrAttr(d, "seedstore.dtype", DTypeName(t.dtype));
+      hsize_t two = 2;
+      H as(H5Screate_simple(1, &two, nullptr), H5Sclose);
+      H a(H5Acreate2(d, "seedstore.fingerprint", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
+          H5Aclose);
+      const uint64_t lanes[2] = {fps[i].lane0, fps[i].lane1};
+      H5Awrite(a.id, H5T_NATIVE_UINT64, lanes);
+    };
+    if (rank == 0) {  // a scalar: a plain one-element copy (a virtual dataset needs rank >= 1)
+      std::vector<unsigned char> v(DTypeSize(t.dtype));
+      SEEDSTORE_RETURN_IF_ERROR(src.Read(i, WholeTensor(t.shape), v.data(), CpuOptions{1}));
+      H space(H5Screate(H5S_SCALAR), H5Sclose);
+      H d(H5Dcreate2(f.id, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, H5P_DEFAULT,
+                     H5P_DEFAULT),
+          H5Dclose);
+      if (d.id < 0 || H5Dwrite(d.id, ftype.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+        return IoError("cannot write the scalar '" + t.name + "' to the master");
+      add_attrs(d.id);
+      continue;
+    }
     H dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
     std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());
     uint64_t flat_runs = 0;
@@ -361,14 +383,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     H d(H5Dcreate2(f.id, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
         H5Dclose);
     if (d.id < 0) return IoError("cannot create the virtual dataset of '" + t.name + "'");
-    WriteStrAttr(d.id, "seedstore.name", t.name);
-    WriteStrAttr(d.id, "seedstore.dtype", DTypeName(t.dtype));
-    hsize_t two = 2;
-    H as(H5Screate_simple(1, &two, nullptr), H5Sclose);
-    H a(H5Acreate2(d.id, "seedstore.fingerprint", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
-        H5Aclose);
-    const uint64_t lanes[2] = {fps[i].lane0, fps[i].lane1};
-    H5Awrite(a.id, H5T_NATIVE_UINT64, lanes);
+    add_attrs(d.id);
   }
   return H5Fflush(f.id, H5F_SCOPE_GLOBAL) < 0 ? IoError("cannot flush master '" + file + "'")
                                               : Status::Ok();
