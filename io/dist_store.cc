@@ -723,7 +723,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
 
   // Old distributed save at `path` (its rank files go once the new master is in place).
   std::vector<std::string> old_files;
-  if (me == 0 && !o.consolidate && IsDistributedSave(path)) {
+  if (me == 0 && IsDistributedSave(path)) {
     if (auto old = DistCatalog::Open(path); old.ok()) old_files = (*old)->rank_files();
   }
 
@@ -748,7 +748,9 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
             bytes += ts[i].NumBytes();
           }
         }
-        return w->Commit();
+        SEEDSTORE_RETURN_IF_ERROR(w->Commit());
+        for (const auto& f : old_files) ::unlink(f.c_str());  // the replaced save's pieces
+        return Status::Ok();
       }();
     }
   } else {

@@ -350,6 +350,12 @@ TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
   ASSERT_TRUE(d2.ok());
   Proc ls = Shell("ls " + out + ".*.rank*.h5 | wc -l");
   EXPECT_EQ(std::stoi(ls.out), (*d2)->world()) << both.out;
+  // Consolidating in place leaves one store and no rank files.
+  d2->reset();
+  ASSERT_EQ(Reshard(out, "--consolidate -o " + out + " -q").code, 0);
+  ExpectSameAsSource(out);
+  EXPECT_FALSE(IsDistributedSave(out));
+  EXPECT_EQ(std::stoi(Shell("ls " + out + ".*.rank*.h5 2>/dev/null | wc -l").out), 0);
 }
 
 }  // namespace
