@@ -47,15 +47,47 @@ Status FromKernel(const KernelStatus& s) {
 
 namespace {
 
-// Dense region -> device buffer in pieces of at most kPiece bytes (host staging buffer).
+// Dense region -> device buffer through pinned, overlapped staging. A box is cut into slabs
+// of whole leading-dim slices (a flat range into sub-ranges) of about kPiece bytes, each read
+// from the store while the previous one is copied to the device.
 Status StageDense(const Catalog& c, size_t i, const Region& r, DeviceBuffer* d, CpuOptions o) {
+  constexpr uint64_t kPiece = 8u << 20;
   const TensorRecord& t = c.tensors()[i];
-  std::vector<unsigned char> h(r.Count() * DTypeSize(t.dtype));
-  SEEDSTORE_RETURN_IF_ERROR(c.Read(i, r, h.data(), o));
-  SEEDSTORE_RETURN_IF_ERROR(FromKernel(DeviceBuffer::Allocate(h.size(), d)));
-  return FromKernel(d->CopyFromHost(h.data(), h.size()));
+  const uint64_t es = DTypeSize(t.dtype), total = r.Count() * es;
+  SEEDSTORE_RETURN_IF_ERROR(FromKernel(DeviceBuffer::Allocate(total, d)));
+  if (total == 0) return Status::Ok();
+  // Sub-regions in box-linear order, each contiguous in the output.
+  std::vector<Region> parts;
+  if (r.flat || r.rank == 0) {
+    const uint64_t step = std::max<uint64_t>(1, kPiece / es);
+    for (uint64_t b = r.flat ? r.begin : 0, e = r.flat ? r.end : 1; b < e; b += step) {
+      Region p = r;
+      if (r.flat) {
+        p.begin = b;
+        p.end = std::min(e, b + step);
+      }
+      parts.push_back(p);
+    }
+  } else {
+    const uint64_t slice = r.Count() / (r.stop[0] - r.start[0]) * es;  // one leading index
+    const uint64_t rows = std::max<uint64_t>(1, kPiece / std::max<uint64_t>(1, slice));
+    for (uint64_t a = r.start[0]; a < r.stop[0]; a += rows) {
+      Region p = r;
+      p.start[0] = a;
+      p.stop[0] = std::min(r.stop[0], a + rows);
+      parts.push_back(p);
+    }
+  }
+  std::vector<size_t> sizes;
+  for (const Region& p : parts) sizes.push_back(p.Count() * es);
+  size_t next = 0;
+  const StageFill fill = [&](size_t, size_t, void* h, std::string* error) {
+    const Status st = c.Read(i, parts[next++], h, o);
+    if (!st.ok()) *error = st.ToString();
+    return st.ok();
+  };
+  return FromKernel(StageToDevice(sizes, fill, d->data()));
 }
-
 }  // namespace
 
 Result<Fingerprint> FingerprintOnDevice(Device d, const Catalog& c, size_t i, const Region& r,

@@ -12,6 +12,9 @@
 #include <string>
 
 #include "gen/fingerprint.h"
+#include <functional>
+#include <vector>
+
 #include "gen/region.h"
 #include "gen/sampler.h"
 
@@ -74,6 +77,20 @@ KernelStatus MaterializeFingerprintCuda(const SamplerParams& p, const Region& r,
 KernelStatus MaterializeFingerprintCudaAsync(const SamplerParams& p, const Region& r,
                                              void* d_out, uint64_t seed, void* stream,
                                              uint64_t* d_acc);
+
+/// Fills h_dst (pinned host memory) with `n` bytes of the stream starting at byte `offset`;
+/// returns false and sets *error on failure.
+using StageFill = std::function<bool(size_t offset, size_t n, void* h_dst, std::string* error)>;
+
+/// Copies `bytes` produced on the host into device memory d_dst through two pinned staging
+/// buffers: while piece k travels to the device (cudaMemcpyAsync on `stream`), the host fills
+/// piece k+1, so reading and copying overlap. `pieces` lists the piece sizes in order (they
+/// sum to `bytes`; a reader chooses them on its own boundaries, e.g. rows of a box). Device
+/// memory used besides d_dst: none; pinned host memory: 2 x the largest piece. Synchronizes
+/// `stream`. Errors: kInvalidArgument (pieces do not sum to bytes; fill failed), kUnsupported,
+/// kCuda.
+KernelStatus StageToDevice(const std::vector<size_t>& pieces, const StageFill& fill, void* d_dst,
+                           void* stream = nullptr);
 
 /// Owning device allocation on the current device (cudaMalloc, 256-byte aligned), for tests,
 /// benchmarks and callers without a framework tensor. Move-only; frees on destruction.

@@ -33,6 +33,10 @@ KernelStatus MaterializeFingerprintCudaAsync(const SamplerParams&, const Region&
   return NoCuda();
 }
 
+KernelStatus StageToDevice(const std::vector<size_t>&, const StageFill&, void*, void*) {
+  return NoCuda();
+}
+
 DeviceBuffer::~DeviceBuffer() = default;
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   d_ = o.d_;
