@@ -389,7 +389,102 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
                                               : Status::Ok();
 }
 
+// Copies the sub-box [off, off + ext) of a row-major box of extent `sext` into a dense
+// row-major buffer of extent `ext`.
+void GatherBox(const unsigned char* src, const uint64_t* sext, const uint64_t* off,
+               unsigned char* dst, const uint64_t* ext, int rank, size_t es) {
+  if (rank == 0) {
+    std::memcpy(dst, src, es);
+    return;
+  }
+  uint64_t rows = 1;
+  for (int d = 0; d < rank - 1; ++d) rows *= ext[d];
+  const size_t row_bytes = ext[rank - 1] * es;
+  if (row_bytes == 0) return;
+  std::vector<uint64_t> idx(rank, 0);
+  for (uint64_t q = 0; q < rows; ++q) {
+    uint64_t o = 0;
+    for (int d = 0; d < rank; ++d) o = o * sext[d] + (off[d] + (d < rank - 1 ? idx[d] : 0));
+    std::memcpy(dst + q * row_bytes, src + o * es, row_bytes);
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++idx[d] < ext[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// This rank's shard buffers as a catalog: any region inside the rank's own shard can be read.
+class BufferCatalog : public Catalog {
+ public:
+  static Result<std::unique_ptr<BufferCatalog>> Create(const std::vector<ParamBuffer>& params,
+                                                      const Layout& layout, int rank) {
+    auto c = std::make_unique<BufferCatalog>();
+    for (const ParamBuffer& p : params) {
+      TensorRecord rec;
+      rec.name = p.name;
+      rec.shape = p.shape;
+      rec.dtype = p.dtype;
+      SEEDSTORE_ASSIGN_OR_RETURN(Shard sh, layout.ShardOf(p.name, p.shape, rank));
+      const uint64_t want = sh.region.Count() * DTypeSize(p.dtype);
+      if (p.on_device)
+        return InvalidArgument("save: tensor '" + p.name + "': device buffers are not supported");
+      if (p.bytes != want)
+        return InvalidArgument("save: tensor '" + p.name + "': buffer of " +
+                               std::to_string(p.bytes) + " bytes, the shard " +
+                               DescribeRegion(sh.region) + " needs " + std::to_string(want));
+      if (!p.data && want > 0) return InvalidArgument("save: tensor '" + p.name + "': null data");
+      c->records_.push_back(std::move(rec));
+      c->shards_.push_back(sh.region);
+      c->data_.push_back(static_cast<const unsigned char*>(p.data));
+    }
+    return c;
+  }
+  const std::vector<TensorRecord>& tensors() const override { return records_; }
+  std::string origin() const override { return "<buffers>"; }
+  Status Read(size_t i, const Region& r, void* out, CpuOptions) const override {
+    const Region& s = shards_.at(i);
+    const size_t es = DTypeSize(records_[i].dtype);
+    auto outside = [&] {
+      return InvalidArgument("save: tensor '" + records_[i].name + "': region " +
+                             DescribeRegion(r) + " is outside this rank's shard " +
+                             DescribeRegion(s));
+    };
+    if (r.Count() == 0) return Status::Ok();
+    if (s.flat || r.flat) {
+      if (!(s.flat && r.flat) || r.begin < s.begin || r.end > s.end) return outside();
+      std::memcpy(out, data_[i] + (r.begin - s.begin) * es, r.Count() * es);
+      return Status::Ok();
+    }
+    uint64_t sext[kMaxRank], off[kMaxRank], ext[kMaxRank];
+    for (int d = 0; d < r.rank; ++d) {
+      if (r.start[d] < s.start[d] || r.stop[d] > s.stop[d]) return outside();
+      sext[d] = s.stop[d] - s.start[d];
+      off[d] = r.start[d] - s.start[d];
+      ext[d] = r.stop[d] - r.start[d];
+    }
+    GatherBox(data_[i], sext, off, static_cast<unsigned char*>(out), ext, r.rank, es);
+    return Status::Ok();
+  }
+
+ private:
+  std::vector<TensorRecord> records_;
+  std::vector<Region> shards_;
+  std::vector<const unsigned char*> data_;
+};
+
 }  // namespace
+
+Result<ReshardReport> SaveBuffers(Exchange& comm, const std::vector<ParamBuffer>& params,
+                                  const Layout& layout, const std::string& path,
+                                  const DistSaveOptions& o) {
+  if (layout.world_size() != comm.size())
+    return InvalidArgument("save: the layout has " + std::to_string(layout.world_size()) +
+                           " ranks but the job has " + std::to_string(comm.size()));
+  if (o.consolidate) return InvalidArgument("save: buffers cannot be consolidated; reshard later");
+  auto cat = BufferCatalog::Create(params, layout, comm.rank());
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, cat.status(), "save: buffers"));
+  return Reshard(comm, **cat, layout, path, o);
+}
 
 std::string RankFileName(const std::string& path, uint32_t id, int rank) {
   char buf[32];
@@ -509,6 +604,13 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
       return DistError("rank-file-missing", Code::kNotFound, path, r, c->rank_files_[r],
                        "the file does not exist");
   return c;
+}
+
+size_t DistCatalog::open_rank_files() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& s : rank_stores_) n += s != nullptr;
+  return n;
 }
 
 Result<const H5Store*> DistCatalog::RankStore(int rank) const {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "io/collective.h"
 #include "io/h5store.h"
 #include "store/catalog.h"
 #include "store/layout.h"
@@ -60,6 +61,8 @@ class DistCatalog : public Catalog {
   int world() const { return static_cast<int>(rank_files_.size()); }
   const std::vector<std::string>& rank_files() const { return rank_files_; }  // full paths
   const Layout& layout() const { return layout_; }
+  /// How many rank files have been opened so far (reads open only those they need).
+  size_t open_rank_files() const;
   uint64_t root_seed() const { return master_->root_seed(); }
   Generator generator() const { return master_->generator(); }
 
@@ -120,6 +123,17 @@ struct ReshardReport {
 /// A fingerprint mismatch is not an error here: inspect the report (ToStatus()).
 Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
                               const std::string& path, const DistSaveOptions& o = {});
+
+/// The live-job save: every rank of `comm` passes the buffers of its own shards
+/// (Layout::ShardOf(name, shape, rank).region, row-major; as for VerifyBuffers in
+/// io/collective.h, host pointers only) and the job writes a distributed save at `path` in
+/// parallel -- each rank its own file, replica index 0 only -- then proves it as Reshard does
+/// (the reference being the sum of the owners' buffer fingerprints). Every rank must pass the
+/// same names, shapes and dtypes in the same order. Errors: kInvalidArgument (layout world
+/// size != comm.size(), a buffer of the wrong size, null data, a device buffer), as Reshard.
+Result<ReshardReport> SaveBuffers(Exchange& comm, const std::vector<ParamBuffer>& params,
+                                  const Layout& layout, const std::string& path,
+                                  const DistSaveOptions& o = {});
 
 /// Rank r's file name of a save at `path` with save id `id`.
 std::string RankFileName(const std::string& path, uint32_t id, int rank);

@@ -1,0 +1,88 @@
+// seedstore save-ranks: what a training job does at checkpoint time, from the command line.
+// Under mpirun, every rank materializes its own shards of a model (as a job that initialized
+// its parameters from the spec holds them), and the job saves them as a distributed save, each
+// rank writing its own file in parallel (SaveBuffers in io/dist_store.h), then proves it.
+#include <cstdio>
+
+#include "io/collective.h"
+#include "io/dist_store.h"
+#include "io/open.h"
+#include "tools/cli.h"
+
+namespace seedstore::cli {
+namespace {
+
+struct SaveRanksOptions {
+  std::string source, layout, output, backend = "auto";
+  bool quiet = false;
+  double timeout = 600;
+  int threads = 0;
+};
+
+int Run(const SaveRanksOptions& o) {
+  auto comm = OpenCollective(o.backend, CollectiveOptions{o.timeout});
+  if (!comm.ok()) return Fail(comm.status());
+  Collective& c = **comm;
+  const int me = c.rank();
+  auto finish = [&](const Status& st) -> int {
+    if (st.ok()) return 0;
+    if (me == 0 || st.message().find("another rank") == std::string::npos) Fail(st);
+    return ExitCode(st);
+  };
+  auto layout = Layout::Load(o.layout);
+  if (!layout.ok()) return finish(layout.status());
+  auto cat = OpenCatalog(o.source);
+  if (!cat.ok()) return finish(cat.status());
+  CpuOptions cpu;
+  cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();
+  // This rank's shards, as the job holds them.
+  std::vector<std::vector<unsigned char>> storage;
+  std::vector<ParamBuffer> params;
+  for (size_t i = 0; i < (*cat)->tensors().size(); ++i) {
+    const TensorRecord& t = (*cat)->tensors()[i];
+    auto sh = layout->ShardOf(t.name, t.shape, me);
+    if (!sh.ok()) return finish(sh.status());
+    storage.emplace_back(sh->region.Count() * DTypeSize(t.dtype));
+    Status st = (*cat)->Read(i, sh->region, storage.back().data(), cpu);
+    if (!st.ok()) return finish(st);
+  }
+  for (size_t i = 0; i < storage.size(); ++i) {
+    const TensorRecord& t = (*cat)->tensors()[i];
+    params.push_back(ParamBuffer{t.name, t.shape, t.dtype, storage[i].data(), storage[i].size(),
+                                 false});
+  }
+  DistSaveOptions so;
+  so.cpu = cpu;
+  so.write.threads = cpu.threads;
+  auto rep = SaveBuffers(c, params, *layout, o.output, so);
+  if (!rep.ok()) return finish(rep.status());
+  if (me == 0 && !o.quiet) {
+    std::printf("save-ranks: %s -> %s (%d ranks, each writing its own file, %s)\n\n",
+                o.source.c_str(), o.output.c_str(), c.size(), c.backend());
+    std::printf("%s", rep->Table().c_str());
+    std::fflush(stdout);
+  }
+  const Status verdict = rep->ToStatus();
+  if (!verdict.ok() && me == 0) Fail(verdict);
+  return ExitCode(verdict);
+}
+
+Register reg({"save-ranks",
+              "Under mpirun: every rank saves its own shards of a model to its own file (a "
+              "distributed save), proven against the ranks' fingerprints",
+              [](CLI::App& app) {
+  auto o = std::make_shared<SaveRanksOptions>();
+  app.add_option("source", o->source, "Spec (.json), store, or distributed save")->required();
+  app.add_option("--layout", o->layout, "Layout JSON; its world size must be the job's")
+      ->required();
+  app.add_option("-o,--output", o->output, "Output path (the master file)")->required();
+  app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
+  app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi or self")
+      ->check(CLI::IsMember({"auto", "mpi", "self"}));
+  app.add_option("--timeout", o->timeout, "Seconds a rank waits for the others at each step");
+  app.add_option("--threads", o->threads, "CPU threads per rank (0 = cores / ranks per node)");
+  return [o] { return Run(*o); };
+}});
+
+}  // namespace
+}  // namespace seedstore::cli
