@@ -856,9 +856,18 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       }();
     }
   } else {
+    // On any failure each process removes the new rank files it wrote: the save previously at
+    // `path` stays as it was, and no stray pieces remain.
+    auto drop_mine = [&] {
+      for (int r = me; r < layout.world_size(); r += np)
+        ::unlink(RankFileName(path, id, r).c_str());
+    };
     for (int r = me; r < layout.world_size() && st.ok(); r += np)
       st = WriteRankFile(src, plan, r, RankFileName(path, id, r), o, &bytes);
-    SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write rank files"));
+    if (Status a = Agree(comm, st, "write rank files"); !a.ok()) {
+      drop_mine();
+      return a;
+    }
     if (me == 0) {
       st = [&]() -> Status {
         SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path));
@@ -881,8 +890,12 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
           if (std::find(keep.begin(), keep.end(), f) == keep.end()) ::unlink(f.c_str());
       }
     }
+    if (Status a = Agree(comm, st, "write master"); !a.ok()) {
+      drop_mine();
+      return a;
+    }
   }
-  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write master"));
+  if (o.consolidate) SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write master"));
   SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&bytes, 1, "bytes"));
   rep.bytes = bytes;
   const double t1 = Now();

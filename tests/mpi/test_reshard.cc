@@ -387,6 +387,17 @@ TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
   ExpectSameAsSource(out);
 }
 
+TEST(Reshard, AFailedSaveLeavesNoPiecesBehind) {
+  NEED_BIN();
+  const Fixture& f = Get();
+  const std::string out = TempDir() + "/rs_isdir.h5";
+  ASSERT_EQ(mkdir(out.c_str(), 0755), 0);  // the master cannot be renamed over a folder
+  Proc p = Reshard(f.d4, "--layout " + LayoutFile(3, 1) + " -o " + out);
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.err.find(out), std::string::npos) << p.err;
+  EXPECT_EQ(std::stoi(Shell("ls " + out + ".* 2>/dev/null | wc -l").out), 0);  // no rank files, no lock
+}
+
 TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
   NEED_BIN();
   const Fixture& f = Get();
