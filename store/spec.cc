@@ -366,7 +366,7 @@ Result<ModelSpec> ModelSpec::Parse(std::string_view text, std::string_view origi
     // Re-parse with exceptions for the position.
     try {
       (void)json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       return InvalidArgument(std::string(origin) + ": malformed JSON: " + e.what());
     }
     return InvalidArgument(std::string(origin) + ": malformed JSON");
