@@ -40,7 +40,7 @@ int Run(const Options& o) {
   for (size_t i = 0; i < ts.size(); ++i) {
     const TensorRecord& t = ts[i];
     if (!GlobMatch(o.tensors, t.name)) continue;
-    const bool is_dense = store && store->stored(i).dense;
+    const bool is_dense = store ? store->stored(i).dense : !t.lazy;  // other catalogs: no spec = dense
     const uint64_t disk = store ? store->stored(i).stored_bytes : 0;
     params += t.NumElements();
     (is_dense ? dense : lazy) += 1;
