@@ -1,6 +1,7 @@
 // Spec parsing, key derivation and sampler preparation (label unit).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -141,6 +142,37 @@ TEST(Spec, ScalarTensor) {
   ASSERT_TRUE(l->Materialize(WholeTensor({}), &v).ok());
   // jax.random.normal(PRNGKey(0), ()) == element 0 of normal(PRNGKey(0), (1,)) = 1.6226422
   EXPECT_EQ(v, 1.6226422f);
+}
+
+}  // namespace
+}  // namespace seedstore
+
+namespace seedstore {
+namespace {
+
+// Philox bfloat16/float16 normals are an f32 sample rounded once: full resolution. JAX's
+// bfloat16 normal (threefry) draws 8 bits: at most 128 distinct values.
+TEST(Spec, PhiloxHalfPrecisionHasFullResolution) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    size_t distinct[2];
+    for (Generator g : {Generator::kThreefry, Generator::kPhilox}) {
+      TensorSpec t;
+      t.name = "w";
+      t.shape = {200000};
+      t.dtype = dt;
+      t.generator = g;
+      t.init.dist = Dist::kNormal;
+      auto l = LazyTensor::Resolve(t, 0);
+      ASSERT_TRUE(l.ok());
+      std::vector<uint16_t> v(t.shape[0]);
+      ASSERT_TRUE(l->Materialize(WholeTensor(t.shape), v.data()).ok());
+      std::sort(v.begin(), v.end());
+      distinct[g == Generator::kPhilox] = std::unique(v.begin(), v.end()) - v.begin();
+    }
+    if (dt == DType::kBF16) EXPECT_LE(distinct[0], 128u);
+    EXPECT_GT(distinct[1], dt == DType::kBF16 ? 2000u : 10000u) << DTypeName(dt);
+    EXPECT_GT(distinct[1], 8 * distinct[0]) << DTypeName(dt);
+  }
 }
 
 }  // namespace
