@@ -361,15 +361,11 @@ Result<ModelSpec> ModelSpec::FromJson(const json& j, std::string_view origin) {
 }
 
 Result<ModelSpec> ModelSpec::Parse(std::string_view text, std::string_view origin) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Re-parse with exceptions for the position.
-    try {
-      (void)json::parse(text.begin(), text.end());
-    } catch (const json::exception& e) {
-      return InvalidArgument(std::string(origin) + ": malformed JSON: " + e.what());
-    }
-    return InvalidArgument(std::string(origin) + ": malformed JSON");
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {  // syntax errors and out-of-range numbers alike
+    return InvalidArgument(std::string(origin) + ": malformed JSON: " + e.what());
   }
   return FromJson(j, origin);
 }

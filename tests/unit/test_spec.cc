@@ -169,7 +169,9 @@ TEST(Spec, PhiloxHalfPrecisionHasFullResolution) {
       std::sort(v.begin(), v.end());
       distinct[g == Generator::kPhilox] = std::unique(v.begin(), v.end()) - v.begin();
     }
-    if (dt == DType::kBF16) EXPECT_LE(distinct[0], 128u);
+    if (dt == DType::kBF16) {
+      EXPECT_LE(distinct[0], 128u);
+    }
     EXPECT_GT(distinct[1], dt == DType::kBF16 ? 2000u : 10000u) << DTypeName(dt);
     EXPECT_GT(distinct[1], 8 * distinct[0]) << DTypeName(dt);
   }
