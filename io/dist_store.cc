@@ -106,10 +106,11 @@ Result<Region> RegionFromJson(const json& j, const std::vector<uint64_t>& shape)
   return BoxRegion(shape, st, sp);
 }
 
-// Copies a row-major box of extent `ext` (from `src`) into a row-major buffer of extent `dext`
-// at offset `off`.
-void ScatterBox(const unsigned char* src, const uint64_t* ext, unsigned char* dst,
-                const uint64_t* dext, const uint64_t* off, int rank, size_t es) {
+// Copies a box of extent `ext` out of a row-major buffer of extent `sext`, where the box
+// starts at `soff`, into a row-major buffer of extent `dext` at `doff` (null offsets: 0).
+void CopyBox(const unsigned char* src, const uint64_t* sext, const uint64_t* soff,
+             unsigned char* dst, const uint64_t* dext, const uint64_t* doff, const uint64_t* ext,
+             int rank, size_t es) {
   if (rank == 0) {
     std::memcpy(dst, src, es);
     return;
@@ -120,9 +121,13 @@ void ScatterBox(const unsigned char* src, const uint64_t* ext, unsigned char* ds
   if (row_bytes == 0) return;
   std::vector<uint64_t> idx(rank, 0);
   for (uint64_t q = 0; q < rows; ++q) {
-    uint64_t o = 0;
-    for (int d = 0; d < rank; ++d) o = o * dext[d] + (off[d] + (d < rank - 1 ? idx[d] : 0));
-    std::memcpy(dst + o * es, src + q * row_bytes, row_bytes);
+    uint64_t so = 0, dof = 0;
+    for (int d = 0; d < rank; ++d) {
+      const uint64_t i = d < rank - 1 ? idx[d] : 0;
+      so = so * sext[d] + (soff ? soff[d] : 0) + i;
+      dof = dof * dext[d] + (doff ? doff[d] : 0) + i;
+    }
+    std::memcpy(dst + dof * es, src + so * es, row_bytes);
     for (int d = rank - 2; d >= 0; --d) {
       if (++idx[d] < ext[d]) break;
       idx[d] = 0;
@@ -389,30 +394,6 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
                                               : Status::Ok();
 }
 
-// Copies the sub-box [off, off + ext) of a row-major box of extent `sext` into a dense
-// row-major buffer of extent `ext`.
-void GatherBox(const unsigned char* src, const uint64_t* sext, const uint64_t* off,
-               unsigned char* dst, const uint64_t* ext, int rank, size_t es) {
-  if (rank == 0) {
-    std::memcpy(dst, src, es);
-    return;
-  }
-  uint64_t rows = 1;
-  for (int d = 0; d < rank - 1; ++d) rows *= ext[d];
-  const size_t row_bytes = ext[rank - 1] * es;
-  if (row_bytes == 0) return;
-  std::vector<uint64_t> idx(rank, 0);
-  for (uint64_t q = 0; q < rows; ++q) {
-    uint64_t o = 0;
-    for (int d = 0; d < rank; ++d) o = o * sext[d] + (off[d] + (d < rank - 1 ? idx[d] : 0));
-    std::memcpy(dst + q * row_bytes, src + o * es, row_bytes);
-    for (int d = rank - 2; d >= 0; --d) {
-      if (++idx[d] < ext[d]) break;
-      idx[d] = 0;
-    }
-  }
-}
-
 // This rank's shard buffers as a catalog: any region inside the rank's own shard can be read.
 class BufferCatalog : public Catalog {
  public:
@@ -462,7 +443,7 @@ class BufferCatalog : public Catalog {
       off[d] = r.start[d] - s.start[d];
       ext[d] = r.stop[d] - r.start[d];
     }
-    GatherBox(data_[i], sext, off, static_cast<unsigned char*>(out), ext, r.rank, es);
+    CopyBox(data_[i], sext, off, static_cast<unsigned char*>(out), ext, nullptr, ext, r.rank, es);
     return Status::Ok();
   }
 
@@ -682,7 +663,7 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
       }
       tmp.resize(local.Count() * es);
       SEEDSTORE_RETURN_IF_ERROR(read_local(local, tmp.data()));
-      ScatterBox(tmp.data(), ext, out, dext, off, rank, es);
+      CopyBox(tmp.data(), ext, nullptr, out, dext, off, ext, rank, es);
       continue;
     }
     // Flat piece [b, e): read the span of it the box touches once, then copy run by run.

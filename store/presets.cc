@@ -33,6 +33,15 @@ TensorSpec Zeros(std::string name, std::vector<uint64_t> shape, DType dt) {
   return t;
 }
 
+/// Grouped-query attention projections of one layer (Llama/Mixtral names), in HF order.
+void AddAttention(ModelSpec* m, const std::string& p, uint64_t hidden, uint64_t kv, double sd,
+                  DType dt) {
+  m->tensors.push_back(Normal(p + "self_attn.q_proj.weight", {hidden, hidden}, sd, dt));
+  m->tensors.push_back(Normal(p + "self_attn.k_proj.weight", {kv, hidden}, sd, dt));
+  m->tensors.push_back(Normal(p + "self_attn.v_proj.weight", {kv, hidden}, sd, dt));
+  m->tensors.push_back(Normal(p + "self_attn.o_proj.weight", {hidden, hidden}, sd, dt));
+}
+
 /// Llama family (LlamaForCausalLM): HF init normal(0, initializer_range) for linear and
 /// embedding weights, ones for RMSNorm weights.
 ModelSpec Llama(uint64_t vocab, uint64_t hidden, uint64_t inter, int layers, uint64_t heads,
@@ -44,10 +53,7 @@ ModelSpec Llama(uint64_t vocab, uint64_t hidden, uint64_t inter, int layers, uin
   m.tensors.push_back(Normal("model.embed_tokens.weight", {vocab, hidden}, sd, bf));
   for (int i = 0; i < layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    m.tensors.push_back(Normal(p + "self_attn.q_proj.weight", {hidden, hidden}, sd, bf));
-    m.tensors.push_back(Normal(p + "self_attn.k_proj.weight", {kv, hidden}, sd, bf));
-    m.tensors.push_back(Normal(p + "self_attn.v_proj.weight", {kv, hidden}, sd, bf));
-    m.tensors.push_back(Normal(p + "self_attn.o_proj.weight", {hidden, hidden}, sd, bf));
+    AddAttention(&m, p, hidden, kv, sd, bf);
     m.tensors.push_back(Normal(p + "mlp.gate_proj.weight", {inter, hidden}, sd, bf));
     m.tensors.push_back(Normal(p + "mlp.up_proj.weight", {inter, hidden}, sd, bf));
     m.tensors.push_back(Normal(p + "mlp.down_proj.weight", {hidden, inter}, sd, bf));
@@ -102,10 +108,7 @@ ModelSpec Mixtral(uint64_t vocab, uint64_t hidden, uint64_t inter, int layers, u
   m.tensors.push_back(Normal("model.embed_tokens.weight", {vocab, hidden}, sd, bf));
   for (int i = 0; i < layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    m.tensors.push_back(Normal(p + "self_attn.q_proj.weight", {hidden, hidden}, sd, bf));
-    m.tensors.push_back(Normal(p + "self_attn.k_proj.weight", {kv, hidden}, sd, bf));
-    m.tensors.push_back(Normal(p + "self_attn.v_proj.weight", {kv, hidden}, sd, bf));
-    m.tensors.push_back(Normal(p + "self_attn.o_proj.weight", {hidden, hidden}, sd, bf));
+    AddAttention(&m, p, hidden, kv, sd, bf);
     m.tensors.push_back(Normal(p + "block_sparse_moe.gate.weight",
                                {static_cast<uint64_t>(experts), hidden}, sd, bf));
     for (int e = 0; e < experts; ++e) {
