@@ -4,6 +4,9 @@
 // lazy Llama-3-70B numbers and writes the table of docs/PERF.md).
 //
 //   seedstore_store_bench [--mib 256] [--threads 2] [--level 1] [--reps 3] [--dir /tmp]
+//                         [--kind bf16-normal|bf16-init|f32-normal|bf16-trained (default: all)]
+//                         [--profile-reads N (N extra hot reads per rep, untimed: for perf)]
+//                         [--chunk-kib 1024 (WriteOptions::chunk_bytes)]
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
@@ -127,8 +130,10 @@ double Median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace seedstore;
   uint64_t mib = 256;
-  int threads = 2, level = 1, reps = 3;
+  int threads = 2, level = 1, reps = 3, profile_reads = 0;
+  uint64_t chunk_kib = 1024;
   std::string dir = "/tmp";
+  std::vector<std::string> kinds = {"bf16-normal", "bf16-init", "f32-normal", "bf16-trained"};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--mib") mib = std::stoull(v);
@@ -136,10 +141,13 @@ int main(int argc, char** argv) {
     else if (a == "--level") level = std::stoi(v);
     else if (a == "--reps") reps = std::stoi(v);
     else if (a == "--dir") dir = v;
+    else if (a == "--kind") kinds = {v};
+    else if (a == "--profile-reads") profile_reads = std::stoi(v);
+    else if (a == "--chunk-kib") chunk_kib = std::stoull(v);
   }
   nlohmann::json results = nlohmann::json::array();
   const std::string raw_path = dir + "/store_bench.raw", h5_path = dir + "/store_bench.h5";
-  for (const std::string kind : {"bf16-normal", "bf16-init", "f32-normal", "bf16-trained"}) {
+  for (const std::string& kind : kinds) {
     std::vector<Tensor> data = MakeData(kind, mib);
     uint64_t total = 0;
     for (const auto& t : data) total += t.bytes.size();
@@ -168,6 +176,7 @@ int main(int argc, char** argv) {
       WriteOptions wo;
       wo.threads = threads;
       wo.zstd_level = level;
+      wo.chunk_bytes = chunk_kib << 10;
       t0 = Now();
       c0 = Cpu();
       auto w = StoreWriter::Create(h5_path, 0, Generator::kThreefry, wo);
@@ -208,6 +217,7 @@ int main(int argc, char** argv) {
         return Now() - t1;
       };
       h5_r.push_back(read_store());
+      for (int k = 0; k < profile_reads; ++k) read_store();  // hot reads only, for perf
       h5_r_cpu.push_back(Cpu() - c0);
       DropCache(h5_path);
       h5_rc.push_back(read_store());
@@ -243,7 +253,7 @@ int main(int argc, char** argv) {
   }
   ::unlink(raw_path.c_str());
   ::unlink(h5_path.c_str());
-  nlohmann::json out = {{"threads", threads}, {"level", level}, {"mib", mib}, {"reps", reps},
+  nlohmann::json out = {{"threads", threads}, {"level", level}, {"chunk_kib", chunk_kib}, {"mib", mib}, {"reps", reps},
                         {"results", results}};
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

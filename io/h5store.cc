@@ -1,12 +1,19 @@
 #include "io/h5store.h"
 
 #include <hdf5.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -438,6 +445,142 @@ ZstdCtx& ThreadZstd() {
   return z;
 }
 
+// ---- chunk decoding ------------------------------------------------------------------------
+
+}  // namespace
+
+// Per-thread buffers of the chunk readers, reused between chunks and (H5Store's pool) reads.
+struct ChunkScratch {
+  std::vector<uint8_t> raw, tmp, chunk;  // stored bytes; intermediate stages; a whole chunk
+  alignas(64) uint8_t block[16384];      // one L1-sized block of decoded bytes
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash{XXH3_createState(),
+                                                                        XXH3_freeState};
+};
+
+namespace {
+
+// Where a decoded chunk goes: the elements of the chunk inside the intersection [is, ie)
+// (tensor coordinates) are copied into `dst`, a row-major buffer holding the box that starts
+// at `d_start` with extents `d_ext`.
+struct ChunkSink {
+  uint8_t* dst;
+  const uint64_t* d_start;
+  const uint64_t* d_ext;
+  const uint64_t* is;
+  const uint64_t* ie;
+};
+
+// memcpy for a run of decoded bytes into the caller's buffer. Long runs use non-temporal
+// stores on x86-64 (SSE2, always present): the destination is usually far larger than the
+// caches and not read again soon, and streaming stores skip reading each line before writing
+// it. Callers end with StreamFence() before the data may be read by another thread.
+void CopyOut(uint8_t* dst, const uint8_t* src, size_t n) {
+#if defined(__x86_64__)
+  if (n >= 1024) {
+    const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+    std::memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    size_t k = 0;
+    for (; k + 64 <= n; k += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k + 48), d);
+    }
+    std::memcpy(dst + k, src + k, n - k);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
+void StreamFence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
+
+// Copies decoded chunk elements [e0, e1) (row-major over the chunk's extents `cext`, chunk
+// origin `cs`), held at `src`, to their places in the sink.
+void ScatterElems(const uint8_t* src, uint64_t e0, uint64_t e1, int rank, const uint64_t* cs,
+                  const uint64_t* cext, size_t es, const ChunkSink& k) {
+  if (rank == 0) {
+    std::memcpy(k.dst, src, es);
+    return;
+  }
+  const int last = rank - 1;
+  const uint64_t row_len = cext[last];
+  // Columns of a row inside the intersection, chunk-relative.
+  const uint64_t c_lo = k.is[last] - cs[last], c_hi = k.ie[last] - cs[last];
+  for (uint64_t r = e0 / row_len; r * row_len < e1; ++r) {
+    // The row's coordinates in the leading dims; skip rows outside the intersection.
+    uint64_t doff = 0, q = r, idx[kMaxRank];
+    bool inside = true;
+    for (int d = last - 1; d >= 0; --d) {
+      idx[d] = cs[d] + q % cext[d];
+      q /= cext[d];
+      inside = inside && idx[d] >= k.is[d] && idx[d] < k.ie[d];
+    }
+    if (!inside) continue;
+    for (int d = 0; d < last; ++d) doff = doff * k.d_ext[d] + (idx[d] - k.d_start[d]);
+    const uint64_t a = std::max(std::max(r * row_len, e0) - r * row_len, c_lo);
+    const uint64_t b = std::min(std::min((r + 1) * row_len, e1) - r * row_len, c_hi);
+    if (a >= b) continue;
+    doff = doff * k.d_ext[last] + (cs[last] + a - k.d_start[last]);
+    CopyOut(k.dst + doff * es, src + (r * row_len + a - e0) * es, (b - a) * es);
+  }
+}
+
+// Unshuffles elements [e0, e1) of an HDF5-shuffled buffer of n elements into `out`.
+void UnshuffleRange(const uint8_t* in, uint64_t n, uint64_t e0, uint64_t e1, size_t es, uint8_t* out) {
+  const uint64_t m = e1 - e0;
+  if (es == 2) {
+    const uint8_t *a = in + e0, *b = in + n + e0;
+    for (uint64_t i = 0; i < m; ++i) {
+      out[2 * i] = a[i];
+      out[2 * i + 1] = b[i];
+    }
+  } else if (es == 4) {
+    const uint8_t *a = in + e0, *b = in + n + e0, *c = in + 2 * n + e0, *d = in + 3 * n + e0;
+    for (uint64_t i = 0; i < m; ++i) {
+      out[4 * i] = a[i];
+      out[4 * i + 1] = b[i];
+      out[4 * i + 2] = c[i];
+      out[4 * i + 3] = d[i];
+    }
+  } else {
+    for (size_t j = 0; j < es; ++j)
+      for (uint64_t i = 0; i < m; ++i) out[i * es + j] = in[j * n + e0 + i];
+  }
+}
+
+// The last decoding pass, fused: unshuffles (when `shuffled`) the decoded chunk at `src`
+// (`bytes` bytes, row-major over extents `cext`) one L1-sized block at a time, hashes each
+// block with streaming XXH3-64 (equal to the one-shot hash of the whole chunk) and scatters it
+// into the sink while it is in L1. Returns the chunk's XXH3-64.
+uint64_t EmitChunk(const uint8_t* src, size_t bytes, size_t es, bool shuffled, int rank,
+                   const uint64_t* cs, const uint64_t* cext, const ChunkSink& k, ChunkScratch& s) {
+  XXH3_state_t* st = s.hash.get();
+  XXH3_64bits_reset(st);
+  const uint64_t n = bytes / es, step = sizeof(s.block) / es;
+  for (uint64_t e0 = 0; e0 < n; e0 += step) {
+    const uint64_t e1 = std::min(n, e0 + step);
+    const uint8_t* blk = src + e0 * es;
+    if (shuffled) {
+      UnshuffleRange(src, n, e0, e1, es, s.block);
+      blk = s.block;
+    }
+    XXH3_64bits_update(st, blk, (e1 - e0) * es);
+    ScatterElems(blk, e0, e1, rank, cs, cext, es, k);
+  }
+  StreamFence();
+  return XXH3_64bits_digest(st);
+}
+
 // One zstd frame with its content size (the HDF5 Zstandard plugin's chunk encoding). At level
 // 1 the match finder is narrowed (hashLog 6, minMatch 7): shuffled weights are mostly
 // literals, and spurious short matches in the mantissa bytes cost time and ratio (bf16 N(0,
@@ -666,6 +809,18 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     return Corrupt(w + ": HDF5 cannot open it: " + e);
   }
   const hid_t f = s->file_;
+  {
+    // Chunks are read with pread at their file addresses (io/h5store.cc, LoadChunk) when the
+    // file uses the default sec2 driver and has no user block (addresses are then offsets).
+    Hid fapl(H5Fget_access_plist(f), H5Pclose), fcpl(H5Fget_create_plist(f), H5Pclose);
+    hsize_t userblock = 1;
+    void* handle = nullptr;
+    if (fapl.ok() && fcpl.ok() && H5Pget_driver(fapl.get()) == H5FD_SEC2 &&
+        H5Pget_userblock(fcpl.get(), &userblock) >= 0 && userblock == 0 &&
+        H5Fget_vfd_handle(f, fapl.get(), &handle) >= 0 && handle != nullptr)
+      s->fd_ = *static_cast<int*>(handle);
+    H5ErrorText();
+  }
   // Root attributes: magic and version.
   SEEDSTORE_ASSIGN_OR_RETURN(std::string magic, ReadStringAttr(f, "seedstore.format", w));
   if (magic != "seedstore")
@@ -884,88 +1039,137 @@ Status CheckRegionIn(const TensorRecord& t, const Region& r) {
 }
 }  // namespace
 
-// Reads, decodes and verifies one chunk of dense tensor i into `chunk_buf` (full chunk size).
-// Shared by reads and Verify; `scratch` is reused between calls.
+// Where chunk j (grid origin `off`) of a chunked dataset is stored; size 0 when the chunk is
+// missing. Takes the HDF5 lock.
+struct ChunkLoc {
+  haddr_t addr = HADDR_UNDEF;
+  hsize_t size = 0;
+  unsigned mask = 0;  // filters skipped when the chunk was written
+};
+static ChunkLoc LocateChunk(int64_t dset, const hsize_t* off) {
+  ChunkLoc loc;
+  H5Guard gl;
+  if (H5Dget_chunk_info_by_coord(dset, off, &loc.mask, &loc.addr, &loc.size) < 0) {
+    H5ErrorText();
+    loc.size = 0;
+  }
+  return loc;
+}
+
+// Asks the kernel to start reading chunk j's stored bytes now (a cold read then overlaps
+// the disk with the decoding of the chunks before it). A hint: errors are ignored.
+static void PrefetchChunk(int fd, int64_t dset, const Grid& g, uint64_t j) {
+  if (fd < 0 || !g.chunked() || j >= g.num) return;
+  uint64_t c[kMaxRank];
+  hsize_t off[kMaxRank];
+  g.Coords(j, c);
+  for (int d = 0; d < g.rank; ++d) off[d] = c[d] * g.chunk[d];
+  const ChunkLoc loc = LocateChunk(dset, off);
+  if (loc.size > 0)
+    (void)::posix_fadvise(fd, static_cast<off_t>(loc.addr), static_cast<off_t>(loc.size),
+                          POSIX_FADV_WILLNEED);
+}
+
+// Reads, decodes and verifies chunk j of dense tensor t into `sink` (see EmitChunk). The
+// stored bytes are read with pread at the chunk's file address when `fd` >= 0, outside the
+// HDF5 lock, so the threads' reads overlap each other and the decoding; else (another HDF5
+// file driver) through H5Dread_chunk. Shared by reads and Verify. On error the sink's
+// contents are unspecified.
 static Status LoadChunk(const std::string& path, const TensorRecord& t, const StoredTensor& st,
-                        int64_t dset, const Grid& g, uint64_t j, uint64_t expected_sum,
-                        std::vector<uint8_t>& chunk_buf, std::vector<uint8_t>& raw,
-                        std::vector<uint8_t>& tmp) {
+                        int64_t dset, int fd, const Grid& g, uint64_t j, uint64_t expected_sum,
+                        const ChunkSink& sink, ChunkScratch& s) {
   const size_t es = DTypeSize(t.dtype);
   const size_t bytes = g.ChunkElems() * es;
-  chunk_buf.resize(bytes);
+  uint64_t cs[kMaxRank] = {};  // the chunk's origin (tensor coordinates)
+  if (g.chunked()) {
+    g.Coords(j, cs);
+    for (int d = 0; d < g.rank; ++d) cs[d] *= g.chunk[d];
+  }
   auto fail = [&](const std::string& m) {
     std::string at;
-    if (g.chunked()) {
-      uint64_t c[kMaxRank];
-      g.Coords(j, c);
-      std::vector<uint64_t> off;
-      for (int d = 0; d < g.rank; ++d) off.push_back(c[d] * g.chunk[d]);
-      at = " at offset " + ShapeText(off);
-    }
+    if (g.chunked()) at = " at offset " + ShapeText(std::vector<uint64_t>(cs, cs + g.rank));
     return StoreStatus(StoreError::kChunkCorrupt, "file '" + path + "' tensor '" + t.name +
                                                       "' chunk " + std::to_string(j) + at + ": " + m);
   };
-  uint32_t mask = 0;
+  const uint8_t* src = s.tmp.data();
+  bool shuffled = false;  // src still holds shuffled bytes (undone in EmitChunk)
   if (g.chunked()) {
     hsize_t off[kMaxRank];
-    uint64_t c[kMaxRank];
-    g.Coords(j, c);
-    for (int d = 0; d < g.rank; ++d) off[d] = c[d] * g.chunk[d];
-    {
+    for (int d = 0; d < g.rank; ++d) off[d] = cs[d];
+    const ChunkLoc loc = LocateChunk(dset, off);
+    const haddr_t addr = loc.addr;
+    const hsize_t n = loc.size;
+    unsigned mask = loc.mask;
+    if (n == 0) return fail("the chunk is missing from the file");
+    s.raw.resize(n);
+    if (fd < 0) {
       H5Guard gl;
-      hsize_t n = 0;
-      if (H5Dget_chunk_storage_size(dset, off, &n) < 0 || n == 0) {
-        H5ErrorText();
-        return fail("the chunk is missing from the file");
-      }
-      raw.resize(n);
-      if (H5Dread_chunk(dset, H5P_DEFAULT, off, &mask, raw.data()) < 0)
+      uint32_t m = 0;
+      if (H5Dread_chunk(dset, H5P_DEFAULT, off, &m, s.raw.data()) < 0)
         return fail("cannot read the stored chunk: " + H5ErrorText());
+      mask = m;
+    }
+    for (size_t got = 0; fd >= 0 && got < n;) {
+      const ssize_t r = ::pread(fd, s.raw.data() + got, n - got, static_cast<off_t>(addr + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return fail(std::string("cannot read the stored chunk: ") + std::strerror(errno));
+      if (r == 0)
+        return fail("the stored chunk (" + std::to_string(n) + " bytes at file offset " +
+                    std::to_string(addr) + ") extends past the end of the file");
+      got += static_cast<size_t>(r);
     }
     // Undo the filters in reverse pipeline order, skipping those the mask says were skipped.
+    // A shuffle that is the last one to undo is left to EmitChunk (fused with the checksum).
     int first = -1;  // the last filter to undo (lowest pipeline index not skipped)
     for (int k = 0; k < static_cast<int>(st.filters.size()); ++k)
       if (!(mask & (1u << k))) {
         first = k;
         break;
       }
-    std::vector<uint8_t>* cur = &raw;
+    std::vector<uint8_t>* cur = &s.raw;
+    auto next = [&] { return cur == &s.tmp ? &s.chunk : &s.tmp; };
     for (int k = static_cast<int>(st.filters.size()) - 1; k >= 0; --k) {
       if (mask & (1u << k)) continue;
       if (st.filters[k] == kH5FilterZstd) {
-        const unsigned long long n = ZSTD_getFrameContentSize(cur->data(), cur->size());
-        if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN)
+        const unsigned long long fn = ZSTD_getFrameContentSize(cur->data(), cur->size());
+        if (fn == ZSTD_CONTENTSIZE_ERROR || fn == ZSTD_CONTENTSIZE_UNKNOWN)
           return fail("zstd: not a frame with a content size");
-        if (n != bytes)
-          return fail("zstd frame holds " + std::to_string(n) + " bytes, the chunk has " +
+        if (fn != bytes)
+          return fail("zstd frame holds " + std::to_string(fn) + " bytes, the chunk has " +
                       std::to_string(bytes));
-        // The last stage decodes straight into chunk_buf.
-        std::vector<uint8_t>& dst = k == first ? chunk_buf : tmp;
-        dst.resize(bytes);
-        const size_t r = ZSTD_decompressDCtx(ThreadZstd().d, dst.data(), bytes, cur->data(), cur->size());
+        std::vector<uint8_t>* dst = next();
+        dst->resize(bytes);
+        const size_t r = ZSTD_decompressDCtx(ThreadZstd().d, dst->data(), bytes, cur->data(), cur->size());
         if (ZSTD_isError(r) || r != bytes)
           return fail(std::string("zstd: ") + (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame"));
-        cur = &dst;
+        cur = dst;
       } else {  // shuffle
         if (cur->size() != bytes) return fail("shuffled chunk has the wrong size");
-        std::vector<uint8_t>& dst = k == first ? chunk_buf : (cur == &tmp ? raw : tmp);
-        dst.resize(bytes);
-        Unshuffle(cur->data(), dst.data(), bytes, es);
-        cur = &dst;
+        if (k == first) {
+          shuffled = true;
+          break;
+        }
+        std::vector<uint8_t>* dst = next();
+        dst->resize(bytes);
+        Unshuffle(cur->data(), dst->data(), bytes, es);
+        cur = dst;
       }
     }
     if (cur->size() != bytes)
       return fail("stored chunk holds " + std::to_string(cur->size()) + " bytes, expected " +
                   std::to_string(bytes));
-    if (cur != &chunk_buf) std::memcpy(chunk_buf.data(), cur->data(), bytes);
+    src = cur->data();
   } else if (bytes > 0) {
     // Contiguous data: read as stored (memory type = file type, no conversion).
     H5Guard gl;
     Hid ty(H5Dget_type(dset), H5Tclose);
-    if (H5Dread(dset, ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, chunk_buf.data()) < 0)
+    s.tmp.resize(bytes);
+    if (H5Dread(dset, ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, s.tmp.data()) < 0)
       return fail("cannot read the data: " + H5ErrorText());
+    src = s.tmp.data();
   }
-  const uint64_t sum = XXH3_64bits(chunk_buf.data(), bytes);
+  const uint64_t* cext = g.chunked() ? g.chunk.data() : g.shape.data();
+  const uint64_t sum = EmitChunk(src, bytes, es, shuffled, g.rank, cs, cext, sink, s);
   if (sum != expected_sum)
     return fail("checksum mismatch (stored " + Hex64(expected_sum) + ", computed " + Hex64(sum) + ")");
   return Status::Ok();
@@ -985,24 +1189,38 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   return Status::Ok();
 }
 
+std::vector<std::unique_ptr<ChunkScratch>> H5Store::TakeScratch(int n) const {
+  std::vector<std::unique_ptr<ChunkScratch>> out(n);
+  std::lock_guard<std::mutex> l(scratch_mu_);
+  for (auto& s : out) {
+    if (scratch_.empty()) {
+      s = std::make_unique<ChunkScratch>();
+    } else {
+      s = std::move(scratch_.back());
+      scratch_.pop_back();
+    }
+  }
+  return out;
+}
+
+void H5Store::ReturnScratch(std::vector<std::unique_ptr<ChunkScratch>> s) const {
+  std::lock_guard<std::mutex> l(scratch_mu_);
+  for (auto& x : s) scratch_.push_back(std::move(x));
+}
+
 Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const {
   const TensorRecord& t = records_[i];
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
-  const size_t es = DTypeSize(t.dtype);
   if (box.Count() == 0) return Status::Ok();
   uint64_t b_ext[kMaxRank];
   for (int d = 0; d < g.rank; ++d) b_ext[d] = box.stop[d] - box.start[d];
   if (!g.chunked()) {
-    std::vector<uint8_t> buf, raw, tmp;
-    SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, dsets_[i], g, 0, checksums_[i][0], buf, raw, tmp));
-    uint64_t s_ext[kMaxRank], zero[kMaxRank] = {};
-    for (int d = 0; d < g.rank; ++d) s_ext[d] = t.shape[d];
-    CopyIntersection(buf.data(), zero, s_ext, static_cast<uint8_t*>(out), box.start, b_ext, box.start,
-                     box.stop, g.rank, es);
-    return Status::Ok();
+    ChunkScratch scratch;
+    const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, box.start, box.stop};
+    return LoadChunk(path_, t, st, dsets_[i], fd_, g, 0, checksums_[i][0], sink, scratch);
   }
-  // The chunks intersecting the box.
+  // The chunks intersecting the box; each is decoded straight into its part of `out`.
   uint64_t lo[kMaxRank], n_in[kMaxRank];
   uint64_t total = 1;
   for (int d = 0; d < g.rank; ++d) {
@@ -1010,27 +1228,31 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
     n_in[d] = (box.stop[d] - 1) / g.chunk[d] - lo[d] + 1;
     total *= n_in[d];
   }
-  const int threads = ThreadCount(o.threads, total);
-  std::vector<std::vector<uint8_t>> bufs(threads), raws(threads), tmps(threads);
-  return ParallelFor(total, threads, false, [&](uint64_t q, int th) -> Status {
-    uint64_t c[kMaxRank];
+  // The linear index of the q-th intersecting chunk (row-major over the intersecting ones).
+  auto intersecting = [&](uint64_t q, uint64_t* c) {
     for (int d = g.rank - 1; d >= 0; --d) {
       c[d] = lo[d] + q % n_in[d];
       q /= n_in[d];
     }
-    const uint64_t j = g.Linear(c);
-    SEEDSTORE_RETURN_IF_ERROR(
-        LoadChunk(path_, t, st, dsets_[i], g, j, checksums_[i][j], bufs[th], raws[th], tmps[th]));
-    uint64_t cs[kMaxRank] = {}, is[kMaxRank] = {}, ie[kMaxRank] = {};
+    return g.Linear(c);
+  };
+  const int threads = ThreadCount(o.threads, total);
+  std::vector<std::unique_ptr<ChunkScratch>> scratch = TakeScratch(threads);
+  Status status = ParallelFor(total, threads, false, [&](uint64_t q, int th) -> Status {
+    // Chunks are handed out in order: start the disk on the one `2 * threads` ahead.
+    uint64_t c[kMaxRank];
+    if (q + 2 * threads < total) PrefetchChunk(fd_, dsets_[i], g, intersecting(q + 2 * threads, c));
+    const uint64_t j = intersecting(q, c);
+    uint64_t is[kMaxRank], ie[kMaxRank];
     for (int d = 0; d < g.rank; ++d) {
-      cs[d] = c[d] * g.chunk[d];
-      is[d] = std::max(cs[d], box.start[d]);
-      ie[d] = std::min(cs[d] + g.chunk[d], box.stop[d]);
+      is[d] = std::max(c[d] * g.chunk[d], box.start[d]);
+      ie[d] = std::min(c[d] * g.chunk[d] + g.chunk[d], box.stop[d]);
     }
-    CopyIntersection(bufs[th].data(), cs, g.chunk.data(), static_cast<uint8_t*>(out), box.start,
-                     b_ext, is, ie, g.rank, es);
-    return Status::Ok();
+    const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, is, ie};
+    return LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[th]);
   });
+  ReturnScratch(std::move(scratch));
+  return status;
 }
 
 H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {
@@ -1059,32 +1281,29 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       const Grid g = Grid::Make(t.shape, st.chunk);
       const size_t es = DTypeSize(t.dtype);
       const int threads = ThreadCount(o.threads, g.num);
-      std::vector<std::vector<uint8_t>> bufs(threads), raws(threads), tmps(threads), packs(threads);
+      std::vector<std::unique_ptr<ChunkScratch>> scratch = TakeScratch(threads);
+      std::vector<std::vector<uint8_t>> bufs(threads);
       std::vector<Fingerprint> parts(threads);
       (void)ParallelFor(g.num, threads, true, [&](uint64_t j, int th) -> Status {
-        Status s = LoadChunk(path_, t, st, dsets_[i], g, j, checksums_[i][j], bufs[th], raws[th], tmps[th]);
+        // The chunk clipped to the tensor, decoded packed into bufs[th] and fingerprinted.
+        const Region box = g.Box(j);
+        uint64_t ext[kMaxRank];
+        for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
+        bufs[th].resize(box.Count() * es);
+        const ChunkSink sink{bufs[th].data(), box.start, ext, box.start, box.stop};
+        PrefetchChunk(fd_, dsets_[i], g, j + 2 * threads);
+        Status s = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[th]);
         if (!s.ok()) {
           std::lock_guard<std::mutex> l(mu);
           rep.problems.push_back({t.name, static_cast<int64_t>(j), s});
           return s;
         }
-        const Region box = g.Box(j);
         const uint8_t* data = bufs[th].data();
-        if (g.chunked() && box.Count() != g.ChunkElems()) {
-          packs[th].resize(box.Count() * es);
-          uint64_t cs[kMaxRank], ext[kMaxRank];
-          for (int d = 0; d < g.rank; ++d) {
-            cs[d] = box.start[d];
-            ext[d] = box.stop[d] - box.start[d];
-          }
-          CopyIntersection(data, cs, g.chunk.data(), packs[th].data(), cs, ext, box.start, box.stop,
-                           g.rank, es);
-          data = packs[th].data();
-        }
         parts[th].Add(FingerprintCpu(t.dtype, box, data, t.fp_seed(), CpuOptions{1}));
         report(box.Count() * es);
         return Status::Ok();
       });
+      ReturnScratch(std::move(scratch));
       rep.chunks += g.num;
       for (const auto& p : parts) total.Add(p);
       rep.bytes += t.NumBytes();

@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,8 @@ struct StoredTensor {
   std::string dataset;                 // HDF5 path of the data ("" for lazy)
 };
 
+struct ChunkScratch;  // io/h5store.cc
+
 /// A seedstore file opened for reading; a Catalog (lazy and dense tensors alike).
 class H5Store : public Catalog {
  public:
@@ -88,7 +91,9 @@ class H5Store : public Catalog {
   const std::vector<TensorRecord>& tensors() const override { return records_; }
   std::string origin() const override { return path_; }
   /// Reads a box or flat range. Dense: reads and decompresses only the intersecting chunks,
-  /// verifying each chunk's checksum (chunk-corrupt names tensor and chunk). Lazy: materialized.
+  /// `o.threads` at a time, each decoded straight into its place in `out` and its checksum
+  /// verified on the way (chunk-corrupt names tensor and chunk; after an error the contents
+  /// of `out` are unspecified). Lazy: materialized.
   Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
 
   const StoredTensor& stored(size_t i) const { return stored_.at(i); }
@@ -122,6 +127,13 @@ class H5Store : public Catalog {
   friend class StoreWriter;
   std::string path_;
   int64_t file_ = -1;
+  int fd_ = -1;  // the HDF5 file's descriptor, for pread of chunks (-1: use H5Dread_chunk)
+  // Chunk-decoding buffers kept between reads (fresh ones are page-faulted and zeroed on
+  // every read): Take hands out n (pooled or new), Return puts them back.
+  std::vector<std::unique_ptr<ChunkScratch>> TakeScratch(int n) const;
+  void ReturnScratch(std::vector<std::unique_ptr<ChunkScratch>> s) const;
+  mutable std::mutex scratch_mu_;
+  mutable std::vector<std::unique_ptr<ChunkScratch>> scratch_;
   uint64_t seed_ = 0, file_bytes_ = 0;
   Generator generator_ = Generator::kThreefry;
   std::vector<TensorRecord> records_;

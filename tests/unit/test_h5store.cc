@@ -95,12 +95,26 @@ const DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16,
 
 TEST(H5Store, DenseRoundTripRandomBoxesEveryDtype) {
   TempDir dir;
-  const std::vector<Shape> shapes = {{}, {0}, {3, 0, 2}, {1}, {1000}, {37, 53}, {5, 7, 11}, {2, 3, 4, 5}};
+  const std::vector<Shape> small = {{}, {0}, {3, 0, 2}, {1}, {1000}, {37, 53}, {5, 7, 11}, {2, 3, 4, 5}};
+  // Runs of >= 1 KiB into unaligned destinations (the reader's streaming-store copy) and a
+  // 1-D tensor of a prime length.
+  const std::vector<Shape> large = {{40, 3001}, {4999}, {2, 129, 67}};
   std::mt19937_64 g(42);
-  for (int threads : {1, 3}) {
-    const std::string path = dir / ("rt" + std::to_string(threads) + ".h5");
+  struct Config {
+    int threads;
+    uint64_t chunk_bytes;  // 96: many chunks, many edge chunks
+    bool shuffle;
+    const std::vector<Shape>* shapes;
+  };
+  for (const Config& cfg : {Config{1, 96, true, &small}, Config{3, 96, true, &small},
+                            Config{2, 65536, true, &large}, Config{2, 65536, false, &large}}) {
+    const int threads = cfg.threads;
+    const std::vector<Shape>& shapes = *cfg.shapes;
+    const std::string path = dir / ("rt" + std::to_string(threads) + "-" +
+                                    std::to_string(cfg.chunk_bytes) + (cfg.shuffle ? "s" : "") + ".h5");
     WriteOptions wo;
-    wo.chunk_bytes = 96;  // many chunks, many edge chunks
+    wo.chunk_bytes = cfg.chunk_bytes;
+    wo.shuffle = cfg.shuffle;
     wo.threads = threads;
     auto w = StoreWriter::Create(path, 7, Generator::kThreefry, wo);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
