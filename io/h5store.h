@@ -7,8 +7,8 @@
 //   /tensors/<escaped>      dense data: chunked dataset, filters [shuffle(2)], zstd(32015)
 //   /checksums/<escaped>    uint64 XXH3-64 of each chunk's unfiltered bytes (chunk-grid order)
 //
-// Chunks are compressed and decompressed in our own threads and moved with H5Dwrite_chunk /
-// H5Dread_chunk; the zstd encoding is the HDF5 Zstandard plugin's (one frame per chunk with its
+// Chunks are compressed and decompressed in our own threads, written with H5Dwrite_chunk and
+// read with pread at their file addresses (H5Dread_chunk for files with a user block); the zstd encoding is the HDF5 Zstandard plugin's (one frame per chunk with its
 // content size; cd_values[0] = level), so h5py + hdf5plugin read our files unchanged.
 //
 // Writes are atomic (invariant I5): a StoreWriter writes a temporary file next to the
