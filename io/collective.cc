@@ -96,7 +96,11 @@ Result<std::unique_ptr<Collective>> OpenCollective(std::string_view backend, Col
     if (LaunchedUnderMpi()) return CreateMpiCollective(o);
     return CreateSelfCollective(o);
   }
-  return InvalidArgument("--backend '" + std::string(backend) + "': expected auto, mpi or self");
+  if (backend == "nccl") {
+    SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<Collective> boot, OpenCollective("auto", o));
+    return CreateNcclCollective(std::move(boot), o);
+  }
+  return InvalidArgument("--backend '" + std::string(backend) + "': expected auto, mpi, nccl or self");
 }
 
 int DefaultThreadsPerRank() {
@@ -111,7 +115,7 @@ int DefaultThreadsPerRank() {
 }
 
 #if !SEEDSTORE_HAVE_NCCL
-Result<std::unique_ptr<Collective>> CreateNcclCollective(Collective&, CollectiveOptions) {
+Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective>, CollectiveOptions) {
   return Unsupported("NCCL backend: seedstore was built without CUDA/NCCL");
 }
 #endif

@@ -59,17 +59,18 @@ std::unique_ptr<Collective> CreateSelfCollective(CollectiveOptions o = {});
 Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions o = {});
 
 /// NCCL on this rank's GPU (device = local rank modulo the device count), its unique id
-/// broadcast over `bootstrap` (MPI). The interface still takes host pointers: payloads are
-/// staged through device memory and moved by NCCL. Deadlines use a non-blocking communicator
-/// and ncclCommAbort. Errors: kUnsupported (built without CUDA/NCCL, or no GPU), kIo.
-Result<std::unique_ptr<Collective>> CreateNcclCollective(Collective& bootstrap,
+/// broadcast over `bootstrap` (MPI, or self for a world of one), which the result owns (Abort
+/// goes through it). The interface still takes host pointers: payloads are staged through
+/// device memory and moved by NCCL. Deadlines use a non-blocking communicator and
+/// ncclCommAbort. Errors: kUnsupported (built without CUDA/NCCL, or no GPU), kIo.
+Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective> bootstrap,
                                                          CollectiveOptions o = {});
 
 /// Whether this process was started by an MPI launcher (mpirun/mpiexec/srun with PMI/PMIx).
 bool LaunchedUnderMpi();
 
-/// "auto" (mpi when LaunchedUnderMpi(), else self), "self", "mpi". Errors: as the factories;
-/// kInvalidArgument for an unknown name.
+/// "auto" (mpi when LaunchedUnderMpi(), else self), "self", "mpi", "nccl" (bootstrapped over
+/// "auto"). Errors: as the factories; kInvalidArgument for an unknown name.
 Result<std::unique_ptr<Collective>> OpenCollective(std::string_view backend,
                                                    CollectiveOptions o = {});
 

@@ -46,13 +46,15 @@ int LocalRank(int world_rank) {
 
 class NcclCollective final : public Collective {
  public:
-  static Result<std::unique_ptr<Collective>> Create(Collective& boot, CollectiveOptions o) {
+  static Result<std::unique_ptr<Collective>> Create(std::unique_ptr<Collective> owned,
+                                                    CollectiveOptions o) {
+    Collective& boot = *owned;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
       cudaGetLastError();
       return Unsupported("NCCL backend: no CUDA device");
     }
-    auto c = std::unique_ptr<NcclCollective>(new NcclCollective(boot, o));
+    auto c = std::unique_ptr<NcclCollective>(new NcclCollective(std::move(owned), o));
     c->rank_ = boot.rank();
     c->size_ = boot.size();
     c->device_ = LocalRank(c->rank_) % ndev;
@@ -116,11 +118,13 @@ class NcclCollective final : public Collective {
   [[noreturn]] void Abort(int exit_code) override {
     if (has_comm_) ncclCommAbort(comm_);
     has_comm_ = false;
-    boot_.Abort(exit_code);
+    boot_->Abort(exit_code);
   }
 
  private:
-  NcclCollective(Collective& boot, CollectiveOptions o) : boot_(boot) { options_ = o; }
+  NcclCollective(std::unique_ptr<Collective> boot, CollectiveOptions o) : boot_(std::move(boot)) {
+    options_ = o;
+  }
 
   Status Reserve(size_t bytes, const char* what) {
     if (bytes <= cap_) return Status::Ok();
@@ -186,7 +190,7 @@ class NcclCollective final : public Collective {
     return Status::Ok();
   }
 
-  Collective& boot_;
+  std::unique_ptr<Collective> boot_;  // MPI (or self): the unique id's carrier, and Abort
   int rank_ = 0, size_ = 1, device_ = 0;
   cudaStream_t stream_ = nullptr;
   ncclComm_t comm_{};
@@ -197,8 +201,9 @@ class NcclCollective final : public Collective {
 
 }  // namespace
 
-Result<std::unique_ptr<Collective>> CreateNcclCollective(Collective& bootstrap, CollectiveOptions o) {
-  return NcclCollective::Create(bootstrap, o);
+Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective> bootstrap,
+                                                         CollectiveOptions o) {
+  return NcclCollective::Create(std::move(bootstrap), o);
 }
 
 }  // namespace seedstore

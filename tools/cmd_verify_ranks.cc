@@ -79,7 +79,7 @@ Register reg({"verify-ranks",
   app.add_option("--timeout", o->timeout,
                  "Seconds a rank waits for the others at each step before the job is ended "
                  "(<= 0: forever)");
-  app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi or self")
+  app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi, nccl (GPU collectives bootstrapped over mpi) or self")
       ->check(CLI::IsMember({"auto", "mpi", "self"}));
   app.add_option("--device", o->device, "Where lazy shards are hashed: cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
