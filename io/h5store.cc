@@ -411,27 +411,6 @@ void Shuffle(const uint8_t* in, uint8_t* out, size_t nbytes, size_t es) {
   std::memcpy(out + n * es, in + n * es, nbytes - n * es);
 }
 
-void Unshuffle(const uint8_t* in, uint8_t* out, size_t nbytes, size_t es) {
-  const size_t n = nbytes / es;
-  if (es == 2) {
-    for (size_t i = 0; i < n; ++i) {
-      out[2 * i] = in[i];
-      out[2 * i + 1] = in[n + i];
-    }
-  } else if (es == 4) {
-    for (size_t i = 0; i < n; ++i) {
-      out[4 * i] = in[i];
-      out[4 * i + 1] = in[n + i];
-      out[4 * i + 2] = in[2 * n + i];
-      out[4 * i + 3] = in[3 * n + i];
-    }
-  } else {
-    for (size_t j = 0; j < es; ++j)
-      for (size_t i = 0; i < n; ++i) out[i * es + j] = in[j * n + i];
-  }
-  std::memcpy(out + n * es, in + n * es, nbytes - n * es);
-}
-
 struct ZstdCtx {
   ZSTD_CCtx* c = ZSTD_createCCtx();
   ZSTD_DCtx* d = ZSTD_createDCtx();
@@ -556,6 +535,13 @@ void UnshuffleRange(const uint8_t* in, uint64_t n, uint64_t e0, uint64_t e1, siz
     for (size_t j = 0; j < es; ++j)
       for (uint64_t i = 0; i < m; ++i) out[i * es + j] = in[j * n + e0 + i];
   }
+}
+
+// HDF5's unshuffle of a whole buffer (trailing bytes copied).
+void Unshuffle(const uint8_t* in, uint8_t* out, size_t nbytes, size_t es) {
+  const size_t n = nbytes / es;
+  UnshuffleRange(in, n, 0, n, es, out);
+  std::memcpy(out + n * es, in + n * es, nbytes - n * es);
 }
 
 // The last decoding pass, fused: unshuffles (when `shuffled`) the decoded chunk at `src`
