@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Reshard throughput against plainly copying the same bytes (docs/PERF.md, "Reshard").
-# Usage: bench/reshard_bench.sh [SEEDSTORE_BIN] [MIB_PER_TENSOR (64)] [TENSORS (4)]
-# Builds a dense bf16 store (normal init), saves it over 4 ranks, reshards 4 -> 3 (alone and
-# under mpirun -np 2 when mpirun exists) and consolidates; then times `cp` of the same files.
+# Usage: bench/reshard_bench.sh [SEEDSTORE_BIN] [MIB_PER_TENSOR (64)] [TENSORS (4)] [REPEAT (3)]
+# Builds a dense bf16 store (normal init, 1 MiB chunks [512, 1024]), saves it over 4 ranks,
+# then times each case REPEAT times, interleaved with `cp` of that case's input files (the same
+# bytes), and prints medians: wall time, tensor data / time, the ratio to `cp`, the chunks
+# copied as stored vs encoded, the write / proof split that the reshard reports itself, and
+# the CPU seconds (user + sys, all processes) of the reshard.
 set -euo pipefail
 BIN=${1:-build/tools/seedstore}
 MIB=${2:-64}
 NT=${3:-4}
+REPEAT=${4:-3}
 BIN=$(readlink -f "$BIN")
 W=$(mktemp -d /tmp/seedstore-reshard-bench-XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -26,33 +30,52 @@ layout() {  # data x tensor mesh
 }
 layout 2 2 >l4.json
 layout 3 1 >l3.json
+layout 2 1 >l2.json
 "$BIN" init --spec spec.json -o lazy.h5 >/dev/null
 "$BIN" export lazy.h5 -o all.safetensors >/dev/null
 "$BIN" import all.safetensors -o src.h5 >/dev/null
 rm all.safetensors
+"$BIN" reshard src.h5 --layout l4.json -o d4.h5 -q
 data=$((MIB * NT * 1024 * 1024))
-now() { date +%s.%N; }
-run() {  # label, command...
-  local label=$1
-  shift
-  sync
-  local t0 t1
-  t0=$(now)
-  "$@" >/dev/null
-  t1=$(now)
-  awk -v l="$label" -v a="$t0" -v b="$t1" -v d="$data" \
-    'BEGIN { printf "%-44s %8.3f s  %8.1f MB/s of tensor data\n", l, b - a, d / (b - a) / 1e6 }'
-}
-echo "data: $NT x [$rows, $cols] bf16 = $((data / 1048576)) MiB; src.h5 $(du -m src.h5 | cut -f1) MiB on disk; $(nproc) cores"
-run "reshard store -> 4 ranks (alone)" "$BIN" reshard src.h5 --layout l4.json -o d4.h5 -q
-run "reshard 4 -> 3 ranks (alone)" "$BIN" reshard d4.h5 --layout l3.json -o d3.h5 -q
+mpi=()
 if command -v mpirun >/dev/null; then
-  run "reshard 4 -> 3 ranks (mpirun -np 2)" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    mpirun -np 2 --oversubscribe "$BIN" reshard d4.h5 --layout l3.json -o m3.h5 -q
+  mpi=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe)
 fi
-run "reshard 4 ranks -> one store (--consolidate)" "$BIN" reshard d4.h5 --consolidate -o c.h5 -q
-"$BIN" reshard d4.h5 --layout l3.json -o j3.h5 --json | awk '/"write_s"|"prove_s"|"total_s"/' | tr -d ' ,\n'
-echo
-run "cp src.h5 (same bytes, one file)" cp src.h5 copy.h5
-mkdir -p cpdir
-run "cp the 4 rank files of d4.h5 (to a folder)" cp d4.h5.*.rank*.h5 cpdir/
+now() { date +%s.%N; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# One JSON field of the reshard report (numbers only).
+field() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -1 | sed 's/.*: *//'; }
+echo "data: $NT x [$rows, $cols] bf16 = $((data / 1048576)) MiB; src.h5 $(du -m src.h5 | cut -f1) MiB on disk;" \
+  "$(nproc) cores; medians of $REPEAT runs; cp = cp of the case's input files"
+printf '%-40s %8s %9s %8s %6s %15s %8s %8s %7s\n' case time MB/s "cp time" ratio "chunks cp/enc" write_s prove_s cpu-s
+case_() {  # label, inputs (quoted glob), reshard args...
+  local label=$1 inputs=$2
+  shift 2
+  local k t0 t1 tr=() tc=() ws=() ps=() cpu=()
+  for k in $(seq "$REPEAT"); do
+    rm -rf out.h5* cpdir && mkdir cpdir && sync
+    t0=$(now); /usr/bin/time -f '%U %S' -o cpu.txt "$@" -o out.h5 --json >rep.json; t1=$(now)
+    tr+=("$(echo "$t1 - $t0" | bc -l)")
+    cpu+=("$(awk '{ print $1 + $2 }' cpu.txt)")
+    ws+=("$(field write_s rep.json)"); ps+=("$(field prove_s rep.json)")
+    sync
+    # shellcheck disable=SC2086
+    t0=$(now); cp $inputs cpdir/; t1=$(now)
+    tc+=("$(echo "$t1 - $t0" | bc -l)")
+  done
+  local mr mc
+  mr=$(printf '%s\n' "${tr[@]}" | median)
+  mc=$(printf '%s\n' "${tc[@]}" | median)
+  awk -v l="$label" -v r="$mr" -v c="$mc" -v d="$data" -v cc="$(field chunks_copied rep.json)" \
+    -v ce="$(field chunks_encoded rep.json)" -v w="$(printf '%s\n' "${ws[@]}" | median)" \
+    -v p="$(printf '%s\n' "${ps[@]}" | median)" -v u="$(printf '%s\n' "${cpu[@]}" | median)" \
+    'BEGIN { printf "%-40s %7.3fs %9.1f %7.3fs %5.2fx %7d/%-7d %8.3f %8.3f %6.2fs\n", l, r, d / r / 1e6, c, c / r, cc, ce, w, p, u }'
+}
+case_ "store -> 4 ranks (aligned)" "src.h5" "$BIN" reshard src.h5 --layout l4.json
+case_ "4 -> 4 ranks, same layout" "d4.h5*" "$BIN" reshard d4.h5 --layout l4.json
+case_ "4 -> 2 ranks (N -> N/2, aligned)" "d4.h5*" "$BIN" reshard d4.h5 --layout l2.json
+case_ "4 -> 3 ranks, uneven (mixed)" "d4.h5*" "$BIN" reshard d4.h5 --layout l3.json
+if [ ${#mpi[@]} -gt 0 ]; then
+  case_ "4 -> 3 ranks, uneven (mpirun -np 2)" "d4.h5*" "${mpi[@]}" "$BIN" reshard d4.h5 --layout l3.json
+fi
+case_ "4 ranks -> one store (--consolidate)" "d4.h5*" "$BIN" reshard d4.h5 --consolidate

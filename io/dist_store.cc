@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "gen/materialize_cpu.h"
 #include "io/atomic_file.h"
 
 namespace seedstore {
@@ -218,9 +220,201 @@ Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
   return p;
 }
 
-// Writes layout rank r's file.
+// ---- Raw chunk copies (see Reshard in io/dist_store.h) -----------------------------------
+
+// Finds the stored source chunks that an output piece of dense tensor i can copy as stored.
+// The source's stored parts: the tensor itself (a store) or its box pieces (a distributed
+// save, flat pieces excluded); other catalogs have none.
+class ChunkMatcher {
+ public:
+  ChunkMatcher(const Catalog& src, size_t i, const StoreWriter& w) : src_(src), i_(i), w_(w) {
+    const TensorRecord& t = src.tensors()[i];
+    if (dynamic_cast<const H5Store*>(&src)) {
+      parts_.push_back({WholeTensor(t.shape), -1});
+    } else if (const auto* d = dynamic_cast<const DistCatalog*>(&src)) {
+      for (size_t p = 0; p < d->pieces(i).size(); ++p)
+        if (!d->pieces(i)[p].region.flat) parts_.push_back({d->pieces(i)[p].region, static_cast<int>(p)});
+    }
+  }
+
+  // How the writer chunks the output piece with global box `g`: like the source part holding
+  // g's first element when g starts on one of its chunk boundaries and spans at least one of
+  // its chunks in every dim (then its aligned chunks can be copied), else the writer's rule.
+  Result<DenseChunking> For(const Region& g) {
+    DenseChunking c;
+    if (g.flat || g.rank == 0 || g.Count() == 0) return c;
+    SEEDSTORE_ASSIGN_OR_RETURN(const Stored* s, Holding(g.start));
+    if (!s) return c;
+    for (int d = 0; d < g.rank; ++d)
+      if ((g.start[d] - s->part->box.start[d]) % s->chunk[d] != 0 ||
+          s->chunk[d] > g.stop[d] - g.start[d])
+        return c;
+    c.chunk = s->chunk;
+    c.raw = [this, g, chunk = s->chunk](uint64_t, const Region& local, StoredChunk* out) {
+      return Copy(g, chunk, local, out);
+    };
+    return c;
+  }
+
+ private:
+  struct Part {
+    Region box;     // global indices
+    int piece = -1;  // piece index of a distributed save; -1: the store's tensor itself
+  };
+  struct Stored {
+    const Part* part = nullptr;
+    const H5Store* store = nullptr;
+    size_t k = 0;                  // the tensor's index in `store`
+    std::vector<uint64_t> chunk;   // its chunk shape
+  };
+
+  // The stored source part holding global index `at`, when its chunks could be copied by this
+  // writer (null otherwise).
+  Result<const Stored*> Holding(const uint64_t* at) {
+    const TensorRecord& t = src_.tensors()[i_];
+    for (const Part& p : parts_) {
+      bool in = true;
+      for (int d = 0; d < p.box.rank; ++d) in &= p.box.start[d] <= at[d] && at[d] < p.box.stop[d];
+      if (!in) continue;
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = stored_.find(&p);
+      if (it == stored_.end()) {
+        Stored s;
+        s.part = &p;
+        if (p.piece < 0) {
+          s.store = static_cast<const H5Store*>(&src_);
+          s.k = i_;
+        } else {
+          SEEDSTORE_ASSIGN_OR_RETURN(auto sk, static_cast<const DistCatalog&>(src_).PieceStore(i_, p.piece));
+          s.store = sk.first;
+          s.k = sk.second;
+        }
+        const StoredTensor& st = s.store->stored(s.k);
+        if (w_.CopiesChunksOf(st, t.dtype)) s.chunk = st.chunk;
+        it = stored_.emplace(&p, std::move(s)).first;
+      }
+      return it->second.chunk.empty() ? nullptr : &it->second;
+    }
+    return static_cast<const Stored*>(nullptr);
+  }
+
+  // Output chunk `local` (clipped, local indices) of the piece with global box `g`, whose
+  // chunk shape is `chunk`: copied when a stored source chunk has the same full box [at, at +
+  // chunk) and is clipped alike (so its unfiltered bytes, edge padding included, are the same).
+  Result<bool> Copy(const Region& g, const std::vector<uint64_t>& chunk, const Region& local,
+                    StoredChunk* out) {
+    uint64_t at[kMaxRank];
+    for (int d = 0; d < g.rank; ++d) at[d] = g.start[d] + local.start[d];
+    SEEDSTORE_ASSIGN_OR_RETURN(const Stored* s, Holding(at));
+    if (!s || s->chunk != chunk) return false;
+    const Region& pb = s->part->box;
+    uint64_t j = 0;
+    for (int d = 0; d < g.rank; ++d) {
+      const uint64_t c = chunk[d], rel = at[d] - pb.start[d];
+      if (rel % c != 0 || std::min(at[d] + c, pb.stop[d]) != std::min(at[d] + c, g.stop[d]))
+        return false;
+      j = j * ((pb.stop[d] - pb.start[d] + c - 1) / c) + rel / c;
+    }
+    Status st = s->store->ReadStoredChunk(s->k, j, out);
+    if (st.ok()) return true;
+    if (s->part->piece < 0) return st;
+    const auto& d = static_cast<const DistCatalog&>(src_);
+    const int rank = d.pieces(i_)[s->part->piece].rank;
+    return DistError("rank-file-corrupt", st.code(), d.origin(), rank, d.rank_files()[rank],
+                     st.message());
+  }
+
+  const Catalog& src_;
+  const size_t i_;
+  const StoreWriter& w_;
+  std::vector<Part> parts_;
+  std::mutex mu_;
+  std::map<const Part*, Stored> stored_;
+};
+
+// Adds dense tensor i of `src`, restricted to the global box or flat range `g`, to `w` as a
+// tensor of g's local shape (the whole tensor when g is), copying the source's stored chunks
+// where they line up; counts the chunks copied and encoded into `copied` and `encoded`.
+Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, uint64_t* copied,
+                uint64_t* encoded) {
+  const TensorRecord& t = src.tensors()[i];
+  const std::vector<uint64_t> shape = t.shape;
+  BoxSource source = [&src, i, g, shape](const Region& local, void* out) -> Status {
+    if (g.flat) {
+      return src.Read(i, FlatRegion(shape, g.begin + local.start[0], g.begin + local.stop[0]), out,
+                      CpuOptions{1});
+    }
+    Region glob = g;
+    for (int d = 0; d < g.rank; ++d) {
+      glob.start[d] = g.start[d] + local.start[d];
+      glob.stop[d] = g.start[d] + local.stop[d];
+    }
+    return src.Read(i, glob, out, CpuOptions{1});
+  };
+  ChunkMatcher matcher(src, i, w);
+  SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking chunking, matcher.For(g));
+  const StoreWriter::ChunkCounts before = w.chunk_counts();
+  SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
+  const StoreWriter::ChunkCounts after = w.chunk_counts();
+  *copied += after.copied - before.copied;
+  *encoded += after.encoded - before.encoded;
+  return Status::Ok();
+}
+
+// The proof's read-back of one written piece -- global box or flat range `r` of tensor i of the
+// output `out` (a store or a distributed save) -- as its fingerprint with global indices. A box
+// is read back one stored chunk at a time, through the catalog's Read (which decodes every
+// chunk and checks its checksum), on o.threads threads that each reuse one buffer; a flat range
+// or a contiguous tensor is read whole.
+Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Region& r, CpuOptions o) {
+  const TensorRecord& t = out.tensors()[i];
+  std::vector<uint64_t> chunk;
+  if (!r.flat && r.rank > 0 && r.Count() > 0) {
+    if (const auto* s = dynamic_cast<const H5Store*>(&out)) {
+      chunk = s->stored(i).chunk;
+    } else if (const auto* d = dynamic_cast<const DistCatalog*>(&out)) {
+      for (size_t p = 0; p < d->pieces(i).size(); ++p) {
+        const Region& g = d->pieces(i)[p].region;
+        bool same = !g.flat;
+        for (int k = 0; same && k < r.rank; ++k) same = g.start[k] == r.start[k] && g.stop[k] == r.stop[k];
+        if (!same) continue;
+        SEEDSTORE_ASSIGN_OR_RETURN(auto sk, d->PieceStore(i, p));
+        chunk = sk.first->stored(sk.second).chunk;
+        break;
+      }
+    }
+  }
+  if (chunk.empty()) return out.FingerprintRegion(i, r, o);
+  uint64_t count[kMaxRank], tiles = 1;
+  for (int d = 0; d < r.rank; ++d) {
+    count[d] = (r.stop[d] - r.start[d] + chunk[d] - 1) / chunk[d];
+    tiles *= count[d];
+  }
+  const int threads = ThreadCount(o.threads, tiles);
+  std::vector<Fingerprint> parts(threads);
+  std::vector<std::vector<unsigned char>> bufs(threads);
+  const size_t es = DTypeSize(t.dtype);
+  SEEDSTORE_RETURN_IF_ERROR(ParallelFor(tiles, threads, false, [&](uint64_t q, int th) -> Status {
+    Region tile = r;
+    for (int d = r.rank - 1; d >= 0; --d) {
+      tile.start[d] = r.start[d] + (q % count[d]) * chunk[d];
+      tile.stop[d] = std::min(r.stop[d], tile.start[d] + chunk[d]);
+      q /= count[d];
+    }
+    bufs[th].resize(tile.Count() * es);
+    SEEDSTORE_RETURN_IF_ERROR(out.Read(i, tile, bufs[th].data(), CpuOptions{1}));
+    parts[th].Add(FingerprintCpu(t.dtype, tile, bufs[th].data(), t.fp_seed(), CpuOptions{1}));
+    return Status::Ok();
+  }));
+  Fingerprint f;
+  for (const Fingerprint& p : parts) f.Add(p);
+  return f;
+}
+
+// Writes layout rank r's file; per tensor, adds the chunks copied and encoded to counts[2i],
+// counts[2i + 1].
 Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::string& file,
-                     const DistSaveOptions& o, uint64_t* bytes) {
+                     const DistSaveOptions& o, uint64_t* bytes, std::vector<uint64_t>& counts) {
   uint64_t seed;
   Generator gen;
   RootSeedOf(src, &seed, &gen);
@@ -229,22 +423,8 @@ Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::str
   for (size_t i = 0; i < ts.size(); ++i) {
     for (const Shard& s : plan.shards[i]) {
       if (s.replicas[0] != r) continue;
-      const Region g = s.region;
-      const std::vector<uint64_t> shape = ts[i].shape;
-      BoxSource source = [&src, i, g, shape, &o](const Region& local, void* out) -> Status {
-        if (g.flat) {
-          return src.Read(i, FlatRegion(shape, g.begin + local.start[0], g.begin + local.stop[0]),
-                          out, CpuOptions{1});
-        }
-        Region glob = g;
-        for (int d = 0; d < g.rank; ++d) {
-          glob.start[d] = g.start[d] + local.start[d];
-          glob.stop[d] = g.start[d] + local.stop[d];
-        }
-        return src.Read(i, glob, out, CpuOptions{1});
-      };
-      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, LocalShape(g), ts[i].dtype, source));
-      *bytes += g.Count() * DTypeSize(ts[i].dtype);
+      SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, src, i, s.region, &counts[2 * i], &counts[2 * i + 1]));
+      *bytes += s.region.Count() * DTypeSize(ts[i].dtype);
     }
   }
   return w->Commit();
@@ -594,6 +774,11 @@ size_t DistCatalog::open_rank_files() const {
   return n;
 }
 
+Result<std::pair<const H5Store*, size_t>> DistCatalog::PieceStore(size_t i, size_t p) const {
+  SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(pieces_.at(i).at(p).rank));
+  return std::make_pair(s, static_cast<size_t>(s->Find(records_[i].name)));  // checked at open
+}
+
 Result<const H5Store*> DistCatalog::RankStore(int rank) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (rank_stores_[rank]) return rank_stores_[rank].get();
@@ -722,9 +907,10 @@ std::string ReshardReport::Table() const {
   }
   std::snprintf(line, sizeof line,
                 "%zu tensors: %zu proven equal to the source, %zu mismatch(es); %llu bytes "
-                "written in %.3f s, proof %.3f s\n",
+                "written in %.3f s (chunks: %llu copied as stored, %llu encoded), proof %.3f s\n",
                 rows.size(), rows.size() - bad, bad, static_cast<unsigned long long>(bytes),
-                write_s, prove_s);
+                write_s, static_cast<unsigned long long>(chunks_copied),
+                static_cast<unsigned long long>(chunks_encoded), prove_s);
   s += line;
   return s;
 }
@@ -812,6 +998,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
 
   // Write.
   uint64_t bytes = 0;
+  std::vector<uint64_t> counts(2 * n, 0);  // per tensor: chunks copied, encoded
   if (o.consolidate) {
     if (me == 0) {
       st = [&]() -> Status {
@@ -822,12 +1009,11 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
           } else if (store) {
             SEEDSTORE_RETURN_IF_ERROR(w->CopyFrom(*store, i));
+            counts[2 * i] += store->stored(i).num_chunks;
             bytes += ts[i].NumBytes();
           } else {
-            BoxSource source = [&src, i](const Region& b, void* out) {
-              return src.Read(i, b, out, CpuOptions{1});
-            };
-            SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, ts[i].shape, ts[i].dtype, source));
+            SEEDSTORE_RETURN_IF_ERROR(
+                AddPiece(*w, src, i, WholeTensor(ts[i].shape), &counts[2 * i], &counts[2 * i + 1]));
             bytes += ts[i].NumBytes();
           }
         }
@@ -844,7 +1030,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
         ::unlink(RankFileName(path, id, r).c_str());
     };
     for (int r = me; r < layout.world_size() && st.ok(); r += np)
-      st = WriteRankFile(src, plan, r, RankFileName(path, id, r), o, &bytes);
+      st = WriteRankFile(src, plan, r, RankFileName(path, id, r), o, &bytes, counts);
     if (Status a = Agree(comm, st, "write rank files"); !a.ok()) {
       drop_mine();
       return a;
@@ -878,6 +1064,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   }
   if (o.consolidate) SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write master"));
   SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&bytes, 1, "bytes"));
+  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(counts.data(), counts.size(), "chunk counts"));
   rep.bytes = bytes;
   const double t1 = Now();
   rep.write_s = t1 - t0;
@@ -924,7 +1111,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
         if (s.replicas[0] % np == me) mine.push_back(s.region);
     }
     for (const Region& r : mine) {
-      auto f = out->FingerprintRegion(i, r, o.cpu);
+      auto f = ReadBackFingerprint(*out, i, r, o.cpu);
       if (!f.ok()) {
         st = f.status();
         break;
@@ -944,6 +1131,10 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       row.bytes = ts[i].NumBytes();
     }
     row.source_ref = ts[i].fingerprint ? "recorded" : "computed";
+    row.chunks_copied = counts[2 * i];
+    row.chunks_encoded = counts[2 * i + 1];
+    rep.chunks_copied += row.chunks_copied;
+    rep.chunks_encoded += row.chunks_encoded;
     row.source = src_fp[i];
     row.output = Fingerprint{ofp[2 * i], ofp[2 * i + 1]};
     rep.rows.push_back(std::move(row));

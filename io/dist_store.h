@@ -63,6 +63,9 @@ class DistCatalog : public Catalog {
   const Layout& layout() const { return layout_; }
   /// How many rank files have been opened so far (reads open only those they need).
   size_t open_rank_files() const;
+  /// The store holding piece p of dense tensor i (its rank file, opened on first use) and the
+  /// tensor's index there. Errors as Read (rank-file-missing, rank-file-corrupt). Thread-safe.
+  Result<std::pair<const H5Store*, size_t>> PieceStore(size_t i, size_t p) const;
   uint64_t root_seed() const { return master_->root_seed(); }
   Generator generator() const { return master_->generator(); }
 
@@ -95,6 +98,9 @@ struct ReshardRow {
   size_t pieces = 0;            // non-empty distinct pieces written (0 for lazy)
   uint64_t bytes = 0;           // data bytes written (0 for lazy)
   std::string source_ref;       // "recorded" or "computed"
+  /// Chunks written for this tensor: copied as stored from the source (no decode/re-encode,
+  /// the source chunk's checksum verified) or encoded anew.
+  uint64_t chunks_copied = 0, chunks_encoded = 0;
   Fingerprint source, output;
   bool ok() const { return source == output; }
 };
@@ -106,6 +112,7 @@ struct ReshardReport {
   bool consolidated = false;
   std::vector<ReshardRow> rows;
   uint64_t bytes = 0;      // data bytes written (dense, uncompressed)
+  uint64_t chunks_copied = 0, chunks_encoded = 0;  // sums of the rows'
   double write_s = 0, prove_s = 0, total_s = 0;
   bool ok() const;
   /// One row per tensor, then a summary line.
@@ -121,6 +128,15 @@ struct ReshardReport {
 /// r % comm.size()); every process gets the same report. Rank 0 takes the writer lock
 /// "<path>.lock" (O_EXCL) first: a second writer is refused with "writer-locked" (kIo).
 /// A fingerprint mismatch is not an error here: inspect the report (ToStatus()).
+///
+/// Raw chunk copies: when `src` is a store or a distributed save, an output piece that starts
+/// on a chunk boundary of the stored source piece holding its first element (and spans at
+/// least one chunk in every dim) is chunked like the source, and each output chunk whose box
+/// is exactly a stored source chunk's box, clipped alike (same chunk shape, filter pipeline
+/// and zstd level), is copied as stored: read, decoded and checked against its checksum (a
+/// corrupt source chunk fails the save, named), fingerprinted for the output record, and
+/// written with its bytes and checksum unchanged. Other chunks are decoded and re-encoded.
+/// Either way the proof reads back and fingerprints everything written.
 Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
                               const std::string& path, const DistSaveOptions& o = {});
 

@@ -583,14 +583,14 @@ size_t CompressChunk(void* dst, size_t cap, const void* src, size_t n, int level
   return ZSTD_compress2(cc, dst, cap, src, n);
 }
 
+}  // namespace
+
 int ThreadCount(int requested, uint64_t work_items) {
   int t = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
   t = std::max(1, std::min(t, 256));
   return static_cast<int>(std::min<uint64_t>(t, std::max<uint64_t>(work_items, 1)));
 }
 
-// Runs f(item, thread) for items 0..n-1 on `threads` threads; stops handing out items after
-// the first error unless `keep_going`. Returns the first error.
 Status ParallelFor(uint64_t n, int threads, bool keep_going,
                    const std::function<Status(uint64_t, int)>& f) {
   std::atomic<uint64_t> next{0};
@@ -619,6 +619,8 @@ Status ParallelFor(uint64_t n, int threads, bool keep_going,
   }
   return first;
 }
+
+namespace {
 
 const char* FilterName(int id) {
   switch (id) {
@@ -972,6 +974,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
                                  ") in the pipeline; seedstore reads only shuffle (2) and zstd (32015)");
         if (id == kH5FilterShuffle && ncd >= 1 && cd[0] != static_cast<unsigned>(DTypeSize(tr.dtype)))
           return Corrupt(tw + ": shuffle element size " + std::to_string(cd[0]) + " is not the dtype's");
+        if (id == kH5FilterZstd) stt.zstd_level = ncd >= 1 ? static_cast<int>(cd[0]) : 0;
         stt.filters.push_back(id);
       }
       Grid grid = Grid::Make(tr.shape, chunk);
@@ -1059,8 +1062,9 @@ static void PrefetchChunk(int fd, int64_t dset, const Grid& g, uint64_t j) {
 // Reads, decodes and verifies chunk j of dense tensor t into `sink` (see EmitChunk). The
 // stored bytes are read with pread at the chunk's file address when `fd` >= 0, outside the
 // HDF5 lock, so the threads' reads overlap each other and the decoding; else (another HDF5
-// file driver) through H5Dread_chunk. Shared by reads and Verify. On error the sink's
-// contents are unspecified.
+// file driver) through H5Dread_chunk. Shared by reads, Verify and ReadStoredChunk, which
+// relies on s.raw holding the chunk's stored bytes afterwards (decoding never writes to it).
+// On error the sink's contents are unspecified.
 static Status LoadChunk(const std::string& path, const TensorRecord& t, const StoredTensor& st,
                         int64_t dset, int fd, const Grid& g, uint64_t j, uint64_t expected_sum,
                         const ChunkSink& sink, ChunkScratch& s) {
@@ -1194,6 +1198,36 @@ void H5Store::ReturnScratch(std::vector<std::unique_ptr<ChunkScratch>> s) const 
   for (auto& x : s) scratch_.push_back(std::move(x));
 }
 
+Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out) const {
+  if (i >= records_.size() || records_[i].lazy || stored_[i].chunk.empty() ||
+      j >= stored_[i].num_chunks)
+    return InvalidArgument("file '" + path_ + "': no stored chunk " + std::to_string(j) +
+                           " of tensor " + std::to_string(i) + " (lazy, contiguous or out of range)");
+  const TensorRecord& t = records_[i];
+  const StoredTensor& st = stored_[i];
+  const Grid g = Grid::Make(t.shape, st.chunk);
+  const Region box = g.Box(j);
+  uint64_t ext[kMaxRank];
+  hsize_t off[kMaxRank];
+  for (int d = 0; d < g.rank; ++d) {
+    ext[d] = box.stop[d] - box.start[d];
+    off[d] = box.start[d];
+  }
+  out->data.resize(box.Count() * DTypeSize(t.dtype));
+  const ChunkSink sink{out->data.data(), box.start, ext, box.start, box.stop};
+  // One read of the stored bytes, decoded and checked against the checksum by the code every
+  // read uses; the bytes handed out are those very bytes (s.raw, see LoadChunk).
+  std::vector<std::unique_ptr<ChunkScratch>> scratch = TakeScratch(1);
+  Status status = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[0]);
+  if (status.ok()) {
+    out->bytes.swap(scratch[0]->raw);  // the pool keeps the other buffer
+    out->filter_mask = LocateChunk(dsets_[i], off).mask;
+    out->checksum = checksums_[i][j];
+  }
+  ReturnScratch(std::move(scratch));
+  return status;
+}
+
 Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const {
   const TensorRecord& t = records_[i];
   const StoredTensor& st = stored_[i];
@@ -1320,6 +1354,7 @@ struct StoreWriter::Impl {
   json records = json::array();
   std::set<std::string> names;
   bool committed = false;
+  StoreWriter::ChunkCounts counts;
 
   void CloseH5() {
     H5Guard g;
@@ -1391,14 +1426,28 @@ Status StoreWriter::AddLazy(const TensorSpec& t, const Fingerprint* fingerprint,
 }
 
 Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
-                             const BoxSource& source, std::function<void(uint64_t)> progress) {
+                             const BoxSource& source, std::function<void(uint64_t)> progress,
+                             const DenseChunking& chunking) {
   Impl& m = *impl_;
   SEEDSTORE_RETURN_IF_ERROR(m.CheckName(name));
   const std::string tw = "tensor '" + name + "'";
   SEEDSTORE_RETURN_IF_ERROR(ValidateShape(shape, dtype, tw + " shape"));
   const int es = DTypeSize(dtype);
   const int rank = static_cast<int>(shape.size());
-  const Grid g = Grid::Make(shape, ChooseChunk(shape, es, m.opt.chunk_bytes));
+  std::vector<uint64_t> chunk_shape = ChooseChunk(shape, es, m.opt.chunk_bytes);
+  if (!chunk_shape.empty() && !chunking.chunk.empty()) {
+    bool fits = chunking.chunk.size() == shape.size();
+    unsigned __int128 bytes = es;
+    for (size_t d = 0; fits && d < shape.size(); ++d) {
+      fits = chunking.chunk[d] >= 1 && chunking.chunk[d] <= shape[d];
+      bytes *= chunking.chunk[d];
+    }
+    if (!fits || bytes >= (static_cast<unsigned __int128>(1) << 32))
+      return InvalidArgument(tw + ": chunk shape " + ShapeText(chunking.chunk) +
+                             " does not fit the shape " + ShapeText(shape) + " (or is 4 GiB or more)");
+    chunk_shape = chunking.chunk;
+  }
+  const Grid g = Grid::Make(shape, chunk_shape);
   const std::string esc = EscapeH5Name(name);
   const uint64_t fp_seed = FingerprintSeed(name, dtype, shape);
   Hid dset, type;
@@ -1423,7 +1472,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
     if (!dset.ok()) return SEEDSTORE_H5_ERROR(tw + ": creating dataset");
   }
   std::vector<uint64_t> sums(g.num);
-  std::atomic<uint64_t> stored{0};
+  std::atomic<uint64_t> stored{0}, copied{0};
   const int threads = ThreadCount(m.opt.threads, g.num);
   std::vector<Fingerprint> parts(threads);
   std::mutex pmu;
@@ -1431,8 +1480,38 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
   const bool do_shuffle = m.opt.shuffle && es > 1;
   Status st = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
     thread_local std::vector<uint8_t> box_buf, chunk_buf, shuf, comp;
+    thread_local StoredChunk raw;
     const Region box = g.Box(j);
     const uint64_t n = box.Count();
+    hsize_t off[kMaxRank];
+    for (int d = 0; d < rank; ++d) off[d] = box.start[d];
+    auto done = [&] {
+      if (!progress) return;
+      std::lock_guard<std::mutex> l(pmu);
+      progress(n * es);
+    };
+    bool have_raw = false;
+    if (g.chunked() && chunking.raw) {
+      auto r = chunking.raw(j, box, &raw);
+      if (!r.ok()) return r.status();
+      have_raw = *r;
+    }
+    if (have_raw) {  // copied as stored: fingerprint the verified data, keep bytes and checksum
+      if (raw.data.size() != n * es)
+        return Internal(tw + ": the raw chunk " + std::to_string(j) + " holds " +
+                        std::to_string(raw.data.size()) + " bytes of data, not " + std::to_string(n * es));
+      parts[th].Add(FingerprintCpu(dtype, box, raw.data.data(), fp_seed, CpuOptions{1}));
+      sums[j] = raw.checksum;
+      {
+        H5Guard gl;
+        if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, raw.filter_mask, off, raw.bytes.size(), raw.bytes.data()) < 0)
+          return SEEDSTORE_H5_ERROR(tw + ": writing chunk " + std::to_string(j) + " (copied as stored)");
+      }
+      stored += raw.bytes.size();
+      ++copied;
+      done();
+      return Status::Ok();
+    }
     box_buf.resize(n * es);
     if (n > 0) SEEDSTORE_RETURN_IF_ERROR(source(box, box_buf.data()).WithContext(tw));
     parts[th].Add(FingerprintCpu(dtype, box, box_buf.data(), fp_seed, CpuOptions{1}));
@@ -1456,8 +1535,6 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
       comp.resize(ZSTD_compressBound(chunk_bytes));
       const size_t c = CompressChunk(comp.data(), comp.size(), src, chunk_bytes, m.opt.zstd_level);
       if (ZSTD_isError(c)) return Internal(tw + ": zstd: " + ZSTD_getErrorName(c));
-      hsize_t off[kMaxRank];
-      for (int d = 0; d < rank; ++d) off[d] = box.start[d];
       {
         H5Guard gl;
         if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, 0, off, c, comp.data()) < 0)
@@ -1470,13 +1547,12 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
         return SEEDSTORE_H5_ERROR(tw + ": writing data");
       stored += chunk_bytes;
     }
-    if (progress) {
-      std::lock_guard<std::mutex> l(pmu);
-      progress(n * es);
-    }
+    done();
     return Status::Ok();
   });
   if (!st.ok()) return st;
+  m.counts.copied += copied.load();
+  m.counts.encoded += g.num - copied.load();
   Fingerprint fp;
   for (const auto& p : parts) fp.Add(p);
   H5Guard gl;
@@ -1519,12 +1595,23 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
       H5Ocopy(src.h5_file(), ("/checksums/" + esc).c_str(), m.g_sums, esc.c_str(), H5P_DEFAULT,
               H5P_DEFAULT) < 0)
     return SEEDSTORE_H5_ERROR("copying tensor '" + t.name + "' from '" + src.origin() + "'");
+  m.counts.copied += src.stored(i).num_chunks;
   json rec = {{"name", t.name},  {"shape", t.shape}, {"dtype", DTypeName(t.dtype)},
               {"kind", "dense"}, {"fingerprint", FingerprintHex(*t.fingerprint)},
               {"stored_bytes", src.stored(i).stored_bytes}};
   m.records.push_back(rec);
   return Status::Ok();
 }
+
+bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {
+  const WriteOptions& o = impl_->opt;
+  std::vector<int> mine;
+  if (o.shuffle && DTypeSize(dtype) > 1) mine.push_back(kH5FilterShuffle);
+  mine.push_back(kH5FilterZstd);
+  return s.dense && !s.chunk.empty() && s.filters == mine && s.zstd_level == o.zstd_level;
+}
+
+StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }
 
 Status StoreWriter::Commit() {
   Impl& m = *impl_;

@@ -74,10 +74,22 @@ struct StoredTensor {
   std::vector<uint64_t> chunk;         // chunk shape (empty: contiguous, one "chunk")
   uint64_t num_chunks = 0;
   std::vector<int> filters;            // HDF5 filter ids, pipeline order
+  int zstd_level = 0;                  // the zstd filter's cd_values[0] (0: no zstd filter)
   std::string dataset;                 // HDF5 path of the data ("" for lazy)
 };
 
 struct ChunkScratch;  // io/h5store.cc
+
+/// One chunk of a dense tensor as it lies in a store, read by H5Store::ReadStoredChunk to be
+/// copied into another store without re-encoding it (StoreWriter::AddDense, DenseChunking).
+struct StoredChunk {
+  std::vector<uint8_t> bytes;  // the stored bytes: the chunk after the filter pipeline
+  uint32_t filter_mask = 0;    // HDF5 filter mask of the chunk (bit k set: filter k skipped)
+  uint64_t checksum = 0;       // XXH3-64 of the unfiltered full chunk (docs/FORMAT.md 4.3)
+  std::vector<uint8_t> data;   // the chunk's elements inside the tensor (its box clipped to
+                               // the tensor), row-major, decoded from `bytes` and verified
+                               // against `checksum`
+};
 
 /// A seedstore file opened for reading; a Catalog (lazy and dense tensors alike).
 class H5Store : public Catalog {
@@ -118,6 +130,14 @@ class H5Store : public Catalog {
   /// `progress(bytes)` is called as work completes (any thread-safe callback, may be empty).
   VerifyReport Verify(CpuOptions o = {}, std::function<void(uint64_t)> progress = {}) const;
 
+  /// Reads chunk j (chunk-grid order, docs/FORMAT.md 4.3) of chunked dense tensor i as stored
+  /// -- bytes, filter mask and checksum -- for copying it unchanged into another store, and
+  /// decodes those very bytes into out->data (the chunk's box clipped to the tensor), verifying
+  /// the checksum exactly as Read does: a corrupt chunk is never handed out (chunk-corrupt
+  /// names file, tensor and chunk). kInvalidArgument for a lazy or contiguous tensor or j out
+  /// of range. Thread-safe.
+  Status ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out) const;
+
   /// Raw access for copying: HDF5 file id (valid while the store is open).
   int64_t h5_file() const { return file_; }
 
@@ -142,6 +162,24 @@ class H5Store : public Catalog {
   std::vector<std::vector<uint64_t>> checksums_;
 };
 
+/// How StoreWriter::AddDense chunks a dense tensor and, optionally, where it may take chunks
+/// already encoded elsewhere (raw copy: no decode, re-chunk or recompression).
+struct DenseChunking {
+  /// Chunk shape; empty: the writer's rule (docs/FORMAT.md 4.2). Otherwise it must have the
+  /// tensor's rank and 1 <= chunk[d] <= shape[d] (kInvalidArgument). Ignored for tensors stored
+  /// contiguously (rank 0 or no elements).
+  std::vector<uint64_t> chunk;
+  /// Optional. Called (concurrently, from the writer's threads) for each chunk j of the new
+  /// tensor, `box` being the chunk's box clipped to the tensor. Either fills `out` with a chunk
+  /// whose unfiltered full-size bytes are exactly those the writer would encode for that chunk
+  /// (the box's elements, zeros outside the tensor), stored with this writer's chunk shape and
+  /// filter pipeline (see StoreWriter::CopiesChunksOf), `out->data` holding the box's elements
+  /// decoded from those bytes and verified against `out->checksum` (as ReadStoredChunk does),
+  /// and returns true; or returns false, and the chunk is encoded from the BoxSource. The
+  /// writer stores the bytes, mask and checksum as given and fingerprints `out->data`.
+  std::function<Result<bool>(uint64_t j, const Region& box, StoredChunk* out)> raw;
+};
+
 /// Writes a new store atomically at `path` (temporary file + fsync + rename on Commit()).
 class StoreWriter {
  public:
@@ -157,8 +195,19 @@ class StoreWriter {
                  bool compute_fingerprint = true, CpuOptions o = {});
   /// Adds a dense tensor whose elements come from `source`; records its fingerprint and chunk
   /// checksums. `progress(bytes)` is called as chunks complete (may be empty).
+  /// `chunking` may set the chunk shape and supply chunks to copy as stored (DenseChunking).
   Status AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
-                  const BoxSource& source, std::function<void(uint64_t)> progress = {});
+                  const BoxSource& source, std::function<void(uint64_t)> progress = {},
+                  const DenseChunking& chunking = {});
+  /// Whether chunks of a tensor stored as `s` can be copied as stored into a tensor of `dtype`
+  /// this writer adds: chunked, with the filter pipeline (shuffle or not, zstd) and zstd level
+  /// this writer uses for `dtype`.
+  bool CopiesChunksOf(const StoredTensor& s, DType dtype) const;
+  /// Chunks written so far: copied as stored (AddDense raw chunks, CopyFrom) or encoded.
+  struct ChunkCounts {
+    uint64_t copied = 0, encoded = 0;
+  };
+  ChunkCounts chunk_counts() const;
   /// Copies tensor `i` of `src` unchanged: lazy record, or dense chunks as stored (no
   /// recompression).
   Status CopyFrom(const H5Store& src, size_t i);
@@ -190,6 +239,15 @@ void RegisterZstdFilter();
 /// order box by box and row-major within each, are exactly the range in order.
 std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_t begin,
                                      uint64_t end);
+
+/// Threads for `work_items` items: `requested` (0: all cores), at most 256 and at most the items.
+int ThreadCount(int requested, uint64_t work_items);
+
+/// Runs f(item, thread) for items 0..n-1 on `threads` threads (thread = 0..threads-1; the
+/// calling thread alone when threads <= 1); stops handing out items after the first error
+/// unless `keep_going`. Returns the first error.
+Status ParallelFor(uint64_t n, int threads, bool keep_going,
+                   const std::function<Status(uint64_t, int)>& f);
 
 /// Whether a file starts with the HDF5 signature (at offset 0, 512, 1024, ...).
 bool LooksLikeHdf5(const std::string& path);

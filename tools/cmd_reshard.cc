@@ -64,12 +64,16 @@ int Run(const ReshardOptions& o) {
       j["write_s"] = rep->write_s;
       j["prove_s"] = rep->prove_s;
       j["total_s"] = rep->total_s;
+      j["chunks_copied"] = rep->chunks_copied;
+      j["chunks_encoded"] = rep->chunks_encoded;
       j["tensors"] = nlohmann::json::array();
       for (const auto& r : rep->rows)
         j["tensors"].push_back({{"name", r.name},
                                 {"kind", r.lazy ? "lazy" : "dense"},
                                 {"pieces", r.pieces},
                                 {"source_ref", r.source_ref},
+                                {"chunks_copied", r.chunks_copied},
+                                {"chunks_encoded", r.chunks_encoded},
                                 {"source", FingerprintHex(r.source)},
                                 {"output", FingerprintHex(r.output)},
                                 {"ok", r.ok()}});

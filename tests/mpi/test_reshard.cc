@@ -2,6 +2,8 @@
 // consolidated, bit-exact against the source for every tensor; under mpirun -np 2; h5py reads
 // the master's virtual datasets; a missing or corrupted rank file is named; a second writer is
 // refused and the existing save stays intact.
+#include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "io/dist_store.h"
@@ -434,6 +436,287 @@ TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
   ExpectSameAsSource(out);
   EXPECT_FALSE(IsDistributedSave(out));
   EXPECT_EQ(std::stoi(Shell("ls " + out + ".*.rank*.h5 2>/dev/null | wc -l").out), 0);
+}
+
+
+// ---- Raw chunk copies (issue 5, item 9) ------------------------------------------------------
+//
+// A store with small chunks (chunk_bytes 256): a bf16 [40, 24] -> chunks [10, 12] (no edges);
+// b f32 [37, 23] -> [10, 6] and c int8 [37, 23] -> [19, 12] (edge chunks in both dims);
+// u f32 [3, 16] (one chunk; uneven and empty shards), e f32 [0, 5] (no elements), s f32
+// scalar, lz lazy. The expected chunk counts below are worked out by hand from the rule in
+// io/dist_store.h (Reshard, "Raw chunk copies").
+const char* kRawSpec = R"({"seedstore": 1, "seed": 11, "tensors": [
+   {"name": "a", "shape": [40, 24], "dtype": "bfloat16", "init": {"dist": "normal"}},
+   {"name": "b", "shape": [37, 23], "dtype": "float32", "init": {"dist": "uniform"}},
+   {"name": "c", "shape": [37, 23], "dtype": "int8", "init": {"dist": "constant", "value": 0}},
+   {"name": "u", "shape": [3, 16], "dtype": "float32", "init": {"dist": "normal"}},
+   {"name": "e", "shape": [0, 5], "dtype": "float32", "init": {"dist": "zeros"}},
+   {"name": "s", "shape": [], "dtype": "float32", "init": {"dist": "normal"}},
+   {"name": "lz", "shape": [8], "dtype": "float32", "init": {"dist": "normal"}}]})";
+
+// Rows split over `dp` ranks (torch.chunk: uneven, and empty shards when dp > rows).
+std::string RowsLayout(int dp) {
+  return Write("rr_rows" + std::to_string(dp) + ".json",
+               R"({"mesh": {"axes": ["data"], "shape": [)" + std::to_string(dp) + R"(]},
+ "placements": [{"match": "[abcu]", "spec": ["data", null]}]})");
+}
+
+// The int8 tensor gets varied values (a constant would compress to a few bytes everywhere).
+std::vector<unsigned char> RawValues(const TensorSpec& t, uint64_t seed) {
+  auto l = LazyTensor::Resolve(t, seed);
+  EXPECT_TRUE(l.ok());
+  std::vector<unsigned char> v(l->RegionBytes(WholeTensor(t.shape)));
+  EXPECT_TRUE(l->Materialize(WholeTensor(t.shape), v.data(), CpuOptions{1}).ok());
+  if (t.dtype == DType::kI8)
+    for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<unsigned char>(k * 2654435761u >> 13);
+  return v;
+}
+
+struct RawFixture {
+  ModelSpec spec;
+  std::string source;
+  std::map<std::string, std::vector<unsigned char>> values;  // dense tensors, whole
+};
+
+const RawFixture& GetRaw() {
+  static RawFixture f = [] {
+    RawFixture x;
+    auto spec = ModelSpec::Parse(kRawSpec, "rr_spec");
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    x.spec = *spec;
+    x.source = TempDir() + "/rr_source.h5";
+    WriteOptions wo;
+    wo.chunk_bytes = 256;
+    wo.threads = 2;
+    auto w = StoreWriter::Create(x.source, x.spec.seed, x.spec.generator, wo);
+    EXPECT_TRUE(w.ok());
+    for (const TensorSpec& t : x.spec.tensors) {
+      if (t.name == "lz") {
+        EXPECT_TRUE((*w)->AddLazy(t).ok());
+        continue;
+      }
+      const auto v = RawValues(t, x.spec.seed);
+      x.values[t.name] = v;
+      const size_t es = DTypeSize(t.dtype);
+      const std::vector<uint64_t> shape = t.shape;
+      const auto* data = &x.values[t.name];
+      Status st = (*w)->AddDense(t.name, t.shape, t.dtype, [data, shape, es](const Region& b, void* out) {
+        auto* o = static_cast<unsigned char*>(out);
+        if (b.rank == 0) {
+          std::memcpy(o, data->data(), es);
+          return Status::Ok();
+        }
+        const uint64_t runs = b.Count() / b.RunLength();
+        for (uint64_t q = 0; q < runs; ++q, o += b.RunLength() * es)
+          std::memcpy(o, data->data() + b.RunBase(q) * es, b.RunLength() * es);
+        return Status::Ok();
+      });
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    }
+    EXPECT_TRUE((*w)->Commit().ok());
+    return x;
+  }();
+  return f;
+}
+
+// Reshards `src` in process (one writer process, 2 threads).
+Result<ReshardReport> ReshardHere(const std::string& src, const std::string& layout,
+                                  const std::string& out, bool consolidate = false) {
+  auto comm = CreateSelfCollective();
+  SEEDSTORE_ASSIGN_OR_RETURN(auto cat, OpenCatalog(src));
+  Layout l;
+  if (!layout.empty()) {
+    SEEDSTORE_ASSIGN_OR_RETURN(l, Layout::Load(layout));
+  }
+  DistSaveOptions o;
+  o.consolidate = consolidate;
+  o.cpu.threads = o.write.threads = 2;
+  return Reshard(*comm, *cat, l, out, o);
+}
+
+// Every dense tensor of the catalog at `path` holds the source's bytes; every file of it
+// (master or store, and each rank file) passes H5Store::Verify.
+void ExpectRawSameAsSource(const std::string& path) {
+  const RawFixture& f = GetRaw();
+  auto cat = OpenCatalog(path);
+  ASSERT_TRUE(cat.ok()) << cat.status().ToString();
+  for (size_t i = 0; i < (*cat)->tensors().size(); ++i) {
+    const TensorRecord& t = (*cat)->tensors()[i];
+    SCOPED_TRACE(path + " tensor " + t.name);
+    EXPECT_EQ(t.lazy.has_value(), t.name == "lz");
+    if (t.lazy) continue;
+    std::vector<unsigned char> got(t.NumBytes());
+    ASSERT_TRUE((*cat)->Read(i, WholeTensor(t.shape), got.data(), CpuOptions{1}).ok());
+    EXPECT_EQ(got, f.values.at(t.name));
+  }
+  std::vector<std::string> files = {path};
+  if (auto d = DistCatalog::Open(path); d.ok()) files = (*d)->rank_files();
+  for (const std::string& file : files) {
+    auto s = H5Store::Open(file);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const auto rep = (*s)->Verify(CpuOptions{1});
+    for (const auto& p : rep.problems) ADD_FAILURE() << file << ": " << p.status.ToString();
+  }
+}
+
+// Per tensor: {chunks copied, chunks encoded}.
+std::map<std::string, std::pair<uint64_t, uint64_t>> Counts(const ReshardReport& r) {
+  std::map<std::string, std::pair<uint64_t, uint64_t>> m;
+  for (const auto& row : r.rows)
+    if (!row.lazy) m[row.name] = {row.chunks_copied, row.chunks_encoded};
+  return m;
+}
+
+// Finds the stored bytes of chunk j of tensor `name` in `file` and flips one byte in their
+// middle (the chunk must be unique in the file).
+void CorruptChunk(const std::string& file, const std::string& name, uint64_t j) {
+  std::string bytes;
+  {
+    auto s = H5Store::Open(file);
+    ASSERT_TRUE(s.ok());
+    StoredChunk c;
+    ASSERT_TRUE((*s)->ReadStoredChunk((*s)->Find(name), j, &c).ok());
+    bytes.assign(c.bytes.begin(), c.bytes.end());
+  }
+  std::string all = mpitest::ReadAll(file);
+  const size_t at = all.find(bytes);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(all.find(bytes, at + 1), std::string::npos);
+  all[at + bytes.size() / 2] ^= 0x20;
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << all;
+}
+
+TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
+  const RawFixture& f = GetRaw();
+  // 2 ranks: rows [0, 19) / [19, 37) of b and c (mixed), [0, 20) / [20, 40) of a (aligned).
+  const std::string d2 = TempDir() + "/rr_d2.h5";
+  auto r2 = ReshardHere(f.source, RowsLayout(2), d2);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_TRUE(r2->ok()) << r2->Table();
+  using P = std::pair<uint64_t, uint64_t>;
+  std::map<std::string, P> want2 = {{"a", P{8, 0}}, {"b", P{4, 5}}, {"c", P{2, 1}},
+                                    {"u", P{0, 2}}, {"e", P{0, 0}}, {"s", P{0, 1}}};
+  EXPECT_EQ(Counts(*r2), want2);
+  EXPECT_EQ(r2->chunks_copied, 14u);
+  EXPECT_EQ(r2->chunks_encoded, 9u);
+  EXPECT_NE(r2->Table().find("(chunks: 14 copied as stored, 9 encoded)"), std::string::npos)
+      << r2->Table();
+  ExpectRawSameAsSource(d2);
+  // A copied chunk keeps its stored bytes and checksum: rank 1's first chunk of a is the
+  // source's chunk at [20, 0] (number 4).
+  {
+    auto src = H5Store::Open(f.source);
+    auto d = DistCatalog::Open(d2);
+    ASSERT_TRUE(src.ok() && d.ok());
+    auto r1 = H5Store::Open((*d)->rank_files()[1]);
+    ASSERT_TRUE(r1.ok());
+    StoredChunk x, y;
+    ASSERT_TRUE((*src)->ReadStoredChunk((*src)->Find("a"), 4, &x).ok());
+    ASSERT_TRUE((*r1)->ReadStoredChunk((*r1)->Find("a"), 0, &y).ok());
+    EXPECT_EQ(x.bytes, y.bytes);
+    EXPECT_EQ(x.checksum, y.checksum);
+    EXPECT_EQ((*r1)->stored((*r1)->Find("a")).chunk, (std::vector<uint64_t>{10, 12}));
+  }
+  // 4 ranks: b's rows [0, 10) [10, 20) [20, 30) are aligned, [30, 37) is narrower than a chunk;
+  // c's pieces are all narrower than its 19-row chunks; u has 3 one-row shards and one empty.
+  const std::string d4 = TempDir() + "/rr_d4.h5";
+  auto r4 = ReshardHere(f.source, RowsLayout(4), d4);
+  ASSERT_TRUE(r4.ok()) << r4.status().ToString();
+  EXPECT_TRUE(r4->ok()) << r4->Table();
+  std::map<std::string, P> want4 = {{"a", P{8, 0}}, {"b", P{12, 1}}, {"c", P{0, 4}},
+                                    {"u", P{0, 3}}, {"e", P{0, 0}}, {"s", P{0, 1}}};
+  EXPECT_EQ(Counts(*r4), want4);
+  ExpectRawSameAsSource(d4);
+  // Consolidating the 4-rank save copies from the rank files wherever their chunks line up
+  // with the first piece's: a all; b rows 0-29 (the last piece has other chunks); c chunked
+  // [10, 23] like its first piece, the last piece again differs; u's one-row pieces.
+  const std::string c4 = TempDir() + "/rr_c4.h5";
+  auto rc = ReshardHere(d4, "", c4, /*consolidate=*/true);
+  ASSERT_TRUE(rc.ok()) << rc.status().ToString();
+  EXPECT_TRUE(rc->ok()) << rc->Table();
+  std::map<std::string, P> wantc = {{"a", P{8, 0}}, {"b", P{12, 4}}, {"c", P{3, 1}},
+                                    {"u", P{3, 0}}, {"e", P{0, 1}}, {"s", P{0, 1}}};
+  EXPECT_EQ(Counts(*rc), wantc);
+  ExpectRawSameAsSource(c4);
+  // 4 -> 2 ranks: N -> N/k along a chunk-aligned dim.
+  const std::string d42 = TempDir() + "/rr_d42.h5";
+  auto r42 = ReshardHere(d4, RowsLayout(2), d42);
+  ASSERT_TRUE(r42.ok()) << r42.status().ToString();
+  EXPECT_TRUE(r42->ok()) << r42->Table();
+  EXPECT_EQ(Counts(*r42)["a"], (P{8, 0}));
+  ExpectRawSameAsSource(d42);
+  // `seedstore verify` accepts the consolidated store; the CLI's JSON carries the counts.
+  if (!Bin().empty()) {
+    Proc v = Shell(Bin() + " verify " + c4);
+    EXPECT_EQ(v.code, 0) << v.out << v.err;
+    Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rr_cli2.h5 --json");
+    ASSERT_EQ(p.code, 0) << p.out << p.err;
+    auto j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["chunks_copied"], 14);
+    EXPECT_EQ(j["chunks_encoded"], 9);
+    EXPECT_EQ(j["tensors"][1]["name"], "b");
+    EXPECT_EQ(j["tensors"][1]["chunks_copied"], 4);
+    EXPECT_EQ(j["tensors"][1]["chunks_encoded"], 5);
+  }
+}
+
+TEST(ReshardRaw, UnderMpirunTheSameChunksAreCopied) {
+  NEED_BIN();
+  SEEDSTORE_NEED_MPIRUN();
+  const RawFixture& f = GetRaw();
+  const std::string out = TempDir() + "/rr_mpi4.h5";
+  Proc p = Shell(Mpirun(2) + " " + Bin() + " reshard " + f.source + " --threads 1 --layout " +
+                 RowsLayout(4) + " -o " + out + " --json");
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  auto j = nlohmann::json::parse(p.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(j["writers"], 2);
+  EXPECT_EQ(j["chunks_copied"], 8 + 12);
+  EXPECT_EQ(j["chunks_encoded"], 1 + 4 + 3 + 1);
+  ExpectRawSameAsSource(out);
+}
+
+TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
+  const RawFixture& f = GetRaw();
+  // The raw copy decodes each source chunk and checks its checksum before writing it, so a
+  // corrupt chunk fails the save -- named -- and the save already at the path stays.
+  const std::string src = TempDir() + "/rr_bad_source.h5";
+  ASSERT_EQ(Shell("cp " + f.source + " " + src).code, 0);
+  const std::string out = TempDir() + "/rr_bad_out.h5";
+  {
+    auto r = ReshardHere(src, RowsLayout(2), out);
+    ASSERT_TRUE(r.ok() && r->ok());
+    EXPECT_EQ(Counts(*r)["b"].first, 4u);  // b's chunks 0-3 (row 0) are copied
+  }
+  CorruptChunk(src, "b", 2);
+  auto r = ReshardHere(src, RowsLayout(4), out);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCorrupt);
+  EXPECT_EQ(r.status().message().rfind("chunk-corrupt: file '" + src + "' tensor 'b' chunk 2 at offset [0, 12]: ", 0), 0u)
+      << r.status().ToString();
+  auto d = DistCatalog::Open(out);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ((*d)->world(), 2);  // still the first save
+  ExpectRawSameAsSource(out);
+  // From a distributed save: the rank file and the chunk are named.
+  const std::string dsrc = TempDir() + "/rr_bad_dist.h5";
+  ASSERT_TRUE(ReshardHere(f.source, RowsLayout(2), dsrc).ok());
+  std::string rank1;
+  {
+    auto dd = DistCatalog::Open(dsrc);
+    ASSERT_TRUE(dd.ok());
+    rank1 = (*dd)->rank_files()[1];
+  }
+  CorruptChunk(rank1, "a", 3);
+  auto rc = ReshardHere(dsrc, "", TempDir() + "/rr_bad_c.h5", /*consolidate=*/true);
+  ASSERT_FALSE(rc.ok());
+  EXPECT_EQ(rc.status().message().rfind("rank-file-corrupt: distributed save '" + dsrc + "' rank 1 file '" +
+                                            rank1 + "': chunk-corrupt: file '" + rank1 +
+                                            "' tensor 'a' chunk 3 at offset [10, 12]: ",
+                                        0),
+            0u)
+      << rc.status().ToString();
 }
 
 }  // namespace
