@@ -1201,8 +1201,9 @@ void H5Store::ReturnScratch(std::vector<std::unique_ptr<ChunkScratch>> s) const 
 Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out) const {
   if (i >= records_.size() || records_[i].lazy || stored_[i].chunk.empty() ||
       j >= stored_[i].num_chunks)
-    return InvalidArgument("file '" + path_ + "': no stored chunk " + std::to_string(j) +
-                           " of tensor " + std::to_string(i) + " (lazy, contiguous or out of range)");
+    return InvalidArgument("file '" + path_ + "': no stored chunk " + std::to_string(j) + " of tensor " +
+                           (i < records_.size() ? "'" + records_[i].name + "'" : std::to_string(i)) +
+                           " (lazy, contiguous or out of range)");
   const TensorRecord& t = records_[i];
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
