@@ -1003,14 +1003,12 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     if (me == 0) {
       st = [&]() -> Status {
         SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, seed, gen, o.write));
-        const auto* store = dynamic_cast<const H5Store*>(&src);
+        // Dense tensors go through AddPiece for every kind of source: chunks are copied as
+        // stored only after their checksums verify, so a corrupt source fails here, before
+        // Commit() could replace what is at `path`.
         for (size_t i = 0; i < n; ++i) {
           if (ts[i].lazy) {
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
-          } else if (store) {
-            SEEDSTORE_RETURN_IF_ERROR(w->CopyFrom(*store, i));
-            counts[2 * i] += store->stored(i).num_chunks;
-            bytes += ts[i].NumBytes();
           } else {
             SEEDSTORE_RETURN_IF_ERROR(
                 AddPiece(*w, src, i, WholeTensor(ts[i].shape), &counts[2 * i], &counts[2 * i + 1]));

@@ -709,7 +709,22 @@ TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
     ASSERT_TRUE(r.ok() && r->ok());
     EXPECT_EQ(Counts(*r)["b"].first, 4u);  // b's chunks 0-3 (row 0) are copied
   }
+  // A store consolidated into a store takes the same checked copy: the good consolidated
+  // file already at the path survives a corrupt source.
+  const std::string cout = TempDir() + "/rr_bad_store_c.h5";
+  ASSERT_TRUE(ReshardHere(src, "", cout, /*consolidate=*/true).ok());
+  const std::string before = Shell("md5sum < " + cout).out;
   CorruptChunk(src, "b", 2);
+  {
+    auto rs = ReshardHere(src, "", cout, /*consolidate=*/true);
+    ASSERT_FALSE(rs.ok());
+    EXPECT_EQ(rs.status().message().rfind("chunk-corrupt: file '" + src + "' tensor 'b' chunk 2 at offset [0, 12]: ", 0), 0u)
+        << rs.status().ToString();
+    EXPECT_EQ(Shell("md5sum < " + cout).out, before);
+    auto st = H5Store::Open(cout);
+    ASSERT_TRUE(st.ok());
+    EXPECT_TRUE((*st)->Verify().problems.empty());
+  }
   auto r = ReshardHere(src, RowsLayout(4), out);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kCorrupt);
