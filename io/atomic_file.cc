@@ -72,7 +72,7 @@ int AtomicFile::RemoveStaleTemporaries(const std::string& path) {
     const long pid = ParseDecimal(rest.substr(0, dash));
     if (pid <= 0 || ParseDecimal(rest.substr(dash + 1)) < 0) continue;
     if (pid == ::getpid()) continue;  // ours: possibly in flight in another thread
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or EPERM)
+    if (!ProcessIsGone(static_cast<pid_t>(pid))) continue;
     const std::string full = dir + "/" + name;
     struct stat st;
     if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
@@ -145,6 +145,24 @@ Status AtomicFile::Commit() {
     ::close(dfd);
   }
   return Status::Ok();
+}
+
+bool ProcessIsGone(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  // It exists; it may be a zombie. "/proc/<pid>/stat" is "<pid> (<comm>) <state> ...", and
+  // <comm> may hold spaces or parentheses: the state follows the last ')'.
+  char buf[512];
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  const std::string stat(buf, static_cast<size_t>(n));
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  const char state = stat[close + 2];
+  return state == 'Z' || state == 'X';
 }
 
 Status PreadExact(int fd, void* dst, size_t n, uint64_t offset, const std::string& name) {

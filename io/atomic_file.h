@@ -10,8 +10,8 @@
 // Stale temporaries. A writer killed with SIGKILL (or a machine that lost power) leaves its
 // temporary behind. AtomicFile::Create(path) first removes every temporary of that same `path`
 // that is stale, by this rule: its name is exactly "<path>.tmp-<host>-<pid>-<n>" with <host>
-// equal to this machine's tag, it is a regular file, <pid> is not this process, and no process
-// <pid> exists on this host (kill(pid, 0) fails with ESRCH). Temporaries of other hosts (a
+// equal to this machine's tag, it is a regular file, <pid> is not this process, and process
+// <pid> is gone on this host (ProcessIsGone). Temporaries of other hosts (a
 // shared file system), of live processes (including ones we may not signal: EPERM), of other
 // targets, and any other file are never touched. A reused pid only keeps a stale temporary a
 // little longer; it never removes a live one. Names without a host tag (written before the tag
@@ -58,6 +58,12 @@ class AtomicFile {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+/// Whether no process `pid` runs on this host any more: kill(pid, 0) fails with ESRCH, or the
+/// process has exited and only its zombie waits to be reaped (/proc/<pid>/stat state Z or X;
+/// a launcher's children are reparented to init, which may reap them late). False when it
+/// runs, when we may not signal it (EPERM), and for pid <= 0.
+bool ProcessIsGone(pid_t pid);
 
 /// Reads exactly n bytes at offset; errors name the file and say if it is truncated.
 Status PreadExact(int fd, void* dst, size_t n, uint64_t offset, const std::string& name);

@@ -107,6 +107,19 @@ TEST_F(AtomicTemps, RemoveStaleTemporariesCountsAndIsIdempotent) {
   waitpid(live_, nullptr, 0);
   live_ = -1;
   EXPECT_EQ(AtomicFile::RemoveStaleTemporaries(target), 1);
+  // A writer that exited but was not reaped yet (a zombie: a launcher's children are
+  // reparented to init, which may reap them late) is gone too.
+  const pid_t zombie = fork();
+  if (zombie == 0) _exit(0);
+  ASSERT_GT(zombie, 0);
+  for (int i = 0; i < 1000 && !ProcessIsGone(zombie); ++i) usleep(1000);
+  EXPECT_EQ(::kill(zombie, 0), 0);  // still there, as a zombie
+  EXPECT_TRUE(ProcessIsGone(zombie));
+  Touch(AtomicFile::TempName(target, zombie, 0));
+  EXPECT_EQ(AtomicFile::RemoveStaleTemporaries(target), 1);
+  waitpid(zombie, nullptr, 0);
+  EXPECT_FALSE(ProcessIsGone(getpid()));
+  EXPECT_FALSE(ProcessIsGone(0));
   // A target in a folder that does not exist: nothing to do, no error.
   EXPECT_EQ(AtomicFile::RemoveStaleTemporaries(dir_ + "/no/such/dir/x.h5"), 0);
   // A relative target (folder "."): only names of that target are considered.
