@@ -1,15 +1,19 @@
 #include "io/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 namespace seedstore {
 namespace {
-std::atomic<int> g_counter{0};
+std::atomic<unsigned> g_counter{0};
 std::string Errno() { return std::strerror(errno); }
 std::string DirOf(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -17,11 +21,70 @@ std::string DirOf(const std::string& path) {
   if (slash == 0) return "/";
   return path.substr(0, slash);
 }
+std::string BaseOf(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+// This machine's tag in temporary names: [A-Za-z0-9.] kept, anything else '_', at most 64.
+const std::string& HostTag() {
+  static const std::string tag = [] {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == 0) std::strcpy(host, "unknown");
+    std::string t;
+    for (const char* c = host; *c && t.size() < 64; ++c) {
+      const bool keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                        (*c >= '0' && *c <= '9') || *c == '.';
+      t += keep ? *c : '_';
+    }
+    return t;
+  }();
+  return tag;
+}
+// "<digits>" -> value (at most INT_MAX); -1 if s is empty, has another character or overflows.
+long ParseDecimal(const std::string& s) {
+  if (s.empty() || s.size() > 10) return -1;
+  long v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v <= INT_MAX ? v : -1;
+}
 }  // namespace
 
+std::string AtomicFile::TempName(const std::string& path, pid_t pid, unsigned n) {
+  return path + ".tmp-" + HostTag() + "-" + std::to_string(pid) + "-" + std::to_string(n);
+}
+
+int AtomicFile::RemoveStaleTemporaries(const std::string& path) {
+  const std::string dir = DirOf(path);
+  // Every temporary of `path` written on this host starts with this; "<pid>-<n>" follows.
+  const std::string prefix = BaseOf(path) + ".tmp-" + HostTag() + "-";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return 0;
+  int removed = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const auto dash = rest.find('-');
+    if (dash == std::string::npos) continue;
+    const long pid = ParseDecimal(rest.substr(0, dash));
+    if (pid <= 0 || ParseDecimal(rest.substr(dash + 1)) < 0) continue;
+    if (pid == ::getpid()) continue;  // ours: possibly in flight in another thread
+    if (!ProcessIsGone(static_cast<pid_t>(pid))) continue;
+    const std::string full = dir + "/" + name;
+    struct stat st;
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::unlink(full.c_str()) == 0) ++removed;
+  }
+  ::closedir(d);
+  return removed;
+}
+
 Result<AtomicFile> AtomicFile::Create(const std::string& path) {
-  const std::string temp = path + ".tmp-" + std::to_string(getpid()) + "-" +
-                           std::to_string(g_counter.fetch_add(1));
+  RemoveStaleTemporaries(path);
+  const std::string temp = TempName(path, ::getpid(), g_counter.fetch_add(1));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("cannot create '" + temp + "' (for '" + path + "'): " + Errno());
   return AtomicFile(path, temp, fd);
@@ -82,6 +145,24 @@ Status AtomicFile::Commit() {
     ::close(dfd);
   }
   return Status::Ok();
+}
+
+bool ProcessIsGone(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  // It exists; it may be a zombie. "/proc/<pid>/stat" is "<pid> (<comm>) <state> ...", and
+  // <comm> may hold spaces or parentheses: the state follows the last ')'.
+  char buf[512];
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return false;
+  const std::string stat(buf, static_cast<size_t>(n));
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  const char state = stat[close + 2];
+  return state == 'Z' || state == 'X';
 }
 
 Status PreadExact(int fd, void* dst, size_t n, uint64_t offset, const std::string& name) {

@@ -1,7 +1,24 @@
 // Atomic file replacement (invariant I5): write to a temporary file in the same folder,
 // fsync it, rename it over the destination, fsync the folder. Until Commit() succeeds the
-// previous file at `path` is untouched; a crash leaves at most a stray "*.tmp-*" file.
+// previous file at `path` is untouched; a crash leaves at most a stray temporary, which the
+// next atomic write to the same `path` removes (see below).
+//
+// Temporary names: "<path>.tmp-<host>-<pid>-<n>", where <host> is this machine's host name
+// (characters other than [A-Za-z0-9.] replaced by '_', at most 64), <pid> the writer's process
+// id and <n> a per-process counter.
+//
+// Stale temporaries. A writer killed with SIGKILL (or a machine that lost power) leaves its
+// temporary behind. AtomicFile::Create(path) first removes every temporary of that same `path`
+// that is stale, by this rule: its name is exactly "<path>.tmp-<host>-<pid>-<n>" with <host>
+// equal to this machine's tag, it is a regular file, <pid> is not this process, and process
+// <pid> is gone on this host (ProcessIsGone). Temporaries of other hosts (a
+// shared file system), of live processes (including ones we may not signal: EPERM), of other
+// targets, and any other file are never touched. A reused pid only keeps a stale temporary a
+// little longer; it never removes a live one. Names without a host tag (written before the tag
+// existed) are left alone.
 #pragma once
+#include <sys/types.h>
+
 #include <string>
 
 #include "store/status.h"
@@ -10,11 +27,18 @@ namespace seedstore {
 
 class AtomicFile {
  public:
-  /// Creates "<path>.tmp-<pid>-<n>" next to `path`.
+  /// Removes the stale temporaries of `path` (rule above), then creates
+  /// TempName(path, getpid(), n) next to `path`.
   static Result<AtomicFile> Create(const std::string& path);
   AtomicFile(AtomicFile&& o) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;
   ~AtomicFile();  // removes the temporary if not committed
+
+  /// The temporary's name for a writer `pid` on this host: "<path>.tmp-<host>-<pid>-<n>".
+  static std::string TempName(const std::string& path, pid_t pid, unsigned n);
+  /// Removes the stale temporaries of `path` (rule above); returns how many were removed.
+  /// Errors are ignored (a temporary that cannot be removed is simply left).
+  static int RemoveStaleTemporaries(const std::string& path);
 
   /// The temporary file's path (for libraries that open files by name, like HDF5).
   const std::string& temp_path() const { return temp_; }
@@ -34,6 +58,12 @@ class AtomicFile {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+/// Whether no process `pid` runs on this host any more: kill(pid, 0) fails with ESRCH, or the
+/// process has exited and only its zombie waits to be reaped (/proc/<pid>/stat state Z or X;
+/// a launcher's children are reparented to init, which may reap them late). False when it
+/// runs, when we may not signal it (EPERM), and for pid <= 0.
+bool ProcessIsGone(pid_t pid);
 
 /// Reads exactly n bytes at offset; errors name the file and say if it is truncated.
 Status PreadExact(int fd, void* dst, size_t n, uint64_t offset, const std::string& name);

@@ -1,5 +1,6 @@
 #include "io/collective.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -127,8 +128,24 @@ Result<Simulate> ParseSimulate(std::string_view s) {
   if (s == "flip") return Simulate::kFlip;
   if (s == "hang") return Simulate::kHang;
   if (s == "die") return Simulate::kDie;
+  if (s == "kill") return Simulate::kKill;
   return InvalidArgument("--simulate '" + std::string(s) +
-                         "': expected none, unseeded, layout-rng, flip, hang or die");
+                         "': expected none, unseeded, layout-rng, flip, hang, die or kill");
+}
+
+void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step) {
+  if (rank != simulate_rank) return;
+  const char* what = s == Simulate::kHang   ? "hang: sleeping forever"
+                     : s == Simulate::kDie  ? "die: exiting with status 3"
+                     : s == Simulate::kKill ? "kill: raising SIGKILL"
+                                            : nullptr;
+  if (!what) return;
+  std::fprintf(stderr, "seedstore: rank %d: --simulate %s (at step '%s')\n", rank, what, step);
+  std::fflush(stderr);
+  if (s == Simulate::kHang)
+    for (;;) ::sleep(1000);
+  if (s == Simulate::kKill) ::raise(SIGKILL);
+  std::_Exit(3);
 }
 
 namespace {
@@ -211,20 +228,6 @@ Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int 
   return Status::Ok();
 }
 
-void SimulateFault(const VerifyOptions& o, int rank) {
-  if (rank != o.simulate_rank) return;
-  if (o.simulate == Simulate::kHang) {
-    std::fprintf(stderr, "seedstore: rank %d: --simulate hang: sleeping forever\n", rank);
-    std::fflush(stderr);
-    for (;;) ::sleep(1000);
-  }
-  if (o.simulate == Simulate::kDie) {
-    std::fprintf(stderr, "seedstore: rank %d: --simulate die: exiting with status 3\n", rank);
-    std::fflush(stderr);
-    std::_Exit(3);
-  }
-}
-
 }  // namespace
 
 Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const Layout& layout,
@@ -260,7 +263,7 @@ Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const
     }
   }
   const double t1 = Now();
-  SimulateFault(o, me);
+  SimulateFault(o.simulate, o.simulate_rank, me, "exchange");
   SEEDSTORE_ASSIGN_OR_RETURN(VerifyReport rep, ExchangeAndDecide(comm, layout, shards));
   rep.timing.fingerprint_s = t1 - t0;
   rep.timing.total_s = Now() - t0;

@@ -4,8 +4,9 @@
 //
 // Fault handling. MPI cannot time out a collective, so with a timeout every operation is
 // started non-blocking (MPI_Iallgather, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) and polled
-// against a deadline; every rank also posts a 4-byte "arrived" message to rank 0, so that on
-// a timeout rank 0 names the ranks that never reached the step. A timed-out collective returns
+// against a deadline; every rank also posts a 4-byte "arrived" message to rank 0 (and rank 0
+// one to rank 1), so that on a timeout rank 0 names the ranks that never reached the step
+// (rank 1 names rank 0 when rank 0 is the one missing). A timed-out collective returns
 // kIo and leaves the communicator unusable (a started MPI operation cannot be cancelled): the
 // caller prints its message and calls Abort(), which ends the whole job (MPI_Abort) instead of
 // hanging. A rank that dies is normally reaped by mpirun at once; the deadline is the backstop.
@@ -40,6 +41,9 @@ class Collective : public Exchange {
   /// Ends every process of the job with `exit_code` (MPI_Abort); never returns. Use it after
   /// a kIo from a collective: the world cannot be shut down cleanly any more.
   [[noreturn]] virtual void Abort(int exit_code) = 0;
+  /// Whether a collective failed (kIo: timeout or library error) and left this object
+  /// unusable; then the job can only be ended with Abort().
+  virtual bool broken() const { return false; }
   /// Seconds spent inside collective calls so far (waiting included).
   double comm_seconds() const { return comm_s_; }
   double timeout() const { return options_.timeout_s; }
@@ -89,8 +93,18 @@ enum class Simulate {
   kFlip,       // `simulate_rank` flips the lowest bit of one element of `simulate_tensor`
   kHang,       // `simulate_rank` sleeps forever before the exchange
   kDie,        // `simulate_rank` exits (status 3) before the exchange
+  kKill,       // `simulate_rank` is killed (SIGKILL, raised on itself) before the exchange
 };
-Result<Simulate> ParseSimulate(std::string_view s);  // none, unseeded, layout-rng, flip, hang, die
+// none, unseeded, layout-rng, flip, hang, die, kill
+Result<Simulate> ParseSimulate(std::string_view s);
+
+/// The process faults of Simulate, one implementation for every command that takes
+/// --simulate (verify-ranks before its exchange; save-ranks and reshard in the middle of the
+/// save, see DistSaveOptions): when `rank` == `simulate_rank` and `s` is kHang, kDie or kKill,
+/// prints "seedstore: rank R: --simulate S at step 'STEP': ..." to stderr, then sleeps
+/// forever, exits with status 3 (no cleanup, no MPI_Finalize) or raises SIGKILL. Any other
+/// case returns at once.
+void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step);
 
 struct VerifyOptions {
   CpuOptions cpu;

@@ -81,6 +81,7 @@ class MpiCollective final : public Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
+  bool broken() const override { return broken_; }
 
   Status AllGather(const void* send, size_t bytes, void* recv, const char* what) override {
     if (bytes > static_cast<size_t>(INT_MAX))
@@ -157,13 +158,21 @@ class MpiCollective final : public Collective {
     // Rank 0 blames; the others wait a little longer so that rank 0's message comes first.
     const double deadline = t0 + timeout + (rank_ == 0 ? 0.0 : std::min(2.0, 0.5 * timeout));
     ++seq_;
-    std::vector<MPI_Request> reqs;  // [0] = the collective, then arrivals
+    // [0] = the collective, then arrivals: rank 0 receives every other rank's, and sends its
+    // own to rank 1, so that a hung or dead rank 0 is named too (by rank 1).
+    std::vector<MPI_Request> reqs;
     std::vector<int> tokens(rank_ == 0 ? size_ : 1, 0);
     reqs.push_back(MPI_REQUEST_NULL);
+    int token0 = static_cast<int>(seq_);
     if (rank_ == 0) {
       for (int r = 1; r < size_; ++r) {
         reqs.push_back(MPI_REQUEST_NULL);
         SEEDSTORE_MPI_CHECK(MPI_Irecv(&tokens[r], 1, MPI_INT, r, kArriveTag, arrive_comm_,
+                                      &reqs.back()), what);
+      }
+      if (size_ > 1) {
+        reqs.push_back(MPI_REQUEST_NULL);
+        SEEDSTORE_MPI_CHECK(MPI_Isend(&token0, 1, MPI_INT, 1, kArriveTag, arrive_comm_,
                                       &reqs.back()), what);
       }
     } else {
@@ -171,6 +180,11 @@ class MpiCollective final : public Collective {
       reqs.push_back(MPI_REQUEST_NULL);
       SEEDSTORE_MPI_CHECK(MPI_Isend(&tokens[0], 1, MPI_INT, 0, kArriveTag, arrive_comm_,
                                     &reqs.back()), what);
+      if (rank_ == 1) {  // reqs[2]: rank 0's arrival
+        reqs.push_back(MPI_REQUEST_NULL);
+        SEEDSTORE_MPI_CHECK(MPI_Irecv(&token0, 1, MPI_INT, 0, kArriveTag, arrive_comm_,
+                                      &reqs.back()), what);
+      }
     }
     SEEDSTORE_MPI_CHECK(start(&reqs[0]), what);
     std::vector<int> done(reqs.size(), 0);
@@ -207,6 +221,9 @@ class MpiCollective final : public Collective {
                        RankList(missing) + " did not reach step '" + what + "' within " + secs +
                        " s (--timeout): hung, dead or far slower than the others");
     }
+    if (rank_ == 1 && !done[2])
+      return IoError(std::string("rank 0 did not reach step '") + what + "' within " + secs +
+                     " s (--timeout): hung, dead or far slower than the others (seen by rank 1)");
     return IoError("rank " + std::to_string(rank_) + ": step '" + what +
                    "' did not complete within " + secs +
                    " s (--timeout): another rank is hung or dead" +

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -157,6 +158,27 @@ void WriteStrAttr(hid_t obj, const char* name, const std::string& v) {
 
 // ---- Writer lock ------------------------------------------------------------------------
 
+std::string HostName() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+// The lock holder "pid <pid> on <host>" when that host is this one and process <pid> is gone
+// (ProcessIsGone in io/atomic_file.h); "" otherwise (alive, elsewhere, unreadable).
+std::string DeadHolder(const std::string& holder) {
+  const std::string on = " on ";
+  const auto at = holder.find(on);
+  if (holder.rfind("pid ", 0) != 0 || at == std::string::npos) return "";
+  const std::string digits = holder.substr(4, at - 4);
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return "";
+  const long pid = std::stol(digits);
+  if (pid <= 0 || holder.substr(at + on.size()) != HostName()) return "";
+  return ProcessIsGone(static_cast<pid_t>(pid)) ? holder : "";
+}
+
 class WriterLock {
  public:
   Status Acquire(const std::string& path) {
@@ -170,14 +192,17 @@ class WriterLock {
         std::fclose(f);
         while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
       }
+      if (const std::string dead = DeadHolder(holder); !dead.empty())
+        return IoError("writer-lock-stale: '" + path + "': lock file '" + lock_ +
+                       "' was left by a writer that is no longer running (" + dead +
+                       "): that save was interrupted and never replaced the save at '" + path +
+                       "', which is intact. Remove '" + lock_ + "' and save again");
       return IoError("writer-locked: '" + path + "' is being written by another writer (" +
                      (holder.empty() ? std::string("lock file") : holder) + "; lock file '" +
                      lock_ + "'); the second writer is refused. Remove the lock file only if "
                      "that writer is dead");
     }
-    char host[128] = {};
-    ::gethostname(host, sizeof host - 1);
-    const std::string who = "pid " + std::to_string(::getpid()) + " on " + host + "\n";
+    const std::string who = "pid " + std::to_string(::getpid()) + " on " + HostName() + "\n";
     if (::write(fd, who.data(), who.size()) < 0) { /* informative only */ }
     ::close(fd);
     held_ = true;
@@ -191,6 +216,42 @@ class WriterLock {
   std::string lock_;
   bool held_ = false;
 };
+
+// Removes the pieces of every save at `path` but save `keep` (of all saves when keep < 0):
+// the files "<path>.<8 hex>.rank<r>.h5" in its folder -- the replaced save's, and those an
+// interrupted save left (a rank killed or hung mid-save) -- plus the stale temporaries of any
+// such piece (the rule of io/atomic_file.h: their writer is gone). Only the writer holding
+// the lock calls it, after its own master is in place, so no live save owns them.
+void RemoveOtherPieces(const std::string& path, int64_t keep) {
+  const std::string dir = DirOf(path), prefix = BaseOf(path) + ".";
+  DIR* d = ::opendir(dir.empty() ? "." : dir.c_str());
+  if (!d) return;
+  std::vector<std::string> pieces, with_temps;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    // <8 hex>.rank<digits>.h5 then nothing (a piece) or ".tmp-..." (its temporary).
+    const std::string rest = name.substr(prefix.size());
+    if (rest.size() < 8 + 9 ||
+        rest.find_first_not_of("0123456789abcdef") < 8 || rest.compare(8, 5, ".rank") != 0)
+      continue;
+    const size_t digits_end = rest.find_first_not_of("0123456789", 13);
+    if (digits_end == 13 || digits_end == std::string::npos ||
+        rest.compare(digits_end, 3, ".h5") != 0 || digits_end - 13 > 9)
+      continue;
+    const uint32_t id = static_cast<uint32_t>(std::stoul(rest.substr(0, 8), nullptr, 16));
+    const int rank = std::stoi(rest.substr(13, digits_end - 13));
+    const std::string piece = RankFileName(path, id, rank);
+    if (BaseOf(piece) == name) {
+      if (keep < 0 || id != static_cast<uint32_t>(keep)) pieces.push_back(piece);
+    } else if (rest.compare(digits_end + 3, 5, ".tmp-") == 0) {
+      with_temps.push_back(piece);
+    }
+  }
+  ::closedir(d);
+  for (const std::string& p : pieces) ::unlink(p.c_str());
+  for (const std::string& p : with_temps) AtomicFile::RemoveStaleTemporaries(p);
+}
 
 // Every rank learns whether any rank failed; the failing rank keeps its own message.
 Status Agree(Exchange& comm, const Status& mine, const char* what) {
@@ -990,12 +1051,6 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   std::vector<Fingerprint> src_fp(n);
   for (size_t i = 0; i < n; ++i) src_fp[i] = Fingerprint{sfp[2 * i], sfp[2 * i + 1]};
 
-  // Old distributed save at `path` (its rank files go once the new master is in place).
-  std::vector<std::string> old_files;
-  if (me == 0 && IsDistributedSave(path)) {
-    if (auto old = DistCatalog::Open(path); old.ok()) old_files = (*old)->rank_files();
-  }
-
   // Write.
   uint64_t bytes = 0;
   std::vector<uint64_t> counts(2 * n, 0);  // per tensor: chunks copied, encoded
@@ -1016,7 +1071,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
           }
         }
         SEEDSTORE_RETURN_IF_ERROR(w->Commit());
-        for (const auto& f : old_files) ::unlink(f.c_str());  // the replaced save's pieces
+        RemoveOtherPieces(path, -1);  // the replaced save's pieces, an interrupted save's
         return Status::Ok();
       }();
     }
@@ -1029,6 +1084,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     };
     for (int r = me; r < layout.world_size() && st.ok(); r += np)
       st = WriteRankFile(src, plan, r, RankFileName(path, id, r), o, &bytes, counts);
+    SimulateFault(o.simulate, o.simulate_rank, me, "write rank files");
     if (Status a = Agree(comm, st, "write rank files"); !a.ok()) {
       drop_mine();
       return a;
@@ -1048,12 +1104,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
             AddDistributedObjects(af.temp_path(), src, plan, layout, id, path, src_fp));
         return af.Commit();
       }();
-      if (st.ok()) {
-        std::vector<std::string> keep;
-        for (int r = 0; r < layout.world_size(); ++r) keep.push_back(RankFileName(path, id, r));
-        for (const auto& f : old_files)
-          if (std::find(keep.begin(), keep.end(), f) == keep.end()) ::unlink(f.c_str());
-      }
+      if (st.ok()) RemoveOtherPieces(path, id);  // the replaced save's, an interrupted save's
     }
     if (Status a = Agree(comm, st, "write master"); !a.ok()) {
       drop_mine();

@@ -8,7 +8,8 @@
 //                         + /tensors/<escaped> virtual datasets of the dense tensors
 //   P.<id>.rank<r>.h5     rank r's file: ordinary store; its distinct shard of each dense
 //                         tensor as a dense tensor of the same name and the shard's local shape
-//   P.lock                present only while a writer is saving to P (O_EXCL)
+//   P.lock                present only while a writer is saving to P (O_EXCL); holds
+//                         "pid <pid> on <host>" of the writer's rank 0
 //
 // <id> is 8 hex digits, new for every save, so writing a save never touches the files of the
 // save it replaces until the new master has been renamed over P; then the old rank files are
@@ -88,6 +89,13 @@ struct DistSaveOptions {
   CpuOptions cpu;
   /// Consolidate: write one ordinary store at the path instead of a distributed save.
   bool consolidate = false;
+  /// Testing (--simulate on save-ranks and reshard): process `simulate_rank` hangs, exits or
+  /// is killed (kHang, kDie, kKill; SimulateFault in io/collective.h) mid-save, at step
+  /// "write rank files": after writing its own rank files, before the job agrees that every
+  /// rank file is written -- the new pieces exist, the previous save at the path is still the
+  /// one the master names. Distributed saves only (ignored with `consolidate`).
+  Simulate simulate = Simulate::kNone;
+  int simulate_rank = 1;
 };
 
 /// One row of the proof: the output tensor's fingerprint, read back from what was written,
@@ -126,7 +134,13 @@ struct ReshardReport {
 /// pieces, read back from `path`, must equal the source's recorded (or computed) fingerprint.
 /// `comm`'s ranks split the layout's ranks among them (layout rank r is written by process
 /// r % comm.size()); every process gets the same report. Rank 0 takes the writer lock
-/// "<path>.lock" (O_EXCL) first: a second writer is refused with "writer-locked" (kIo).
+/// "<path>.lock" (O_EXCL) first: a second writer is refused with "writer-locked" (kIo). A
+/// lock whose writer is gone (rank 0 killed, or the job ended by MPI_Abort/mpirun before rank 0
+/// released it) is not taken over: the next writer is refused with "writer-lock-stale" (kIo),
+/// naming the dead pid and saying the save at `path` is intact and the lock file may be
+/// removed. When a rank hangs or dies mid-save, the others fail within the collective timeout
+/// (rank 0 releases the lock and removes its new pieces when it gets there first; the save
+/// previously at `path` is never touched before the new master is renamed over it).
 /// A fingerprint mismatch is not an error here: inspect the report (ToStatus()).
 ///
 /// Raw chunk copies: when `src` is a store or a distributed save, an output piece that starts

@@ -23,6 +23,14 @@ int Fail(const Status& s) {
 bool StdoutIsTty() { return isatty(STDOUT_FILENO) == 1; }
 bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
 
+void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank) {
+  app.add_option("--simulate", *simulate,
+                 "Testing: process --simulate-rank hangs, dies (exit 3) or is killed (SIGKILL) "
+                 "mid-save, after writing its rank files")
+      ->check(CLI::IsMember({"none", "hang", "die", "kill"}));
+  app.add_option("--simulate-rank", *simulate_rank, "Testing: the process that hangs/dies");
+}
+
 Progress::Progress(std::string label, uint64_t total)
     : label_(std::move(label)), total_(total), on_(StderrIsTty() && total > 1) {}
 

@@ -42,6 +42,11 @@ class Progress {
   bool on_;
 };
 
+/// --simulate none|hang|die|kill and --simulate-rank R of the commands that write a
+/// distributed save (save-ranks, reshard): the fault-injection hook of tests/mpi/test_faults.cc
+/// (DistSaveOptions::simulate in io/dist_store.h).
+void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank);
+
 /// The name of the running subcommand (for messages).
 extern std::string g_command;
 

@@ -14,10 +14,10 @@ namespace seedstore::cli {
 namespace {
 
 struct ReshardOptions {
-  std::string source, layout, output, backend = "auto";
+  std::string source, layout, output, backend = "auto", simulate = "none";
   bool consolidate = false, json = false, quiet = false;
   double timeout = 600;
-  int threads = 0, zstd_level = 1;
+  int threads = 0, zstd_level = 1, simulate_rank = 1;
 };
 
 int Run(const ReshardOptions& o) {
@@ -29,9 +29,9 @@ int Run(const ReshardOptions& o) {
     if (st.ok()) return 0;
     // Every rank fails alike; rank 0 (or the rank that saw the cause) prints it.
     if (me == 0 || st.message().find("another rank") == std::string::npos) Fail(st);
-    if (st.code() == Code::kIo && st.message().rfind("writer-locked", 0) != 0 &&
-        st.message().find("another rank") == std::string::npos && c.size() > 1)
-      c.Abort(ExitCode(st));
+    // A collective timed out or failed: a rank is hung or dead and the world cannot be shut
+    // down cleanly; end the whole job now (rank 0 has already released the writer lock).
+    if (c.broken()) c.Abort(ExitCode(st));
     return ExitCode(st);
   };
   Layout layout;
@@ -49,6 +49,10 @@ int Run(const ReshardOptions& o) {
   so.cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();
   so.write.threads = so.cpu.threads;
   so.write.zstd_level = o.zstd_level;
+  auto sim = ParseSimulate(o.simulate);
+  if (!sim.ok()) return finish(sim.status());
+  so.simulate = *sim;
+  so.simulate_rank = o.simulate_rank;
   auto rep = Reshard(c, **cat, layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
   if (me == 0) {
@@ -105,9 +109,12 @@ Register reg({"reshard",
   app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
   app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi or self")
       ->check(CLI::IsMember({"auto", "mpi", "self"}));
-  app.add_option("--timeout", o->timeout, "Seconds a rank waits for the others at each step");
+  app.add_option("--timeout", o->timeout,
+                 "Seconds a rank waits for the others at each step before the job is ended "
+                 "(<= 0: forever)");
   app.add_option("--threads", o->threads, "CPU threads per rank (0 = cores / ranks per node)");
   app.add_option("--zstd-level", o->zstd_level, "zstd level of written chunks");
+  AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
   return [o] { return Run(*o); };
 }});
 

@@ -13,10 +13,10 @@ namespace seedstore::cli {
 namespace {
 
 struct SaveRanksOptions {
-  std::string source, layout, output, backend = "auto";
+  std::string source, layout, output, backend = "auto", simulate = "none";
   bool quiet = false;
   double timeout = 600;
-  int threads = 0;
+  int threads = 0, simulate_rank = 1;
 };
 
 int Run(const SaveRanksOptions& o) {
@@ -27,8 +27,13 @@ int Run(const SaveRanksOptions& o) {
   auto finish = [&](const Status& st) -> int {
     if (st.ok()) return 0;
     if (me == 0 || st.message().find("another rank") == std::string::npos) Fail(st);
+    // A collective timed out or failed: a rank is hung or dead and the world cannot be shut
+    // down cleanly; end the whole job now (rank 0 has already released the writer lock).
+    if (c.broken()) c.Abort(ExitCode(st));
     return ExitCode(st);
   };
+  auto sim = ParseSimulate(o.simulate);
+  if (!sim.ok()) return finish(sim.status());
   auto layout = Layout::Load(o.layout);
   if (!layout.ok()) return finish(layout.status());
   auto cat = OpenCatalog(o.source);
@@ -54,6 +59,8 @@ int Run(const SaveRanksOptions& o) {
   DistSaveOptions so;
   so.cpu = cpu;
   so.write.threads = cpu.threads;
+  so.simulate = *sim;
+  so.simulate_rank = o.simulate_rank;
   auto rep = SaveBuffers(c, params, *layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
   if (me == 0 && !o.quiet) {
@@ -79,8 +86,11 @@ Register reg({"save-ranks",
   app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
   app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi or self")
       ->check(CLI::IsMember({"auto", "mpi", "self"}));
-  app.add_option("--timeout", o->timeout, "Seconds a rank waits for the others at each step");
+  app.add_option("--timeout", o->timeout,
+                 "Seconds a rank waits for the others at each step before the job is ended "
+                 "(<= 0: forever)");
   app.add_option("--threads", o->threads, "CPU threads per rank (0 = cores / ranks per node)");
+  AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
   return [o] { return Run(*o); };
 }});
 

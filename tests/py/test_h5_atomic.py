@@ -4,7 +4,9 @@ A checkpoint A is saved at PATH. Then, 24 times, a writer starts saving checkpoi
 again) at the same PATH and is killed with SIGKILL after a random delay spread over the
 whole write. After every kill PATH must hold a complete checkpoint that `seedstore verify`
 accepts and whose tensors are exactly A's or exactly B's -- never a mix, never a broken
-file. Stray temporaries ("PATH.tmp-<pid>-<n>") may remain; they never replace PATH.
+file. Stray temporaries ("PATH.tmp-<host>-<pid>-<n>") of the killed writers may remain
+between trials; they never replace PATH, and the next successful write to PATH removes them
+(their writers are dead: io/atomic_file.h), so none remains at the end.
 """
 import json
 import os
@@ -82,5 +84,12 @@ def test_kill9_during_write_never_damages_the_checkpoint(tmp_path):
     # Most kills must have landed mid-write for the test to mean anything.
     assert killed >= TRIALS // 2, f"only {killed} of {TRIALS} writers were killed mid-write"
     strays = [f for f in os.listdir(tmp_path) if ".tmp-" in f]
+    # One more write that runs to completion removes every stale temporary of PATH.
+    src, target = (b_src, fp_b) if previous == fp_a else (a_src, fp_a)
+    subprocess.run([BIN, "import", src, "-o", ckpt, "--threads", "2"], check=True,
+                   capture_output=True)
+    assert fingerprints(ckpt) == target
+    left = [f for f in os.listdir(tmp_path) if ".tmp-" in f]
     print(f"\nfull write {full:.2f} s; {killed}/{TRIALS} killed mid-write; "
-          f"outcomes {outcomes}; {len(strays)} stray temporaries left")
+          f"outcomes {outcomes}; {len(strays)} stray temporaries, {len(left)} after the next write")
+    assert left == [], f"stale temporaries survived the next successful write: {left}"
