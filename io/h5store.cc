@@ -1179,25 +1179,6 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   return Status::Ok();
 }
 
-std::vector<std::unique_ptr<ChunkScratch>> H5Store::TakeScratch(int n) const {
-  std::vector<std::unique_ptr<ChunkScratch>> out(n);
-  std::lock_guard<std::mutex> l(scratch_mu_);
-  for (auto& s : out) {
-    if (scratch_.empty()) {
-      s = std::make_unique<ChunkScratch>();
-    } else {
-      s = std::move(scratch_.back());
-      scratch_.pop_back();
-    }
-  }
-  return out;
-}
-
-void H5Store::ReturnScratch(std::vector<std::unique_ptr<ChunkScratch>> s) const {
-  std::lock_guard<std::mutex> l(scratch_mu_);
-  for (auto& x : s) scratch_.push_back(std::move(x));
-}
-
 Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out) const {
   if (i >= records_.size() || records_[i].lazy || stored_[i].chunk.empty() ||
       j >= stored_[i].num_chunks)
@@ -1218,14 +1199,14 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out) const {
   const ChunkSink sink{out->data.data(), box.start, ext, box.start, box.stop};
   // One read of the stored bytes, decoded and checked against the checksum by the code every
   // read uses; the bytes handed out are those very bytes (s.raw, see LoadChunk).
-  std::vector<std::unique_ptr<ChunkScratch>> scratch = TakeScratch(1);
+  std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(1);
   Status status = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[0]);
   if (status.ok()) {
     out->bytes.swap(scratch[0]->raw);  // the pool keeps the other buffer
     out->filter_mask = LocateChunk(dsets_[i], off).mask;
     out->checksum = checksums_[i][j];
   }
-  ReturnScratch(std::move(scratch));
+  scratch_.Return(std::move(scratch));
   return status;
 }
 
@@ -1258,7 +1239,7 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
     return g.Linear(c);
   };
   const int threads = ThreadCount(o.threads, total);
-  std::vector<std::unique_ptr<ChunkScratch>> scratch = TakeScratch(threads);
+  std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
   Status status = ParallelFor(total, threads, false, [&](uint64_t q, int th) -> Status {
     // Chunks are handed out in order: start the disk on the one `2 * threads` ahead.
     uint64_t c[kMaxRank];
@@ -1272,7 +1253,7 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
     const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, is, ie};
     return LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[th]);
   });
-  ReturnScratch(std::move(scratch));
+  scratch_.Return(std::move(scratch));
   return status;
 }
 
@@ -1302,7 +1283,7 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       const Grid g = Grid::Make(t.shape, st.chunk);
       const size_t es = DTypeSize(t.dtype);
       const int threads = ThreadCount(o.threads, g.num);
-      std::vector<std::unique_ptr<ChunkScratch>> scratch = TakeScratch(threads);
+      std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
       std::vector<std::vector<uint8_t>> bufs(threads);
       std::vector<Fingerprint> parts(threads);
       (void)ParallelFor(g.num, threads, true, [&](uint64_t j, int th) -> Status {
@@ -1324,7 +1305,7 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
         report(box.Count() * es);
         return Status::Ok();
       });
-      ReturnScratch(std::move(scratch));
+      scratch_.Return(std::move(scratch));
       rep.chunks += g.num;
       for (const auto& p : parts) total.Add(p);
       rep.bytes += t.NumBytes();
@@ -1346,6 +1327,12 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
 
 // ---- StoreWriter ---------------------------------------------------------------------------
 
+// A writer thread's buffers: the box from the source, the padded edge chunk, the shuffled
+// bytes, the zstd frame.
+struct WriteScratch {
+  std::vector<uint8_t> box, chunk, shuf, comp;
+};
+
 struct StoreWriter::Impl {
   std::unique_ptr<AtomicFile> file;
   hid_t h5 = -1, g_tensors = -1, g_sums = -1, g_meta = -1;
@@ -1355,6 +1342,7 @@ struct StoreWriter::Impl {
   json records = json::array();
   std::set<std::string> names;
   bool committed = false;
+  ScratchPool<WriteScratch> scratch;
   int fd = -1;  // the temporary's descriptor (sec2 driver), for early writeback
   std::atomic<uint64_t> unflushed{0};
 
@@ -1499,8 +1487,12 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
   std::mutex pmu;
   const size_t chunk_bytes = g.ChunkElems() * es;
   const bool do_shuffle = m.opt.shuffle && es > 1;
+  std::vector<std::unique_ptr<WriteScratch>> scratch = m.scratch.Take(threads);
   Status st = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
-    thread_local std::vector<uint8_t> box_buf, chunk_buf, shuf, comp;
+    std::vector<uint8_t>& box_buf = scratch[th]->box;
+    std::vector<uint8_t>& chunk_buf = scratch[th]->chunk;
+    std::vector<uint8_t>& shuf = scratch[th]->shuf;
+    std::vector<uint8_t>& comp = scratch[th]->comp;
     thread_local StoredChunk raw;
     const Region box = g.Box(j);
     const uint64_t n = box.Count();
@@ -1572,6 +1564,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
     done();
     return Status::Ok();
   });
+  m.scratch.Return(std::move(scratch));
   if (!st.ok()) return st;
   m.counts.copied += copied.load();
   m.counts.encoded += g.num - copied.load();
