@@ -2,11 +2,25 @@
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer (issue 3, item 8): configures
 # a separate build folder with -DSEEDSTORE_SANITIZE=ON (no CUDA, no benchmarks), builds it and
 # runs the CTest tiers that need no GPU. Any ASan/UBSan/LSan report fails the run; leaks inside
-# third-party libraries (OpenMPI, HDF5, Python) are suppressed by tests/sanitizers/lsan.supp,
-# never ours.
+# third-party libraries (OpenMPI and its runtime) are suppressed by tests/sanitizers/lsan.supp,
+# never ours (its header says how that was checked; LSAN_AUDIT=1 re-checks it).
 # Usage: tools/sanitize.sh [LABEL_REGEX] [extra ctest args]
 #   default LABEL_REGEX: 'kat|unit|cli|golden'; 'kat|unit|cli|golden|mpi|jax' for all CPU tiers.
 #   BUILD=<dir> chooses the build folder (default build-asan). Not part of .ci/run (CI time).
+#   LSAN_AUDIT=1: run with the suppressions OFF and check, with tools/lsan_audit.py, that every
+#     leak lsan.supp would hide was allocated inside a third-party library (test failures from
+#     the unsuppressed leaks are expected then; the audit's verdict is the exit status).
+# Python tiers (py.* tests in golden, jax, mpi): the Python interpreter and the packages it
+# loads (jax, h5py, numpy ...) are not instrumented and no seedstore shared object is loaded
+# into Python; the tests start the seedstore binary (ASan + UBSan) as child processes, whose
+# reports land in $BUILD/sanitizer-logs like every other. The script says so when it runs them.
+#
+# Last full run, 'kat|unit|cli|golden|mpi|jax' (2026-11-30, 2 shared cores, build up to date):
+# all pass, no sanitizer report -- kat 3, unit 61, cli 6, golden 5 (4 C++ + py.test_h5_*; 1
+# more disabled), jax 8 (C++ vectors + py.test_jax_*) in 138 s; mpi 47 (46 + the MpiWorker
+# helper, skipped when not under mpirun) in 188 s, slow unwinder; 5 min 28 s in all. The mpi
+# tier again with the final two-line lsan.supp: 47 pass in 135 s. Suppressions used by one
+# `mpirun -np 2 seedstore verify-ranks` (print_suppressions=1): libmpi.so 3330, libevent 21.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -26,12 +40,42 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # nonzero exit) is not lost: any report fails the run. (UBSan ignores log_path in this
 # combined runtime; it prints to stderr and halts with exit 1.)
 LOGS=$ROOT/$BUILD/sanitizer-logs
+SUPP=$ROOT/tests/sanitizers/lsan.supp
 rm -rf "$LOGS"; mkdir -p "$LOGS"
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1:log_path=$LOGS/asan
-export LSAN_OPTIONS=suppressions=$ROOT/tests/sanitizers/lsan.supp:print_suppressions=0
+# OpenMPI and PMIx unload their components (mca_*.so) at MPI_Finalize, before LSan looks at the heap:
+# their frames would print as "<unknown module>" and no suppression could name them. Keep them.
+export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
+if [ "${LSAN_AUDIT:-0}" = 1 ]; then
+  # Full stacks (DWARF unwinding through libraries built without frame pointers): slower.
+  export ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0
+  export LSAN_OPTIONS=print_suppressions=0
+  echo "sanitize: LSAN_AUDIT=1: suppressions OFF; leak reports are expected, the audit decides"
+else
+  export LSAN_OPTIONS=suppressions=$SUPP:print_suppressions=0
+fi
+if ctest --test-dir "$BUILD" -L "$LABELS" -N | grep -q ' py\.'; then
+  echo "sanitize: py.* tests run in un-instrumented Python; the seedstore processes they start" \
+       "run under ASan+UBSan (reports: $LOGS)"
+fi
 rc=0
-ctest --test-dir "$BUILD" -L "$LABELS" --output-on-failure "$@" || rc=$?
+t0=$(date +%s)
+# LSan matches a suppression against the stack recorded at malloc time. OpenMPI's libraries are
+# built without frame pointers, so the default fast unwinder stops inside them and the stack
+# would not show which library allocated: the mpi tier runs with the slow (DWARF) unwinder.
+ctest --test-dir "$BUILD" -L "$LABELS" -LE '^mpi$' --output-on-failure "$@" || rc=$?
+if [[ mpi =~ $LABELS ]]; then
+  ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0 \
+    ctest --test-dir "$BUILD" -L '^mpi$' --output-on-failure "$@" || rc=$?
+fi
+echo "sanitize: labels '$LABELS': ctest exit $rc in $(( $(date +%s) - t0 )) s"
+if [ "${LSAN_AUDIT:-0}" = 1 ]; then
+  shopt -s nullglob
+  reports=("$LOGS"/*)
+  [ ${#reports[@]} -gt 0 ] || { echo "sanitize: audit: no leak reports at all"; exit 0; }
+  exec python3 tools/lsan_audit.py "$SUPP" "$ROOT" "$ROOT/$BUILD" "${reports[@]}"
+fi
 if compgen -G "$LOGS/*" >/dev/null; then
   echo "sanitize: sanitizer reports in $LOGS:" >&2
   for f in "$LOGS"/*; do echo "== $f" >&2; cat "$f" >&2; done
