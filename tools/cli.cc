@@ -31,6 +31,17 @@ void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank
   app.add_option("--simulate-rank", *simulate_rank, "Testing: the process that hangs/dies");
 }
 
+void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, int* threads) {
+  app.add_option("--backend", *backend,
+                 "auto (mpi under mpirun, else self), mpi, nccl (GPU collectives bootstrapped "
+                 "over mpi) or self")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl", "self"}));
+  app.add_option("--timeout", *timeout,
+                 "Seconds a rank waits for the others at each step before the job is ended "
+                 "(<= 0: forever)");
+  app.add_option("--threads", *threads, "CPU threads per rank (0 = cores / ranks per node)");
+}
+
 Progress::Progress(std::string label, uint64_t total)
     : label_(std::move(label)), total_(total), on_(StderrIsTty() && total > 1) {}
 

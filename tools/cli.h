@@ -47,6 +47,10 @@ class Progress {
 /// (DistSaveOptions::simulate in io/dist_store.h).
 void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank);
 
+/// --backend auto|mpi|nccl|self, --timeout SECONDS and --threads N of the multi-rank commands
+/// (verify-ranks, save-ranks, reshard); see OpenCollective in io/collective.h.
+void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, int* threads);
+
 /// The name of the running subcommand (for messages).
 extern std::string g_command;
 

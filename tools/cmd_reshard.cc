@@ -107,12 +107,7 @@ Register reg({"reshard",
   app.add_flag("--consolidate", o->consolidate, "Write one ordinary store instead");
   app.add_flag("--json", o->json, "Print the proof as JSON (rank 0)");
   app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
-  app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi or self")
-      ->check(CLI::IsMember({"auto", "mpi", "self"}));
-  app.add_option("--timeout", o->timeout,
-                 "Seconds a rank waits for the others at each step before the job is ended "
-                 "(<= 0: forever)");
-  app.add_option("--threads", o->threads, "CPU threads per rank (0 = cores / ranks per node)");
+  AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
   app.add_option("--zstd-level", o->zstd_level, "zstd level of written chunks");
   AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
   return [o] { return Run(*o); };

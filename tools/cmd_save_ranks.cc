@@ -84,12 +84,7 @@ Register reg({"save-ranks",
       ->required();
   app.add_option("-o,--output", o->output, "Output path (the master file)")->required();
   app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
-  app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi or self")
-      ->check(CLI::IsMember({"auto", "mpi", "self"}));
-  app.add_option("--timeout", o->timeout,
-                 "Seconds a rank waits for the others at each step before the job is ended "
-                 "(<= 0: forever)");
-  app.add_option("--threads", o->threads, "CPU threads per rank (0 = cores / ranks per node)");
+  AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
   AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
   return [o] { return Run(*o); };
 }});

@@ -76,14 +76,9 @@ Register reg({"verify-ranks",
   app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
   app.add_flag("--json", o->json, "Print the report as JSON (rank 0)");
   app.add_flag("--problems-only", o->problems_only, "Print only tensors with a problem");
-  app.add_option("--timeout", o->timeout,
-                 "Seconds a rank waits for the others at each step before the job is ended "
-                 "(<= 0: forever)");
-  app.add_option("--backend", o->backend, "auto (mpi under mpirun), mpi, nccl (GPU collectives bootstrapped over mpi) or self")
-      ->check(CLI::IsMember({"auto", "mpi", "self"}));
+  AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
   app.add_option("--device", o->device, "Where lazy shards are hashed: cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--threads", o->threads, "CPU threads per rank (0 = cores / ranks per node)");
   app.add_option("--simulate", o->simulate,
                  "Testing: reproduce a failure (unseeded, layout-rng, flip, hang, die, kill)");
   app.add_option("--simulate-rank", o->simulate_rank, "Testing: the rank that flips/hangs/dies");

@@ -37,6 +37,28 @@ Proc VerifyRanks(int np, const std::string& args) {
                LayoutFile(np) + " --threads 1 " + args);
 }
 
+// --backend nccl reaches the NCCL backend (bootstrapped over MPI under mpirun): without a
+// GPU or an NCCL build it is refused with a named error (exit 1 + kUnsupported = 6); with one,
+// the check runs over NCCL and agrees (tools/gpu-check.sh's machine runs the gpu tier only,
+// so the GPU branch of this test runs wherever mpirun and a GPU meet).
+TEST(VerifyRanksCli, NcclBackendRunsOrIsRefusedByName) {
+  SEEDSTORE_NEED_BIN();
+  Proc p = VerifyRanks(1, "--json --backend nccl --timeout 60");
+  if (p.code == 0) {
+    auto j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["backend"], "nccl");
+    EXPECT_TRUE(j["ok"].get<bool>());
+  } else {
+    EXPECT_EQ(p.code, 6) << p.out << p.err;
+    EXPECT_NE(p.err.find("NCCL backend: "), std::string::npos) << p.err;
+    std::printf("[ NOTE ] NCCL backend NOT run (refused as expected): %s\n", p.err.c_str());
+  }
+  // An unknown backend is a usage error naming the option.
+  Proc bad = VerifyRanks(1, "--backend gloo");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE((bad.out + bad.err).find("--backend"), std::string::npos) << bad.out << bad.err;
+}
+
 TEST(VerifyRanksCli, AgreesAt1_2_4Ranks) {
   SEEDSTORE_NEED_BIN();
   std::vector<nlohmann::json> tensors;
