@@ -84,6 +84,20 @@ inline std::string Mpirun(int np) {
       GTEST_SKIP() << "mpirun not found on PATH: multi-rank tests need OpenMPI/MPICH"; \
   } while (0)
 
+/// The shipped CLI under test: $SEEDSTORE_BIN (ctest sets it), "" when unset.
+inline std::string Bin() {
+  const char* b = std::getenv("SEEDSTORE_BIN");
+  return b ? b : "";
+}
+
+/// Skips (visibly) a test that runs the CLI under mpirun when either is missing.
+#define SEEDSTORE_NEED_BIN()                                                          \
+  do {                                                                                \
+    SEEDSTORE_NEED_MPIRUN();                                                          \
+    if (::seedstore::mpitest::Bin().empty())                                          \
+      GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)";                     \
+  } while (0)
+
 /// An in-process world: `n` threads, each with an Exchange over shared memory.
 class ThreadWorld {
  public:

@@ -30,16 +30,8 @@ using mpitest::Shell;
 using mpitest::TempDir;
 using mpitest::Write;
 
-std::string Bin() {
-  const char* b = std::getenv("SEEDSTORE_BIN");
-  return b ? b : "";
-}
+using mpitest::Bin;
 
-#define NEED_MPIRUN_AND_BIN()                                                        \
-  do {                                                                               \
-    SEEDSTORE_NEED_MPIRUN();                                                         \
-    if (Bin().empty()) GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)"; \
-  } while (0)
 
 // The previous save is of seed 7; the interrupted one writes seed 8 (other bytes).
 std::string OldSpec() { return Write("faults_old.json", mpitest::kSmallSpec); }
@@ -140,7 +132,7 @@ bool NextWriterRecovers(int np, const std::string& out,
 }
 
 TEST(SaveFaults, SaveRanksKilledRankEndsTheJobAndThePreviousSaveIsIntact) {
-  NEED_MPIRUN_AND_BIN();
+  SEEDSTORE_NEED_BIN();
   for (int np : {2, 4}) {
     SCOPED_TRACE(std::to_string(np) + " ranks");
     const std::string out = TempDir() + "/faults_kill" + std::to_string(np) + ".h5";
@@ -162,7 +154,7 @@ TEST(SaveFaults, SaveRanksKilledRankEndsTheJobAndThePreviousSaveIsIntact) {
 }
 
 TEST(SaveFaults, SaveRanksHungRankIsNamedWithinTheTimeoutAndTheLockReleased) {
-  NEED_MPIRUN_AND_BIN();
+  SEEDSTORE_NEED_BIN();
   for (int np : {2, 4}) {
     SCOPED_TRACE(std::to_string(np) + " ranks");
     const std::string out = TempDir() + "/faults_hang" + std::to_string(np) + ".h5";
@@ -185,7 +177,7 @@ TEST(SaveFaults, SaveRanksHungRankIsNamedWithinTheTimeoutAndTheLockReleased) {
 }
 
 TEST(SaveFaults, ReshardHungRankZeroIsNamedByRankOne) {
-  NEED_MPIRUN_AND_BIN();
+  SEEDSTORE_NEED_BIN();
   const std::string out = TempDir() + "/faults_reshard_hang0.h5";
   const auto before = PreviousSave(2, out);
   Proc p = Shell(Mpirun(2) + " " + Bin() + " reshard " + NewSpec() + " --threads 1 -q --layout " +
@@ -200,7 +192,7 @@ TEST(SaveFaults, ReshardHungRankZeroIsNamedByRankOne) {
 }
 
 TEST(SaveFaults, ReshardDeadRankEndsTheJob) {
-  NEED_MPIRUN_AND_BIN();
+  SEEDSTORE_NEED_BIN();
   const std::string out = TempDir() + "/faults_reshard_die.h5";
   const auto before = PreviousSave(4, out);
   Proc p = Shell(Mpirun(4) + " " + Bin() + " reshard " + NewSpec() + " --threads 1 -q --layout " +

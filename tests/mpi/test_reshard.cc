@@ -21,13 +21,8 @@ using mpitest::Shell;
 using mpitest::TempDir;
 using mpitest::Write;
 
-std::string Bin() {
-  const char* b = std::getenv("SEEDSTORE_BIN");
-  return b ? b : "";
-}
+using mpitest::Bin;
 
-#define NEED_BIN() \
-  if (Bin().empty()) GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)"
 
 // The small mpi-tier model plus a scalar and an uneven 3-d tensor; "bias" stays lazy.
 const char* kSpec = R"({"seedstore": 1, "seed": 7, "generator": "threefry",
@@ -181,7 +176,7 @@ TEST(Reshard, ReportMismatchIsExitSeven) {
 }
 
 TEST(Reshard, FourRanksIsBitExact) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   const Fixture& f = Get();
   ExpectSameAsSource(f.source);
   ExpectSameAsSource(f.d4);
@@ -192,7 +187,7 @@ TEST(Reshard, FourRanksIsBitExact) {
 }
 
 TEST(Reshard, FourToTwoThreeAndConsolidatedAreBitExactAndProven) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   const Fixture& f = Get();
   const size_t n = f.spec.tensors.size();
   struct Case {
@@ -220,7 +215,7 @@ TEST(Reshard, FourToTwoThreeAndConsolidatedAreBitExactAndProven) {
 }
 
 TEST(Reshard, UnderMpirunTwoWritersInParallel) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   SEEDSTORE_NEED_MPIRUN();
   const Fixture& f = Get();
   const std::string out = TempDir() + "/rs_mpi3.h5";
@@ -239,7 +234,7 @@ TEST(Reshard, UnderMpirunTwoWritersInParallel) {
 }
 
 TEST(Reshard, UnderMpirunFourWritersAndVerifyRanksOfTheSave) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   SEEDSTORE_NEED_MPIRUN();
   const Fixture& f = Get();
   const std::string out = TempDir() + "/rs_mpi4.h5";
@@ -256,7 +251,7 @@ TEST(Reshard, UnderMpirunFourWritersAndVerifyRanksOfTheSave) {
 }
 
 TEST(Reshard, SaveRanksEachRankWritesItsOwnShards) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   SEEDSTORE_NEED_MPIRUN();
   const Fixture& f = Get();
   for (int np : {1, 2, 4}) {
@@ -286,7 +281,7 @@ TEST(Reshard, SaveRanksEachRankWritesItsOwnShards) {
 }
 
 TEST(Reshard, ReadsOpenOnlyTheRankFilesTheyNeed) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   const Fixture& f = Get();
   auto d = DistCatalog::Open(f.d4);
   ASSERT_TRUE(d.ok());
@@ -337,7 +332,7 @@ with h5py.File(src, "r") as a, h5py.File(dist, "r") as b:
 }
 
 TEST(Reshard, H5pyReadsTheVirtualDatasets) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   const std::string py = PythonWithH5py();
   if (py.empty()) GTEST_SKIP() << "no python with h5py + hdf5plugin (SEEDSTORE_PYTHON)";
   const Fixture& f = Get();
@@ -349,7 +344,7 @@ TEST(Reshard, H5pyReadsTheVirtualDatasets) {
 }
 
 TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   const Fixture& f = Get();
   const std::string out = TempDir() + "/rs_fault.h5";
   ASSERT_EQ(Reshard(f.d4, "--layout " + LayoutFile(2, 2) + " -o " + out + " -q").code, 0);
@@ -402,7 +397,7 @@ TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
 }
 
 TEST(Reshard, AFailedSaveLeavesNoPiecesBehind) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   const Fixture& f = Get();
   const std::string out = TempDir() + "/rs_isdir.h5";
   ASSERT_EQ(mkdir(out.c_str(), 0755), 0);  // the master cannot be renamed over a folder
@@ -413,7 +408,7 @@ TEST(Reshard, AFailedSaveLeavesNoPiecesBehind) {
 }
 
 TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   const Fixture& f = Get();
   const std::string out = TempDir() + "/rs_lock.h5";
   ASSERT_EQ(Reshard(f.d4, "--layout " + LayoutFile(1, 2) + " -o " + out + " -q").code, 0);
@@ -682,7 +677,7 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
 }
 
 TEST(ReshardRaw, UnderMpirunTheSameChunksAreCopied) {
-  NEED_BIN();
+  SEEDSTORE_NEED_BIN();
   SEEDSTORE_NEED_MPIRUN();
   const RawFixture& f = GetRaw();
   const std::string out = TempDir() + "/rr_mpi4.h5";

@@ -16,16 +16,8 @@ using mpitest::Proc;
 using mpitest::Shell;
 using mpitest::Write;
 
-std::string Bin() {
-  const char* b = std::getenv("SEEDSTORE_BIN");
-  return b ? b : "";
-}
+using mpitest::Bin;
 
-#define SEEDSTORE_NEED_BIN()                                                              \
-  do {                                                                                    \
-    SEEDSTORE_NEED_MPIRUN();                                                              \
-    if (Bin().empty()) GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)";         \
-  } while (0)
 
 std::string Spec() { return Write("small.json", mpitest::kSmallSpec); }
 std::string LayoutFile(int world) {
