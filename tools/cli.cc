@@ -31,6 +31,11 @@ void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank
   app.add_option("--simulate-rank", *simulate_rank, "Testing: the process that hangs/dies");
 }
 
+int RankVerdict(const Status& verdict, int rank) {
+  if (!verdict.ok() && rank == 0) return Fail(verdict);
+  return ExitCode(verdict);
+}
+
 void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, int* threads) {
   app.add_option("--backend", *backend,
                  "auto (mpi under mpirun, else self), mpi, nccl (GPU collectives bootstrapped "

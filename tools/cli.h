@@ -24,6 +24,9 @@ struct Register {
 int Fail(const Status& s);
 /// Exit code for a status (0 when ok).
 int ExitCode(const Status& s);
+/// A multi-rank command's verdict (the same on every rank): rank 0 reports a failure as Fail
+/// does; every rank returns its exit code.
+int RankVerdict(const Status& verdict, int rank);
 /// True when stdout is a terminal (progress output is shown only then).
 bool StdoutIsTty();
 bool StderrIsTty();

@@ -91,9 +91,7 @@ int Run(const ReshardOptions& o) {
     }
     std::fflush(stdout);
   }
-  const Status verdict = rep->ToStatus();
-  if (!verdict.ok() && me == 0) Fail(verdict);
-  return ExitCode(verdict);
+  return RankVerdict(rep->ToStatus(), me);
 }
 
 Register reg({"reshard",

@@ -69,9 +69,7 @@ int Run(const SaveRanksOptions& o) {
     std::printf("%s", rep->Table().c_str());
     std::fflush(stdout);
   }
-  const Status verdict = rep->ToStatus();
-  if (!verdict.ok() && me == 0) Fail(verdict);
-  return ExitCode(verdict);
+  return RankVerdict(rep->ToStatus(), me);
 }
 
 Register reg({"save-ranks",

@@ -62,9 +62,7 @@ int Run(const VerifyRanksOptions& o) {
     }
     std::fflush(stdout);
   }
-  const Status verdict = rep->ToStatus();
-  if (!verdict.ok() && me == 0) Fail(verdict);
-  return ExitCode(verdict);
+  return RankVerdict(rep->ToStatus(), me);
 }
 
 Register reg({"verify-ranks",
