@@ -31,6 +31,13 @@ void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank
   app.add_option("--simulate-rank", *simulate_rank, "Testing: the process that hangs/dies");
 }
 
+int SaveStepFailure(Collective& c, const Status& st) {
+  if (st.ok()) return 0;
+  if (c.rank() == 0 || st.message().find("another rank") == std::string::npos) Fail(st);
+  if (c.broken()) c.Abort(ExitCode(st));
+  return ExitCode(st);
+}
+
 int RankVerdict(const Status& verdict, int rank) {
   if (!verdict.ok() && rank == 0) return Fail(verdict);
   return ExitCode(verdict);

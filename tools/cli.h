@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "io/collective.h"
 #include "store/status.h"
 
 namespace seedstore::cli {
@@ -24,6 +25,12 @@ struct Register {
 int Fail(const Status& s);
 /// Exit code for a status (0 when ok).
 int ExitCode(const Status& s);
+/// A failed step of a command that writes a distributed save (save-ranks, reshard): every rank
+/// fails alike, so rank 0 -- or a rank that saw the cause itself, not just "another rank" --
+/// prints it; when a collective broke (a rank hung or died) the whole job is ended at once
+/// (the world cannot be shut down cleanly). Returns the exit code (0 for OK).
+int SaveStepFailure(Collective& c, const Status& st);
+
 /// A multi-rank command's verdict (the same on every rank): rank 0 reports a failure as Fail
 /// does; every rank returns its exit code.
 int RankVerdict(const Status& verdict, int rank);

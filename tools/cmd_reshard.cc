@@ -25,15 +25,7 @@ int Run(const ReshardOptions& o) {
   if (!comm.ok()) return Fail(comm.status());
   Collective& c = **comm;
   const int me = c.rank();
-  auto finish = [&](const Status& st) -> int {
-    if (st.ok()) return 0;
-    // Every rank fails alike; rank 0 (or the rank that saw the cause) prints it.
-    if (me == 0 || st.message().find("another rank") == std::string::npos) Fail(st);
-    // A collective timed out or failed: a rank is hung or dead and the world cannot be shut
-    // down cleanly; end the whole job now (rank 0 has already released the writer lock).
-    if (c.broken()) c.Abort(ExitCode(st));
-    return ExitCode(st);
-  };
+  auto finish = [&](const Status& st) { return SaveStepFailure(c, st); };
   Layout layout;
   if (!o.layout.empty()) {
     auto l = Layout::Load(o.layout);

@@ -24,14 +24,7 @@ int Run(const SaveRanksOptions& o) {
   if (!comm.ok()) return Fail(comm.status());
   Collective& c = **comm;
   const int me = c.rank();
-  auto finish = [&](const Status& st) -> int {
-    if (st.ok()) return 0;
-    if (me == 0 || st.message().find("another rank") == std::string::npos) Fail(st);
-    // A collective timed out or failed: a rank is hung or dead and the world cannot be shut
-    // down cleanly; end the whole job now (rank 0 has already released the writer lock).
-    if (c.broken()) c.Abort(ExitCode(st));
-    return ExitCode(st);
-  };
+  auto finish = [&](const Status& st) { return SaveStepFailure(c, st); };
   auto sim = ParseSimulate(o.simulate);
   if (!sim.ok()) return finish(sim.status());
   auto layout = Layout::Load(o.layout);
