@@ -174,14 +174,6 @@ Result<bool> ResolveDevice(const std::string& device) {
   return InvalidArgument("--device '" + device + "': expected auto, cpu or cuda");
 }
 
-// The local shape of a region: box extents, or [count] for a flat range.
-std::vector<uint64_t> LocalShape(const Region& r) {
-  if (r.flat) return {r.end - r.begin};
-  std::vector<uint64_t> s;
-  for (int d = 0; d < r.rank; ++d) s.push_back(r.stop[d] - r.start[d]);
-  return s;
-}
-
 // One rank's shard of tensor i of the catalog, possibly corrupted on purpose (Simulate).
 Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int rank,
                         bool cuda, const VerifyOptions& o, bool flip_here, LocalShard* out) {
@@ -192,7 +184,7 @@ Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int 
     std::vector<unsigned char> buf(region.Count() * DTypeSize(rec.dtype));
     SEEDSTORE_RETURN_IF_ERROR(cat.Read(i, region, buf.data(), o.cpu));
     if (!buf.empty()) buf[(region.Count() / 2) * DTypeSize(rec.dtype)] ^= 1;
-    out->actual = FingerprintCpu(rec.dtype, region, buf.data(), rec.fp_seed(), o.cpu);
+    out->actual = FingerprintOf(rec, region, buf.data(), o.cpu);
     if (lazy) {
       SEEDSTORE_ASSIGN_OR_RETURN(out->expected, LazyFingerprint(*rec.lazy, region, cuda, o.cpu));
     }
@@ -215,7 +207,7 @@ Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int 
     SEEDSTORE_ASSIGN_OR_RETURN(LazyTensor l, LazyTensor::Resolve(local, 0));
     std::vector<unsigned char> buf(region.Count() * DTypeSize(rec.dtype));
     SEEDSTORE_RETURN_IF_ERROR(l.Materialize(WholeTensor(local.shape), buf.data(), o.cpu));
-    out->actual = FingerprintCpu(rec.dtype, region, buf.data(), rec.fp_seed(), o.cpu);
+    out->actual = FingerprintOf(rec, region, buf.data(), o.cpu);
     SEEDSTORE_ASSIGN_OR_RETURN(out->expected, LazyFingerprint(*rec.lazy, region, cuda, o.cpu));
     return Status::Ok();
   }

@@ -103,8 +103,14 @@ Result<Fingerprint> FingerprintOnDevice(Device d, const Catalog& c, size_t i, co
   }
   DeviceBuffer buf;
   SEEDSTORE_RETURN_IF_ERROR(StageDense(c, i, r, &buf, o));
-  SEEDSTORE_RETURN_IF_ERROR(
-      FromKernel(FingerprintCuda(t.dtype, r, buf.data(), t.fp_seed(), nullptr, &f)));
+  // In the record's fingerprint frame (a piece of a larger tensor hashes global indices).
+  const auto* p = static_cast<const unsigned char*>(buf.data());
+  for (const Region& g : t.FrameRegions(r)) {
+    Fingerprint part;
+    SEEDSTORE_RETURN_IF_ERROR(FromKernel(FingerprintCuda(t.dtype, g, p, t.fp_seed(), nullptr, &part)));
+    f.Add(part);
+    p += g.Count() * DTypeSize(t.dtype);
+  }
   return f;
 }
 

@@ -55,60 +55,6 @@ struct H {
   H& operator=(const H&) = delete;
 };
 
-Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
-                 const std::vector<uint64_t>& stop) {
-  Region r;
-  r.rank = static_cast<int>(shape.size());
-  for (int d = 0; d < r.rank; ++d) {
-    r.shape[d] = shape[d];
-    r.start[d] = start[d];
-    r.stop[d] = stop[d];
-  }
-  return r;
-}
-Region FlatRegion(const std::vector<uint64_t>& shape, uint64_t b, uint64_t e) {
-  Region r;
-  r.rank = static_cast<int>(shape.size());
-  for (int d = 0; d < r.rank; ++d) r.shape[d] = shape[d];
-  r.flat = true;
-  r.begin = b;
-  r.end = e;
-  return r;
-}
-
-// Shape of the dense tensor that stores a piece in its rank file.
-std::vector<uint64_t> LocalShape(const Region& r) {
-  if (r.flat) return {r.end - r.begin};
-  std::vector<uint64_t> s;
-  for (int d = 0; d < r.rank; ++d) s.push_back(r.stop[d] - r.start[d]);
-  return s;
-}
-
-json RegionJson(const Region& r) {
-  if (r.flat) return json{{"flat", {r.begin, r.end}}};
-  json st = json::array(), sp = json::array();
-  for (int d = 0; d < r.rank; ++d) {
-    st.push_back(r.start[d]);
-    sp.push_back(r.stop[d]);
-  }
-  return json{{"start", st}, {"stop", sp}};
-}
-
-Result<Region> RegionFromJson(const json& j, const std::vector<uint64_t>& shape) {
-  if (j.contains("flat")) {
-    const uint64_t b = j["flat"].at(0), e = j["flat"].at(1);
-    uint64_t n = 1;
-    for (uint64_t s : shape) n *= s;
-    if (b > e || e > n) return Corrupt("bad flat range");
-    return FlatRegion(shape, b, e);
-  }
-  std::vector<uint64_t> st = j.at("start"), sp = j.at("stop");
-  if (st.size() != shape.size() || sp.size() != shape.size()) return Corrupt("bad box rank");
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (st[d] > sp[d] || sp[d] > shape[d]) return Corrupt("bad box bounds");
-  return BoxRegion(shape, st, sp);
-}
-
 // Copies a box of extent `ext` out of a row-major buffer of extent `sext`, where the box
 // starts at `soff`, into a row-major buffer of extent `dext` at `doff` (null offsets: 0).
 void CopyBox(const unsigned char* src, const uint64_t* sext, const uint64_t* soff,
@@ -327,6 +273,7 @@ class ChunkMatcher {
     const H5Store* store = nullptr;
     size_t k = 0;                  // the tensor's index in `store`
     std::vector<uint64_t> chunk;   // its chunk shape
+    bool global_frame = false;     // its fingerprints are the global tensor's (TensorRecord::piece)
   };
 
   // The stored source part holding global index `at`, when its chunks could be copied by this
@@ -352,6 +299,9 @@ class ChunkMatcher {
         }
         const StoredTensor& st = s.store->stored(s.k);
         if (w_.CopiesChunksOf(st, t.dtype)) s.chunk = st.chunk;
+        const TensorRecord& sr = s.store->tensors()[s.k];
+        s.global_frame = sr.fp_seed() == t.fp_seed() &&
+                         (sr.piece ? SameRegion(*sr.piece, p.box) : p.piece < 0);
         it = stored_.emplace(&p, std::move(s)).first;
       }
       return it->second.chunk.empty() ? nullptr : &it->second;
@@ -376,7 +326,10 @@ class ChunkMatcher {
         return false;
       j = j * ((pb.stop[d] - pb.start[d] + c - 1) / c) + rel / c;
     }
-    Status st = s->store->ReadStoredChunk(s->k, j, out);
+    // The source chunk's recorded fingerprint carries over when the stored part's frame is
+    // the global tensor's (a store's tensor, or a rank file's piece recorded as such): then the
+    // chunk is not decoded, its stored bytes are checked against the chunk-info table.
+    Status st = s->store->ReadStoredChunk(s->k, j, out, /*decode=*/!s->global_frame);
     if (st.ok()) return true;
     if (s->part->piece < 0) return st;
     const auto& d = static_cast<const DistCatalog&>(src_);
@@ -396,8 +349,8 @@ class ChunkMatcher {
 // Adds dense tensor i of `src`, restricted to the global box or flat range `g`, to `w` as a
 // tensor of g's local shape (the whole tensor when g is), copying the source's stored chunks
 // where they line up; counts the chunks copied and encoded into `copied` and `encoded`.
-Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, uint64_t* copied,
-                uint64_t* encoded) {
+Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, bool as_piece,
+                uint64_t* copied, uint64_t* encoded) {
   const TensorRecord& t = src.tensors()[i];
   const std::vector<uint64_t> shape = t.shape;
   BoxSource source = [&src, i, g, shape](const Region& local, void* out) -> Status {
@@ -414,6 +367,7 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, u
   };
   ChunkMatcher matcher(src, i, w);
   SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking chunking, matcher.For(g));
+  if (as_piece) chunking.piece = g;
   const StoreWriter::ChunkCounts before = w.chunk_counts();
   SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
   const StoreWriter::ChunkCounts after = w.chunk_counts();
@@ -464,12 +418,36 @@ Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Regi
     }
     bufs[th].resize(tile.Count() * es);
     SEEDSTORE_RETURN_IF_ERROR(out.Read(i, tile, bufs[th].data(), CpuOptions{1}));
-    parts[th].Add(FingerprintCpu(t.dtype, tile, bufs[th].data(), t.fp_seed(), CpuOptions{1}));
+    parts[th].Add(FingerprintOf(t, tile, bufs[th].data(), CpuOptions{1}));
     return Status::Ok();
   }));
   Fingerprint f;
   for (const Fingerprint& p : parts) f.Add(p);
   return f;
+}
+
+// The proof of one written piece -- global box or flat range `r` of dense tensor i of the
+// output `out` (a store or a distributed save) -- as its fingerprint with global indices. By
+// default from the stored chunks (H5Store::ProveStored: every chunk's stored bytes checked
+// against the chunk-info table, whose fingerprints are the global tensor's); with `full`, or
+// for a piece without a table in the global frame, decoded and fingerprinted
+// (ReadBackFingerprint).
+Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o, bool full) {
+  if (!full) {
+    if (const auto* s = dynamic_cast<const H5Store*>(&out)) {
+      if (!s->chunk_info(i).empty() && !s->tensors()[i].piece) return s->ProveStored(i, o);
+    } else if (const auto* d = dynamic_cast<const DistCatalog*>(&out)) {
+      for (size_t p = 0; p < d->pieces(i).size(); ++p) {
+        if (!SameRegion(d->pieces(i)[p].region, r)) continue;
+        SEEDSTORE_ASSIGN_OR_RETURN(auto sk, d->PieceStore(i, p));
+        const TensorRecord& pr = sk.first->tensors()[sk.second];
+        if (!sk.first->chunk_info(sk.second).empty() && pr.piece && SameRegion(*pr.piece, r))
+          return sk.first->ProveStored(sk.second, o);
+        break;
+      }
+    }
+  }
+  return ReadBackFingerprint(out, i, r, o);
 }
 
 // Writes layout rank r's file; per tensor, adds the chunks copied and encoded to counts[2i],
@@ -484,7 +462,8 @@ Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::str
   for (size_t i = 0; i < ts.size(); ++i) {
     for (const Shard& s : plan.shards[i]) {
       if (s.replicas[0] != r) continue;
-      SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, src, i, s.region, &counts[2 * i], &counts[2 * i + 1]));
+      SEEDSTORE_RETURN_IF_ERROR(
+          AddPiece(*w, src, i, s.region, /*as_piece=*/true, &counts[2 * i], &counts[2 * i + 1]));
       *bytes += s.region.Count() * DTypeSize(ts[i].dtype);
     }
   }
@@ -504,7 +483,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     }
     json pieces = json::array();
     for (const Shard& s : plan.shards[i])
-      pieces.push_back(json{{"rank", s.replicas[0]}, {"region", RegionJson(s.region)}});
+      pieces.push_back(json{{"rank", s.replicas[0]}, {"region", RegionToJson(s.region)}});
     tensors.push_back(json{{"name", ts[i].name},
                            {"kind", "dense"},
                            {"shape", ts[i].shape},
@@ -859,6 +838,11 @@ Result<const H5Store*> DistCatalog::RankStore(int rank) const {
         return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
                          "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region) +
                              " is missing or has another shape or dtype");
+      const std::optional<Region>& rp = (*s)->tensors()[k].piece;
+      if (rp && !SameRegion(*rp, p.region))
+        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                         "tensor '" + records_[i].name + "' is recorded as piece " +
+                             DescribeRegion(*rp) + ", the index says " + DescribeRegion(p.region));
     }
   rank_stores_[rank] = std::move(*s);
   return rank_stores_[rank].get();
@@ -968,10 +952,12 @@ std::string ReshardReport::Table() const {
   }
   std::snprintf(line, sizeof line,
                 "%zu tensors: %zu proven equal to the source, %zu mismatch(es); %llu bytes "
-                "written in %.3f s (chunks: %llu copied as stored, %llu encoded), proof %.3f s\n",
+                "written in %.3f s (chunks: %llu copied as stored, %llu encoded), proof %.3f s "
+                "(%s)\n",
                 rows.size(), rows.size() - bad, bad, static_cast<unsigned long long>(bytes),
                 write_s, static_cast<unsigned long long>(chunks_copied),
-                static_cast<unsigned long long>(chunks_encoded), prove_s);
+                static_cast<unsigned long long>(chunks_encoded), prove_s,
+                full_proof ? "every chunk decoded" : "stored chunks vs chunk-info");
   s += line;
   return s;
 }
@@ -997,6 +983,12 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   rep.world = o.consolidate ? 1 : layout.world_size();
   rep.writers = np;
   rep.consolidated = o.consolidate;
+  rep.full_proof = o.full_proof;
+  for (const TensorRecord& t : ts)
+    if (t.piece)
+      return InvalidArgument("reshard: source '" + src.origin() + "' tensor '" + t.name +
+                             "' is a piece " + DescribeRegion(*t.piece) +
+                             " of a distributed save (a rank file): reshard the save's master instead");
   uint64_t seed;
   Generator gen;
   RootSeedOf(src, &seed, &gen);
@@ -1066,7 +1058,8 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
           } else {
             SEEDSTORE_RETURN_IF_ERROR(
-                AddPiece(*w, src, i, WholeTensor(ts[i].shape), &counts[2 * i], &counts[2 * i + 1]));
+                AddPiece(*w, src, i, WholeTensor(ts[i].shape), /*as_piece=*/false, &counts[2 * i],
+                         &counts[2 * i + 1]));
             bytes += ts[i].NumBytes();
           }
         }
@@ -1160,7 +1153,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
         if (s.replicas[0] % np == me) mine.push_back(s.region);
     }
     for (const Region& r : mine) {
-      auto f = ReadBackFingerprint(*out, i, r, o.cpu);
+      auto f = ProvePiece(*out, i, r, o.cpu, o.full_proof);
       if (!f.ok()) {
         st = f.status();
         break;

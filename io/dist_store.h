@@ -96,6 +96,11 @@ struct DistSaveOptions {
   /// one the master names. Distributed saves only (ignored with `consolidate`).
   Simulate simulate = Simulate::kNone;
   int simulate_rank = 1;
+  /// The proof's read-back. false (default): every written chunk's stored bytes are read and
+  /// checked against its chunk-info hash, and the tables' chunk fingerprints (global frame)
+  /// are summed -- no decoding (H5Store::ProveStored). true: every written chunk is decoded,
+  /// checked against its checksum and fingerprinted anew (what `verify` does).
+  bool full_proof = false;
 };
 
 /// One row of the proof: the output tensor's fingerprint, read back from what was written,
@@ -118,6 +123,7 @@ struct ReshardReport {
   int world = 1;           // output layout's ranks (1 when consolidated)
   int writers = 1;         // processes that wrote
   bool consolidated = false;
+  bool full_proof = false;  // DistSaveOptions::full_proof
   std::vector<ReshardRow> rows;
   uint64_t bytes = 0;      // data bytes written (dense, uncompressed)
   uint64_t chunks_copied = 0, chunks_encoded = 0;  // sums of the rows'
@@ -147,10 +153,15 @@ struct ReshardReport {
 /// on a chunk boundary of the stored source piece holding its first element (and spans at
 /// least one chunk in every dim) is chunked like the source, and each output chunk whose box
 /// is exactly a stored source chunk's box, clipped alike (same chunk shape, filter pipeline
-/// and zstd level), is copied as stored: read, decoded and checked against its checksum (a
-/// corrupt source chunk fails the save, named), fingerprinted for the output record, and
-/// written with its bytes and checksum unchanged. Other chunks are decoded and re-encoded.
-/// Either way the proof reads back and fingerprints everything written.
+/// and zstd level), is copied as stored: its stored bytes are checked against the source's
+/// chunk-info hash (a corrupt source chunk fails the save, named) and written with their
+/// checksum and chunk fingerprint unchanged -- no decoding -- when the source part's
+/// fingerprints are the global tensor's (a store, or rank files written with piece records);
+/// otherwise the chunk is decoded, checked against its checksum and fingerprinted. Other
+/// chunks are decoded and re-encoded. Rank files record their tensors as pieces
+/// (TensorRecord::piece), so their fingerprints add up to the global tensor's. The proof
+/// reads back every written chunk (DistSaveOptions::full_proof says how). A source whose
+/// records are pieces (a rank file opened alone) is refused (kInvalidArgument).
 Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
                               const std::string& path, const DistSaveOptions& o = {});
 

@@ -638,6 +638,18 @@ const char* FilterName(int id) {
   }
 }
 
+// A dense tensor's index record (docs/FORMAT.md 4.1).
+json DenseRecordJson(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
+                     const Fingerprint& fp, uint64_t stored_bytes, const std::optional<Region>& piece) {
+  json rec = {{"name", name},   {"shape", shape},  {"dtype", DTypeName(dtype)},
+              {"kind", "dense"}, {"fingerprint", FingerprintHex(fp)},
+              {"stored_bytes", stored_bytes}};
+  if (piece)
+    rec["piece"] = {{"shape", std::vector<uint64_t>(piece->shape, piece->shape + piece->rank)},
+                    {"region", RegionToJson(*piece)}};
+  return rec;
+}
+
 json LazyRecordJson(const LazyTensor& l, const std::optional<Fingerprint>& fp) {
   json j = TensorSpecToJson(l.spec);
   j["kind"] = "lazy";
@@ -708,62 +720,6 @@ bool LooksLikeHdf5(const std::string& path) {
     if (std::memcmp(b, sig, 8) == 0) return true;
   }
   return false;
-}
-
-std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_t begin,
-                                     uint64_t end) {
-  std::vector<Region> out;
-  const int rank = static_cast<int>(shape.size());
-  const Region whole = WholeRegion(rank, shape.data());
-  if (begin >= end) return out;
-  if (rank == 0) {
-    out.push_back(whole);
-    return out;
-  }
-  std::vector<uint64_t> inner(rank + 1, 1);
-  for (int d = rank - 1; d >= 0; --d) inner[d] = inner[d + 1] * shape[d];
-  std::vector<uint64_t> prefix;
-  // Emits the box: prefix fixed on dims < d, [a, b) on dim d, full after.
-  auto emit = [&](int d, uint64_t a, uint64_t b) {
-    Region r = whole;
-    for (int k = 0; k < d; ++k) {
-      r.start[k] = prefix[k];
-      r.stop[k] = prefix[k] + 1;
-    }
-    r.start[d] = a;
-    r.stop[d] = b;
-    out.push_back(r);
-  };
-  std::function<void(int, uint64_t, uint64_t)> split = [&](int d, uint64_t lo, uint64_t hi) {
-    if (lo >= hi) return;
-    const uint64_t in = inner[d + 1];
-    if (lo % in == 0 && hi % in == 0) {
-      emit(d, lo / in, hi / in);
-      return;
-    }
-    uint64_t a = lo / in;
-    const uint64_t b = hi / in;
-    if (a == b) {
-      prefix.push_back(a);
-      split(d + 1, lo - a * in, hi - a * in);
-      prefix.pop_back();
-      return;
-    }
-    if (lo % in != 0) {
-      prefix.push_back(a);
-      split(d + 1, lo % in, in);
-      prefix.pop_back();
-      ++a;
-    }
-    if (a < b) emit(d, a, b);
-    if (hi % in != 0) {
-      prefix.push_back(b);
-      split(d + 1, 0, hi % in);
-      prefix.pop_back();
-    }
-  };
-  split(0, begin, end);
-  return out;
 }
 
 // ---- H5Store -------------------------------------------------------------------------------
@@ -874,6 +830,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     StoredTensor stt;
     int64_t dset = -1, sums = -1;
     std::vector<uint64_t> checks;
+    std::vector<ChunkInfo> infos;
     if (kind == "lazy") {
       if (!rec.contains("key_words") || !rec["key_words"].is_array() || rec["key_words"].size() != 2 ||
           !rec["key_words"][0].is_number_unsigned() || !rec["key_words"][1].is_number_unsigned())
@@ -905,6 +862,24 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       if (!dt.ok()) return bad(where + ": " + dt.status().message());
       tr.dtype = *dt;
       if (auto v = ValidateShape(tr.shape, tr.dtype, where); !v.ok()) return bad(v.message());
+      if (rec.contains("piece")) {  // a piece of a larger tensor (docs/FORMAT.md 4.1)
+        const json& pc = rec["piece"];
+        std::vector<uint64_t> gshape;
+        bool ok = pc.is_object() && pc.contains("shape") && pc["shape"].is_array() &&
+                  pc.contains("region") && pc["shape"].size() <= static_cast<size_t>(kMaxRank);
+        for (size_t d = 0; ok && d < pc["shape"].size(); ++d) {
+          ok = pc["shape"][d].is_number_unsigned();
+          if (ok) gshape.push_back(pc["shape"][d].get<uint64_t>());
+        }
+        if (!ok) return bad(where + " ('" + tr.name + "'): 'piece' needs 'shape' and 'region'");
+        if (auto v = ValidateShape(gshape, tr.dtype, where + " piece"); !v.ok()) return bad(v.message());
+        auto reg = RegionFromJson(pc["region"], gshape);
+        if (!reg.ok()) return bad(where + " ('" + tr.name + "'): piece: " + reg.status().message());
+        if (LocalShape(*reg) != tr.shape)
+          return bad(where + " ('" + tr.name + "'): piece " + DescribeRegion(*reg) +
+                     " does not have the tensor's shape " + ShapeText(tr.shape));
+        tr.piece = *reg;
+      }
       if (rec.contains("stored_bytes") && rec["stored_bytes"].is_number_unsigned())
         stt.stored_bytes = rec["stored_bytes"].get<uint64_t>();
       const std::string tw = w + " tensor '" + tr.name + "'";
@@ -992,6 +967,34 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       checks.resize(grid.num);
       if (H5Dread(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, checks.data()) < 0)
         return SEEDSTORE_H5_ERROR(tw + ": reading " + sums_path);
+      // Chunk-info table (optional: files written before it existed have none).
+      const std::string info_path = "/chunkinfo/" + esc;
+      if (H5Lexists(f, "/chunkinfo", H5P_DEFAULT) > 0 && H5Lexists(f, info_path.c_str(), H5P_DEFAULT) > 0) {
+        Hid ci(H5Dopen2(f, info_path.c_str(), H5P_DEFAULT), H5Dclose);
+        if (!ci.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + info_path);
+        Hid isp(H5Dget_space(ci.get()), H5Sclose);
+        hsize_t idims[2] = {0, 0};
+        if (H5Sget_simple_extent_ndims(isp.get()) != 2 ||
+            H5Sget_simple_extent_dims(isp.get(), idims, nullptr) != 2 || idims[0] != grid.num ||
+            idims[1] != 3)
+          return StoreStatus(StoreError::kShapeMismatch,
+                             tw + ": chunk-info table " + info_path + " is not [" +
+                                 std::to_string(grid.num) + ", 3] (one row per chunk)");
+        std::vector<uint64_t> rows(grid.num * 3);
+        if (H5Dread(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
+          return SEEDSTORE_H5_ERROR(tw + ": reading " + info_path);
+        Fingerprint total;
+        infos.resize(grid.num);
+        for (uint64_t j = 0; j < grid.num; ++j) {
+          infos[j].stored_hash = rows[3 * j];
+          infos[j].fingerprint = Fingerprint{rows[3 * j + 1], rows[3 * j + 2]};
+          total.Add(infos[j].fingerprint);
+        }
+        if (total != *fp)
+          return StoreStatus(StoreError::kFingerprintMismatch,
+                             tw + ": the chunk fingerprints of " + info_path + " add up to " +
+                                 FingerprintHex(total) + ", the record says " + FingerprintHex(*fp));
+      }
       dset = d.release();
       sums = cs.release();
     } else {
@@ -1004,6 +1007,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     s->dsets_.push_back(dset);
     s->sums_.push_back(sums);
     s->checksums_.push_back(std::move(checks));
+    s->info_.push_back(std::move(infos));
   }
   return s;
 }
@@ -1069,9 +1073,73 @@ static void PrefetchChunk(int fd, int64_t dset, const Grid& g, uint64_t j) {
 // file driver) through H5Dread_chunk. Shared by reads, Verify and ReadStoredChunk, which
 // relies on s.raw holding the chunk's stored bytes afterwards (decoding never writes to it).
 // On error the sink's contents are unspecified.
+// The chunk-corrupt error of chunk j of tensor t in file `path`.
+static Status ChunkError(const std::string& path, const TensorRecord& t, const Grid& g, uint64_t j,
+                         const std::string& m) {
+  std::string at;
+  if (g.chunked()) {
+    uint64_t c[kMaxRank];
+    g.Coords(j, c);
+    for (int d = 0; d < g.rank; ++d) c[d] *= g.chunk[d];
+    at = " at offset " + ShapeText(std::vector<uint64_t>(c, c + g.rank));
+  }
+  return StoreStatus(StoreError::kChunkCorrupt,
+                     "file '" + path + "' tensor '" + t.name + "' chunk " + std::to_string(j) + at + ": " + m);
+}
+
+// Reads chunk j's stored bytes into s.raw and its filter mask into *mask: the chunk after the
+// filter pipeline for a chunked dataset (pread at its address when fd >= 0, else
+// H5Dread_chunk), the data bytes as stored for a contiguous one (mask 0).
+static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, int64_t dset, int fd,
+                              const Grid& g, uint64_t j, ChunkScratch& s, unsigned* mask) {
+  auto fail = [&](const std::string& m) { return ChunkError(path, t, g, j, m); };
+  *mask = 0;
+  if (!g.chunked()) {
+    const size_t bytes = g.ChunkElems() * DTypeSize(t.dtype);
+    s.raw.resize(bytes);
+    if (bytes == 0) return Status::Ok();
+    H5Guard gl;
+    Hid ty(H5Dget_type(dset), H5Tclose);
+    if (H5Dread(dset, ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, s.raw.data()) < 0)
+      return fail("cannot read the data: " + H5ErrorText());
+    return Status::Ok();
+  }
+  uint64_t cs[kMaxRank];
+  g.Coords(j, cs);
+  hsize_t off[kMaxRank];
+  for (int d = 0; d < g.rank; ++d) off[d] = cs[d] * g.chunk[d];
+  const ChunkLoc loc = LocateChunk(dset, off);
+  const haddr_t addr = loc.addr;
+  const hsize_t n = loc.size;
+  *mask = loc.mask;
+  if (n == 0) return fail("the chunk is missing from the file");
+  s.raw.resize(n);
+  if (fd < 0) {
+    H5Guard gl;
+    uint32_t m = 0;
+    if (H5Dread_chunk(dset, H5P_DEFAULT, off, &m, s.raw.data()) < 0)
+      return fail("cannot read the stored chunk: " + H5ErrorText());
+    *mask = m;
+  }
+  for (size_t got = 0; fd >= 0 && got < n;) {
+    const ssize_t r = ::pread(fd, s.raw.data() + got, n - got, static_cast<off_t>(addr + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return fail(std::string("cannot read the stored chunk: ") + std::strerror(errno));
+    if (r == 0)
+      return fail("the stored chunk (" + std::to_string(n) + " bytes at file offset " +
+                  std::to_string(addr) + ") extends past the end of the file");
+    got += static_cast<size_t>(r);
+  }
+  return Status::Ok();
+}
+
+// Reads chunk j, checks its checksum and writes its elements to the sink. With `info`, the
+// stored bytes are also checked against the chunk-info table's hash. s.raw keeps the stored
+// bytes and *mask their filter mask.
 static Status LoadChunk(const std::string& path, const TensorRecord& t, const StoredTensor& st,
                         int64_t dset, int fd, const Grid& g, uint64_t j, uint64_t expected_sum,
-                        const ChunkSink& sink, ChunkScratch& s) {
+                        const ChunkSink& sink, ChunkScratch& s, const ChunkInfo* info = nullptr,
+                        unsigned* mask_out = nullptr) {
   const size_t es = DTypeSize(t.dtype);
   const size_t bytes = g.ChunkElems() * es;
   uint64_t cs[kMaxRank] = {};  // the chunk's origin (tensor coordinates)
@@ -1079,39 +1147,19 @@ static Status LoadChunk(const std::string& path, const TensorRecord& t, const St
     g.Coords(j, cs);
     for (int d = 0; d < g.rank; ++d) cs[d] *= g.chunk[d];
   }
-  auto fail = [&](const std::string& m) {
-    std::string at;
-    if (g.chunked()) at = " at offset " + ShapeText(std::vector<uint64_t>(cs, cs + g.rank));
-    return StoreStatus(StoreError::kChunkCorrupt, "file '" + path + "' tensor '" + t.name +
-                                                      "' chunk " + std::to_string(j) + at + ": " + m);
-  };
-  const uint8_t* src = s.tmp.data();
+  auto fail = [&](const std::string& m) { return ChunkError(path, t, g, j, m); };
+  unsigned mask = 0;
+  SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path, t, dset, fd, g, j, s, &mask));
+  if (mask_out) *mask_out = mask;
+  if (info) {
+    const uint64_t h = XXH3_64bits(s.raw.data(), s.raw.size());
+    if (h != info->stored_hash)
+      return fail("stored bytes hash mismatch (chunk-info " + Hex64(info->stored_hash) +
+                  ", computed " + Hex64(h) + ")");
+  }
+  const uint8_t* src = s.raw.data();
   bool shuffled = false;  // src still holds shuffled bytes (undone in EmitChunk)
   if (g.chunked()) {
-    hsize_t off[kMaxRank];
-    for (int d = 0; d < g.rank; ++d) off[d] = cs[d];
-    const ChunkLoc loc = LocateChunk(dset, off);
-    const haddr_t addr = loc.addr;
-    const hsize_t n = loc.size;
-    unsigned mask = loc.mask;
-    if (n == 0) return fail("the chunk is missing from the file");
-    s.raw.resize(n);
-    if (fd < 0) {
-      H5Guard gl;
-      uint32_t m = 0;
-      if (H5Dread_chunk(dset, H5P_DEFAULT, off, &m, s.raw.data()) < 0)
-        return fail("cannot read the stored chunk: " + H5ErrorText());
-      mask = m;
-    }
-    for (size_t got = 0; fd >= 0 && got < n;) {
-      const ssize_t r = ::pread(fd, s.raw.data() + got, n - got, static_cast<off_t>(addr + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return fail(std::string("cannot read the stored chunk: ") + std::strerror(errno));
-      if (r == 0)
-        return fail("the stored chunk (" + std::to_string(n) + " bytes at file offset " +
-                    std::to_string(addr) + ") extends past the end of the file");
-      got += static_cast<size_t>(r);
-    }
     // Undo the filters in reverse pipeline order, skipping those the mask says were skipped.
     // A shuffle that is the last one to undo is left to EmitChunk (fused with the checksum).
     int first = -1;  // the last filter to undo (lowest pipeline index not skipped)
@@ -1153,14 +1201,6 @@ static Status LoadChunk(const std::string& path, const TensorRecord& t, const St
       return fail("stored chunk holds " + std::to_string(cur->size()) + " bytes, expected " +
                   std::to_string(bytes));
     src = cur->data();
-  } else if (bytes > 0) {
-    // Contiguous data: read as stored (memory type = file type, no conversion).
-    H5Guard gl;
-    Hid ty(H5Dget_type(dset), H5Tclose);
-    s.tmp.resize(bytes);
-    if (H5Dread(dset, ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, s.tmp.data()) < 0)
-      return fail("cannot read the data: " + H5ErrorText());
-    src = s.tmp.data();
   }
   const uint64_t* cext = g.chunked() ? g.chunk.data() : g.shape.data();
   const uint64_t sum = EmitChunk(src, bytes, es, shuffled, g.rank, cs, cext, sink, s);
@@ -1183,7 +1223,7 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   return Status::Ok();
 }
 
-Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out) const {
+Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool decode) const {
   if (i >= records_.size() || records_[i].lazy || stored_[i].chunk.empty() ||
       j >= stored_[i].num_chunks)
     return InvalidArgument("file '" + path_ + "': no stored chunk " + std::to_string(j) + " of tensor " +
@@ -1192,26 +1232,84 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out) const {
   const TensorRecord& t = records_[i];
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
-  const Region box = g.Box(j);
-  uint64_t ext[kMaxRank];
-  hsize_t off[kMaxRank];
-  for (int d = 0; d < g.rank; ++d) {
-    ext[d] = box.stop[d] - box.start[d];
-    off[d] = box.start[d];
-  }
-  out->data.resize(box.Count() * DTypeSize(t.dtype));
-  const ChunkSink sink{out->data.data(), box.start, ext, box.start, box.stop};
-  // One read of the stored bytes, decoded and checked against the checksum by the code every
-  // read uses; the bytes handed out are those very bytes (s.raw, see LoadChunk).
+  const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
   std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(1);
-  Status status = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[0]);
+  ChunkScratch& s = *scratch[0];
+  unsigned mask = 0;
+  Status status;
+  if (!decode && info) {
+    // The stored bytes alone, checked against the chunk-info table.
+    status = ReadStoredBytes(path_, t, dsets_[i], fd_, g, j, s, &mask);
+    if (status.ok()) {
+      const uint64_t h = XXH3_64bits(s.raw.data(), s.raw.size());
+      if (h != info->stored_hash)
+        status = ChunkError(path_, t, g, j,
+                            "stored bytes hash mismatch (chunk-info " + Hex64(info->stored_hash) +
+                                ", computed " + Hex64(h) + ")");
+    }
+    out->data.clear();
+  } else {
+    // One read of the stored bytes, decoded and checked against the checksum by the code
+    // every read uses; the bytes handed out are those very bytes (s.raw).
+    const Region box = g.Box(j);
+    uint64_t ext[kMaxRank];
+    for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
+    out->data.resize(box.Count() * DTypeSize(t.dtype));
+    const ChunkSink sink{out->data.data(), box.start, ext, box.start, box.stop};
+    status = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, s, info, &mask);
+  }
   if (status.ok()) {
-    out->bytes.swap(scratch[0]->raw);  // the pool keeps the other buffer
-    out->filter_mask = LocateChunk(dsets_[i], off).mask;
+    out->stored_hash = info ? info->stored_hash : XXH3_64bits(s.raw.data(), s.raw.size());
+    out->fingerprint.reset();
+    if (info) out->fingerprint = info->fingerprint;
+    out->bytes.swap(s.raw);  // the pool keeps the other buffer
+    out->filter_mask = mask;
     out->checksum = checksums_[i][j];
   }
   scratch_.Return(std::move(scratch));
   return status;
+}
+
+Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
+  if (i >= records_.size() || records_[i].lazy)
+    return InvalidArgument("file '" + path_ + "': tensor " + std::to_string(i) + " is not dense");
+  const TensorRecord& t = records_[i];
+  const StoredTensor& st = stored_[i];
+  const Grid g = Grid::Make(t.shape, st.chunk);
+  const std::vector<ChunkInfo>& info = info_[i];
+  const int threads = ThreadCount(o.threads, g.num);
+  std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
+  std::vector<std::vector<uint8_t>> bufs(threads);
+  std::vector<Fingerprint> parts(threads);
+  const size_t es = DTypeSize(t.dtype);
+  Status status = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
+    PrefetchChunk(fd_, dsets_[i], g, j + kPrefetchAhead * threads);
+    ChunkScratch& s = *scratch[th];
+    if (!info.empty()) {
+      unsigned mask = 0;
+      SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path_, t, dsets_[i], fd_, g, j, s, &mask));
+      const uint64_t h = XXH3_64bits(s.raw.data(), s.raw.size());
+      if (h != info[j].stored_hash)
+        return ChunkError(path_, t, g, j,
+                          "stored bytes hash mismatch (chunk-info " + Hex64(info[j].stored_hash) +
+                              ", computed " + Hex64(h) + ")");
+      parts[th].Add(info[j].fingerprint);
+      return Status::Ok();
+    }
+    const Region box = g.Box(j);
+    uint64_t ext[kMaxRank];
+    for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
+    bufs[th].resize(box.Count() * es);
+    const ChunkSink sink{bufs[th].data(), box.start, ext, box.start, box.stop};
+    SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, s));
+    parts[th].Add(FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}));
+    return Status::Ok();
+  });
+  scratch_.Return(std::move(scratch));
+  SEEDSTORE_RETURN_IF_ERROR(status);
+  Fingerprint f;
+  for (const Fingerprint& p : parts) f.Add(p);
+  return f;
 }
 
 Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const {
@@ -1299,14 +1397,20 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
         bufs[th].resize(box.Count() * es);
         const ChunkSink sink{bufs[th].data(), box.start, ext, box.start, box.stop};
         PrefetchChunk(fd_, dsets_[i], g, j + kPrefetchAhead * threads);
-        Status s = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[th]);
+        const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
+        Status s = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[th], info);
+        const Fingerprint f = s.ok() ? FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}) : Fingerprint{};
+        if (s.ok() && info && f != info->fingerprint)
+          s = StoreStatus(StoreError::kFingerprintMismatch,
+                          "file '" + path_ + "' tensor '" + t.name + "' chunk " + std::to_string(j) +
+                              ": chunk-info fingerprint " + FingerprintHex(info->fingerprint) +
+                              ", recomputed " + FingerprintHex(f));
         if (!s.ok()) {
           std::lock_guard<std::mutex> l(mu);
           rep.problems.push_back({t.name, static_cast<int64_t>(j), s});
           return s;
         }
-        const uint8_t* data = bufs[th].data();
-        parts[th].Add(FingerprintCpu(t.dtype, box, data, t.fp_seed(), CpuOptions{1}));
+        parts[th].Add(f);
         report(box.Count() * es);
         return Status::Ok();
       });
@@ -1340,7 +1444,7 @@ struct WriteScratch {
 
 struct StoreWriter::Impl {
   std::unique_ptr<AtomicFile> file;
-  hid_t h5 = -1, g_tensors = -1, g_sums = -1, g_meta = -1;
+  hid_t h5 = -1, g_tensors = -1, g_sums = -1, g_info = -1, g_meta = -1;
   uint64_t seed = 0;
   Generator generator = Generator::kThreefry;
   WriteOptions opt;
@@ -1369,7 +1473,7 @@ struct StoreWriter::Impl {
 
   void CloseH5() {
     H5Guard g;
-    for (hid_t* id : {&g_tensors, &g_sums, &g_meta})
+    for (hid_t* id : {&g_tensors, &g_sums, &g_info, &g_meta})
       if (*id >= 0) {
         H5Gclose(*id);
         *id = -1;
@@ -1416,7 +1520,9 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   m.g_meta = H5Gcreate2(m.h5, "seedstore", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   m.g_tensors = H5Gcreate2(m.h5, "tensors", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   m.g_sums = H5Gcreate2(m.h5, "checksums", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (m.g_meta < 0 || m.g_tensors < 0 || m.g_sums < 0) return SEEDSTORE_H5_ERROR("creating groups");
+  m.g_info = H5Gcreate2(m.h5, "chunkinfo", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (m.g_meta < 0 || m.g_tensors < 0 || m.g_sums < 0 || m.g_info < 0)
+    return SEEDSTORE_H5_ERROR("creating groups");
   void* handle = nullptr;
   if (H5Fget_vfd_handle(m.h5, fapl.get(), &handle) >= 0 && handle) m.fd = *static_cast<int*>(handle);
   H5ErrorText();
@@ -1463,7 +1569,25 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
   }
   const Grid g = Grid::Make(shape, chunk_shape);
   const std::string esc = EscapeH5Name(name);
-  const uint64_t fp_seed = FingerprintSeed(name, dtype, shape);
+  // The record as readers will see it: its fingerprints are taken in its frame.
+  TensorRecord frame;
+  frame.name = name;
+  frame.shape = shape;
+  frame.dtype = dtype;
+  if (chunking.piece) {
+    const Region& p = *chunking.piece;
+    bool in = p.rank >= 0 && p.rank <= kMaxRank;
+    unsigned __int128 n = 1;
+    for (int d = 0; in && d < p.rank; ++d) {
+      n *= p.shape[d];
+      in = p.flat || (p.start[d] <= p.stop[d] && p.stop[d] <= p.shape[d]);
+    }
+    if (in && p.flat) in = p.begin <= p.end && p.end <= n;
+    if (!in || LocalShape(p) != shape)
+      return InvalidArgument(tw + ": piece " + DescribeRegion(p) +
+                             " does not lie in its global tensor or has not the shape " + ShapeText(shape));
+    frame.piece = p;
+  }
   Hid dset, type;
   {
     H5Guard gl;
@@ -1486,6 +1610,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
     if (!dset.ok()) return SEEDSTORE_H5_ERROR(tw + ": creating dataset");
   }
   std::vector<uint64_t> sums(g.num);
+  std::vector<ChunkInfo> infos(g.num);
   std::atomic<uint64_t> stored{0}, copied{0};
   const int threads = ThreadCount(m.opt.threads, g.num);
   std::vector<Fingerprint> parts(threads);
@@ -1514,11 +1639,14 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
       if (!r.ok()) return r.status();
       have_raw = *r;
     }
-    if (have_raw) {  // copied as stored: fingerprint the verified data, keep bytes and checksum
-      if (raw.data.size() != n * es)
+    if (have_raw) {  // copied as stored: bytes, checksum and (given or computed) fingerprint
+      if (!raw.fingerprint && raw.data.size() != n * es)
         return Internal(tw + ": the raw chunk " + std::to_string(j) + " holds " +
                         std::to_string(raw.data.size()) + " bytes of data, not " + std::to_string(n * es));
-      parts[th].Add(FingerprintCpu(dtype, box, raw.data.data(), fp_seed, CpuOptions{1}));
+      infos[j].fingerprint =
+          raw.fingerprint ? *raw.fingerprint : FingerprintOf(frame, box, raw.data.data(), CpuOptions{1});
+      infos[j].stored_hash = raw.stored_hash;
+      parts[th].Add(infos[j].fingerprint);
       sums[j] = raw.checksum;
       {
         H5Guard gl;
@@ -1532,7 +1660,8 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
     }
     box_buf.resize(n * es);
     if (n > 0) SEEDSTORE_RETURN_IF_ERROR(source(box, box_buf.data()).WithContext(tw));
-    parts[th].Add(FingerprintCpu(dtype, box, box_buf.data(), fp_seed, CpuOptions{1}));
+    infos[j].fingerprint = FingerprintOf(frame, box, box_buf.data(), CpuOptions{1});
+    parts[th].Add(infos[j].fingerprint);
     const std::vector<uint8_t>* chunk = &box_buf;
     if (g.chunked() && n != g.ChunkElems()) {
       chunk_buf.assign(chunk_bytes, 0);  // edge chunk: zero outside the tensor
@@ -1543,6 +1672,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
       chunk = &chunk_buf;
     }
     sums[j] = XXH3_64bits(chunk->data(), chunk_bytes);
+    infos[j].stored_hash = sums[j];  // contiguous data is stored as is (chunked: set below)
     if (g.chunked()) {
       const uint8_t* src = chunk->data();
       if (do_shuffle) {
@@ -1553,6 +1683,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
       comp.resize(ZSTD_compressBound(chunk_bytes));
       const size_t c = CompressChunk(comp.data(), comp.size(), src, chunk_bytes, m.opt.zstd_level);
       if (ZSTD_isError(c)) return Internal(tw + ": zstd: " + ZSTD_getErrorName(c));
+      infos[j].stored_hash = XXH3_64bits(comp.data(), c);
       {
         H5Guard gl;
         if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, 0, off, c, comp.data()) < 0)
@@ -1585,13 +1716,25 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
     if (!cs.ok() || H5Dwrite(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
       return SEEDSTORE_H5_ERROR(tw + ": writing the checksum table");
   }
+  {
+    const hsize_t dims[2] = {g.num, 3};
+    std::vector<uint64_t> rows(g.num * 3);
+    for (uint64_t j = 0; j < g.num; ++j) {
+      rows[3 * j] = infos[j].stored_hash;
+      rows[3 * j + 1] = infos[j].fingerprint.lane0;
+      rows[3 * j + 2] = infos[j].fingerprint.lane1;
+    }
+    Hid space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+    Hid ci(H5Dcreate2(m.g_info, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                      H5P_DEFAULT),
+           H5Dclose);
+    if (!ci.ok() || H5Dwrite(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
+      return SEEDSTORE_H5_ERROR(tw + ": writing the chunk-info table");
+  }
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.name", name));
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.dtype", DTypeName(dtype)));
   SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
-  json rec = {{"name", name},   {"shape", shape},  {"dtype", DTypeName(dtype)},
-              {"kind", "dense"}, {"fingerprint", FingerprintHex(fp)},
-              {"stored_bytes", stored.load() + g.num * 8}};
-  m.records.push_back(rec);
+  m.records.push_back(DenseRecordJson(name, shape, dtype, fp, stored.load() + g.num * 32, frame.piece));
   return Status::Ok();
 }
 
@@ -1613,13 +1756,14 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
   if (H5Ocopy(src.h5_file(), ("/tensors/" + esc).c_str(), m.g_tensors, esc.c_str(), H5P_DEFAULT,
               H5P_DEFAULT) < 0 ||
       H5Ocopy(src.h5_file(), ("/checksums/" + esc).c_str(), m.g_sums, esc.c_str(), H5P_DEFAULT,
-              H5P_DEFAULT) < 0)
+              H5P_DEFAULT) < 0 ||
+      (!src.chunk_info(i).empty() &&
+       H5Ocopy(src.h5_file(), ("/chunkinfo/" + esc).c_str(), m.g_info, esc.c_str(), H5P_DEFAULT,
+               H5P_DEFAULT) < 0))
     return SEEDSTORE_H5_ERROR("copying tensor '" + t.name + "' from '" + src.origin() + "'");
   m.counts.copied += src.stored(i).num_chunks;
-  json rec = {{"name", t.name},  {"shape", t.shape}, {"dtype", DTypeName(t.dtype)},
-              {"kind", "dense"}, {"fingerprint", FingerprintHex(*t.fingerprint)},
-              {"stored_bytes", src.stored(i).stored_bytes}};
-  m.records.push_back(rec);
+  m.records.push_back(DenseRecordJson(t.name, t.shape, t.dtype, *t.fingerprint,
+                                      src.stored(i).stored_bytes, t.piece));
   return Status::Ok();
 }
 

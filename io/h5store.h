@@ -6,6 +6,8 @@
 //   /seedstore/index        uint8 JSON text (zstd): every tensor record, lazy and dense
 //   /tensors/<escaped>      dense data: chunked dataset, filters [shuffle(2)], zstd(32015)
 //   /checksums/<escaped>    uint64 XXH3-64 of each chunk's unfiltered bytes (chunk-grid order)
+//   /chunkinfo/<escaped>    uint64 [chunks, 3]: XXH3-64 of each chunk's stored (filtered)
+//                           bytes, and the chunk's fingerprint (its share of the tensor's)
 //
 // Chunks are compressed and decompressed in our own threads, written with H5Dwrite_chunk and
 // read with pread at their file addresses (H5Dread_chunk for files with a user block); the zstd encoding is the HDF5 Zstandard plugin's (one frame per chunk with its
@@ -23,10 +25,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "store/catalog.h"
+#include "store/layout.h"
 
 namespace seedstore {
 
@@ -109,15 +113,28 @@ class ScratchPool {
   std::vector<std::unique_ptr<T>> free_;
 };
 
+/// What a store's chunk-info table (/chunkinfo/<escaped>, docs/FORMAT.md 4.3) says of one
+/// chunk: the XXH3-64 of its stored bytes, and its fingerprint -- the sum over the chunk's
+/// elements inside the tensor, in the record's frame (TensorRecord::FrameRegions) -- whose sum
+/// over the chunks is the record's fingerprint.
+struct ChunkInfo {
+  uint64_t stored_hash = 0;
+  Fingerprint fingerprint;
+};
+
 /// One chunk of a dense tensor as it lies in a store, read by H5Store::ReadStoredChunk to be
 /// copied into another store without re-encoding it (StoreWriter::AddDense, DenseChunking).
 struct StoredChunk {
   std::vector<uint8_t> bytes;  // the stored bytes: the chunk after the filter pipeline
   uint32_t filter_mask = 0;    // HDF5 filter mask of the chunk (bit k set: filter k skipped)
   uint64_t checksum = 0;       // XXH3-64 of the unfiltered full chunk (docs/FORMAT.md 4.3)
+  uint64_t stored_hash = 0;    // XXH3-64 of `bytes`
+  /// The chunk's fingerprint in its record's frame, from the chunk-info table (absent when
+  /// the store has none).
+  std::optional<Fingerprint> fingerprint;
   std::vector<uint8_t> data;   // the chunk's elements inside the tensor (its box clipped to
                                // the tensor), row-major, decoded from `bytes` and verified
-                               // against `checksum`
+                               // against `checksum`; empty when read without decoding
 };
 
 /// A seedstore file opened for reading; a Catalog (lazy and dense tensors alike).
@@ -165,7 +182,25 @@ class H5Store : public Catalog {
   /// the checksum exactly as Read does: a corrupt chunk is never handed out (chunk-corrupt
   /// names file, tensor and chunk). kInvalidArgument for a lazy or contiguous tensor or j out
   /// of range. Thread-safe.
-  Status ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out) const;
+  ///
+  /// With `decode` false and a chunk-info table present, the chunk is not decoded: `bytes` are
+  /// checked against the table's stored hash instead (chunk-corrupt on a mismatch), `data` is
+  /// left empty and `fingerprint` is the table's. Otherwise the chunk is decoded as above (and
+  /// its stored hash checked too when there is a table).
+  Status ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool decode = true) const;
+
+  /// The chunk-info table of dense tensor i (empty: the file has none for it, as files
+  /// written before it existed). Open checks that it has one entry per chunk and that its
+  /// fingerprints add up to the record's (fingerprint-mismatch).
+  const std::vector<ChunkInfo>& chunk_info(size_t i) const { return info_.at(i); }
+
+  /// The fingerprint of dense tensor i as its stored chunks prove it, without decoding them:
+  /// every chunk's stored bytes are read and checked against the chunk-info table's hash
+  /// (chunk-corrupt names the chunk), and the table's chunk fingerprints are summed. The
+  /// result vouches for the stored bytes and for the table; that the table describes what the
+  /// bytes decode to is what the writer recorded and Verify checks. A tensor without a table
+  /// is decoded and fingerprinted chunk by chunk (as Verify does). `o.threads` threads.
+  Result<Fingerprint> ProveStored(size_t i, CpuOptions o = {}) const;
 
   /// Raw access for copying: HDF5 file id (valid while the store is open).
   int64_t h5_file() const { return file_; }
@@ -184,6 +219,7 @@ class H5Store : public Catalog {
   std::vector<StoredTensor> stored_;
   std::vector<int64_t> dsets_, sums_;  // HDF5 dataset ids (dense tensors), else -1
   std::vector<std::vector<uint64_t>> checksums_;
+  std::vector<std::vector<ChunkInfo>> info_;  // chunk-info tables (empty when absent)
 };
 
 /// How StoreWriter::AddDense chunks a dense tensor and, optionally, where it may take chunks
@@ -200,8 +236,15 @@ struct DenseChunking {
   /// filter pipeline (see StoreWriter::CopiesChunksOf), `out->data` holding the box's elements
   /// decoded from those bytes and verified against `out->checksum` (as ReadStoredChunk does),
   /// and returns true; or returns false, and the chunk is encoded from the BoxSource. The
-  /// writer stores the bytes, mask and checksum as given and fingerprints `out->data`.
+  /// writer stores the bytes, mask and checksum as given and fingerprints `out->data` -- or,
+  /// when `out->fingerprint` is set, takes that as the chunk's fingerprint (the callback
+  /// vouches that it is in this tensor's frame; `data` may then be empty).
   std::function<Result<bool>(uint64_t j, const Region& box, StoredChunk* out)> raw;
+  /// Optional: the tensor is this region of a larger tensor (a rank file's piece of a
+  /// distributed save; TensorRecord::piece). Its record says so and its fingerprints are taken
+  /// in the global tensor's frame. Must lie in `piece->shape` and have the tensor's local
+  /// shape (LocalShape), else kInvalidArgument.
+  std::optional<Region> piece;
 };
 
 /// Writes a new store atomically at `path` (temporary file + fsync + rename on Commit()).
@@ -258,11 +301,6 @@ std::string EscapeH5Name(const std::string& name);
 /// Registers the zstd filter (id 32015, the HDF5 Zstandard plugin's encoding) with the HDF5
 /// library in this process; idempotent. Called by Open/Create.
 void RegisterZstdFilter();
-
-/// Splits a flat range [begin, end) of a tensor of `shape` into boxes whose elements, taken in
-/// order box by box and row-major within each, are exactly the range in order.
-std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_t begin,
-                                     uint64_t end);
 
 /// Threads for `work_items` items: `requested` (0: all cores), at most 256 and at most the items.
 int ThreadCount(int requested, uint64_t work_items);

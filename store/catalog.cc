@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <functional>
 #include <vector>
 
 namespace seedstore {
@@ -12,12 +13,105 @@ uint64_t TensorRecord::NumElements() const {
   return n;
 }
 
+uint64_t TensorRecord::fp_seed() const {
+  if (!piece) return FingerprintSeed(name, dtype, shape);
+  return FingerprintSeed(name, dtype, std::vector<uint64_t>(piece->shape, piece->shape + piece->rank));
+}
+
+std::vector<Region> TensorRecord::FrameRegions(const Region& r) const {
+  if (!piece) return {r};
+  const Region& p = *piece;
+  if (p.flat) {  // this tensor is 1-D [end - begin]: element k is global flat index begin + k
+    Region g = p;
+    g.begin = p.begin + (r.flat ? r.begin : r.start[0]);
+    g.end = p.begin + (r.flat ? r.end : r.stop[0]);
+    return {g};
+  }
+  std::vector<Region> local = r.flat ? FlatRangeToBoxes(shape, r.begin, r.end) : std::vector<Region>{r};
+  for (Region& b : local) {
+    Region g = p;
+    for (int d = 0; d < p.rank; ++d) {
+      g.start[d] = p.start[d] + b.start[d];
+      g.stop[d] = p.start[d] + b.stop[d];
+    }
+    b = g;
+  }
+  return local;
+}
+
+Fingerprint FingerprintOf(const TensorRecord& t, const Region& r, const void* data, CpuOptions o) {
+  Fingerprint f;
+  const auto* p = static_cast<const unsigned char*>(data);
+  const uint64_t seed = t.fp_seed();
+  for (const Region& g : t.FrameRegions(r)) {
+    f.Add(FingerprintCpu(t.dtype, g, p, seed, o));
+    p += g.Count() * DTypeSize(t.dtype);
+  }
+  return f;
+}
+
 Result<Fingerprint> Catalog::FingerprintRegion(size_t i, const Region& r, CpuOptions o) const {
   const TensorRecord& t = tensors().at(i);
   if (t.lazy) return t.lazy->FingerprintRegion(r, o);
   std::vector<unsigned char> buf(r.Count() * DTypeSize(t.dtype));
   SEEDSTORE_RETURN_IF_ERROR(Read(i, r, buf.data(), o));
-  return FingerprintCpu(t.dtype, r, buf.data(), t.fp_seed(), o);
+  return FingerprintOf(t, r, buf.data(), o);
+}
+
+std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_t begin,
+                                     uint64_t end) {
+  std::vector<Region> out;
+  const int rank = static_cast<int>(shape.size());
+  const Region whole = WholeRegion(rank, shape.data());
+  if (begin >= end) return out;
+  if (rank == 0) {
+    out.push_back(whole);
+    return out;
+  }
+  std::vector<uint64_t> inner(rank + 1, 1);
+  for (int d = rank - 1; d >= 0; --d) inner[d] = inner[d + 1] * shape[d];
+  std::vector<uint64_t> prefix;
+  // Emits the box: prefix fixed on dims < d, [a, b) on dim d, full after.
+  auto emit = [&](int d, uint64_t a, uint64_t b) {
+    Region r = whole;
+    for (int k = 0; k < d; ++k) {
+      r.start[k] = prefix[k];
+      r.stop[k] = prefix[k] + 1;
+    }
+    r.start[d] = a;
+    r.stop[d] = b;
+    out.push_back(r);
+  };
+  std::function<void(int, uint64_t, uint64_t)> split = [&](int d, uint64_t lo, uint64_t hi) {
+    if (lo >= hi) return;
+    const uint64_t in = inner[d + 1];
+    if (lo % in == 0 && hi % in == 0) {
+      emit(d, lo / in, hi / in);
+      return;
+    }
+    uint64_t a = lo / in;
+    const uint64_t b = hi / in;
+    if (a == b) {
+      prefix.push_back(a);
+      split(d + 1, lo - a * in, hi - a * in);
+      prefix.pop_back();
+      return;
+    }
+    if (lo % in != 0) {
+      prefix.push_back(a);
+      split(d + 1, lo % in, in);
+      prefix.pop_back();
+      ++a;
+    }
+    if (a < b) emit(d, a, b);
+    if (hi % in != 0) {
+      prefix.push_back(b);
+      split(d + 1, 0, hi % in);
+      prefix.pop_back();
+    }
+  };
+  split(0, begin, end);
+  return out;
 }
 
 int Catalog::Find(const std::string& name) const {

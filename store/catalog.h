@@ -10,6 +10,11 @@
 
 namespace seedstore {
 
+/// Splits a flat range [begin, end) of a tensor of `shape` into boxes whose elements, taken in
+/// order box by box and row-major within each, are exactly the range in order.
+std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_t begin,
+                                     uint64_t end);
+
 /// One tensor of a catalog.
 struct TensorRecord {
   std::string name;
@@ -17,10 +22,27 @@ struct TensorRecord {
   DType dtype = DType::kF32;
   std::optional<LazyTensor> lazy;  // set for lazy tensors
   std::optional<Fingerprint> fingerprint;  // the recorded whole-tensor fingerprint, if any
+  /// Set when this (dense) tensor is a piece of a larger tensor of the same name and dtype --
+  /// a rank file's shard in a distributed save (docs/FORMAT.md 4.1, "piece"): the piece's
+  /// region in global indices (`piece->shape` is the global shape; a box's extents, or
+  /// `[end - begin]` for a flat range, are `shape`). Its fingerprints are then taken in the
+  /// global tensor's frame (global seed, global indices), so the fingerprints of the pieces
+  /// of any layout add up to the global tensor's (invariant I4).
+  std::optional<Region> piece;
   uint64_t NumElements() const;
   uint64_t NumBytes() const { return NumElements() * DTypeSize(dtype); }
-  uint64_t fp_seed() const { return FingerprintSeed(name, dtype, shape); }
+  /// The fingerprint seed of the tensor's frame (the global tensor's for a piece).
+  uint64_t fp_seed() const;
+  /// Region `r` of this tensor (its own indices) as the regions of the fingerprint frame that
+  /// hold the same elements in the same order: {r} unless this is a piece (then global
+  /// indices; a flat range of a box piece becomes several boxes). Precondition: r lies in
+  /// the tensor.
+  std::vector<Region> FrameRegions(const Region& r) const;
 };
+
+/// Fingerprint of `data`, the row-major elements of region `r` of tensor `t` (its own
+/// indices), in t's frame (TensorRecord::FrameRegions).
+Fingerprint FingerprintOf(const TensorRecord& t, const Region& r, const void* data, CpuOptions o = {});
 
 class Catalog {
  public:

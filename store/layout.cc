@@ -725,4 +725,71 @@ bool SameRegion(const Region& a, const Region& b) {
   return true;
 }
 
+Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
+                 const std::vector<uint64_t>& stop) {
+  Region r;
+  r.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < r.rank; ++d) {
+    r.shape[d] = shape[d];
+    r.start[d] = start[d];
+    r.stop[d] = stop[d];
+  }
+  return r;
+}
+
+Region FlatRegion(const std::vector<uint64_t>& shape, uint64_t b, uint64_t e) {
+  Region r;
+  r.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < r.rank; ++d) r.shape[d] = shape[d];
+  r.flat = true;
+  r.begin = b;
+  r.end = e;
+  return r;
+}
+
+std::vector<uint64_t> LocalShape(const Region& r) {
+  if (r.flat) return {r.end - r.begin};
+  std::vector<uint64_t> s;
+  for (int d = 0; d < r.rank; ++d) s.push_back(r.stop[d] - r.start[d]);
+  return s;
+}
+
+json RegionToJson(const Region& r) {
+  if (r.flat) return json{{"flat", {r.begin, r.end}}};
+  json st = json::array(), sp = json::array();
+  for (int d = 0; d < r.rank; ++d) {
+    st.push_back(r.start[d]);
+    sp.push_back(r.stop[d]);
+  }
+  return json{{"start", st}, {"stop", sp}};
+}
+
+Result<Region> RegionFromJson(const json& j, const std::vector<uint64_t>& shape) {
+  auto u64s = [](const json& a, std::vector<uint64_t>* out) {
+    if (!a.is_array()) return false;
+    for (const json& v : a) {
+      if (!v.is_number_unsigned()) return false;
+      out->push_back(v.get<uint64_t>());
+    }
+    return true;
+  };
+  if (!j.is_object()) return Corrupt("region is not a JSON object");
+  if (shape.size() > static_cast<size_t>(kMaxRank)) return Corrupt("bad box rank");
+  if (j.contains("flat")) {
+    std::vector<uint64_t> be;
+    if (!u64s(j["flat"], &be) || be.size() != 2) return Corrupt("bad flat range");
+    unsigned __int128 n = 1;
+    for (uint64_t s : shape) n *= s;
+    if (be[0] > be[1] || be[1] > n) return Corrupt("bad flat range");
+    return FlatRegion(shape, be[0], be[1]);
+  }
+  std::vector<uint64_t> st, sp;
+  if (!j.contains("start") || !j.contains("stop") || !u64s(j["start"], &st) || !u64s(j["stop"], &sp))
+    return Corrupt("bad box (start and stop must be arrays of unsigned integers)");
+  if (st.size() != shape.size() || sp.size() != shape.size()) return Corrupt("bad box rank");
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (st[d] > sp[d] || sp[d] > shape[d]) return Corrupt("bad box bounds");
+  return BoxRegion(shape, st, sp);
+}
+
 }  // namespace seedstore

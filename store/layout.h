@@ -208,6 +208,20 @@ std::string DescribeRegion(const Region& r);
 /// Whether two regions are the same: same kind, rank and shape, and the same box or range.
 bool SameRegion(const Region& a, const Region& b);
 
+/// The box [start, stop) of a tensor of `shape` (preconditions: equal ranks, start <= stop <= shape).
+Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
+                 const std::vector<uint64_t>& stop);
+/// The flat range [b, e) of a tensor of `shape`.
+Region FlatRegion(const std::vector<uint64_t>& shape, uint64_t b, uint64_t e);
+/// The shape of a region held as a tensor of its own: a box's extents, `[end - begin]` for a
+/// flat range.
+std::vector<uint64_t> LocalShape(const Region& r);
+/// A region as JSON: {"start": [...], "stop": [...]} or {"flat": [b, e]} (docs/FORMAT.md 10).
+nlohmann::json RegionToJson(const Region& r);
+/// The inverse, for a tensor of `shape`; kCorrupt ("bad flat range", "bad box ...") when the
+/// JSON is malformed or the region does not lie in the tensor. Never throws.
+Result<Region> RegionFromJson(const nlohmann::json& j, const std::vector<uint64_t>& shape);
+
 /// torch.chunk's piece `i` of `n` items split `k` ways: [min(i*c, n), min((i+1)*c, n)) with
 /// c = ceil(n / k). Exact for every uint64 n. Preconditions: k >= 1, 0 <= i < k.
 void ChunkRange(uint64_t n, uint64_t k, uint64_t i, uint64_t* begin, uint64_t* end);

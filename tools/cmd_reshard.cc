@@ -15,7 +15,7 @@ namespace {
 
 struct ReshardOptions {
   std::string source, layout, output, backend = "auto", simulate = "none";
-  bool consolidate = false, json = false, quiet = false;
+  bool consolidate = false, json = false, quiet = false, full_proof = false;
   double timeout = 600;
   int threads = 0, zstd_level = 1, simulate_rank = 1;
 };
@@ -45,6 +45,7 @@ int Run(const ReshardOptions& o) {
   if (!sim.ok()) return finish(sim.status());
   so.simulate = *sim;
   so.simulate_rank = o.simulate_rank;
+  so.full_proof = o.full_proof;
   auto rep = Reshard(c, **cat, layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
   if (me == 0) {
@@ -62,6 +63,7 @@ int Run(const ReshardOptions& o) {
       j["total_s"] = rep->total_s;
       j["chunks_copied"] = rep->chunks_copied;
       j["chunks_encoded"] = rep->chunks_encoded;
+      j["proof"] = rep->full_proof ? "decoded" : "stored-chunks";
       j["tensors"] = nlohmann::json::array();
       for (const auto& r : rep->rows)
         j["tensors"].push_back({{"name", r.name},
@@ -97,6 +99,9 @@ Register reg({"reshard",
   app.add_flag("--consolidate", o->consolidate, "Write one ordinary store instead");
   app.add_flag("--json", o->json, "Print the proof as JSON (rank 0)");
   app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
+  app.add_flag("--full-proof", o->full_proof,
+               "Prove by decoding and fingerprinting every written chunk (default: check its "
+               "stored bytes against the chunk-info table and sum the recorded fingerprints)");
   AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
   app.add_option("--zstd-level", o->zstd_level, "zstd level of written chunks");
   AddSimulateOptions(app, &o->simulate, &o->simulate_rank);

@@ -14,7 +14,7 @@ namespace {
 
 struct SaveRanksOptions {
   std::string source, layout, output, backend = "auto", simulate = "none";
-  bool quiet = false;
+  bool quiet = false, full_proof = false;
   double timeout = 600;
   int threads = 0, simulate_rank = 1;
 };
@@ -54,6 +54,7 @@ int Run(const SaveRanksOptions& o) {
   so.write.threads = cpu.threads;
   so.simulate = *sim;
   so.simulate_rank = o.simulate_rank;
+  so.full_proof = o.full_proof;
   auto rep = SaveBuffers(c, params, *layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
   if (me == 0 && !o.quiet) {
@@ -75,6 +76,9 @@ Register reg({"save-ranks",
       ->required();
   app.add_option("-o,--output", o->output, "Output path (the master file)")->required();
   app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
+  app.add_flag("--full-proof", o->full_proof,
+               "Prove by decoding and fingerprinting every written chunk (default: check its "
+               "stored bytes against the chunk-info table and sum the recorded fingerprints)");
   AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
   AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
   return [o] { return Run(*o); };
