@@ -3,7 +3,8 @@
 # Usage: bench/reshard_bench.sh [SEEDSTORE_BIN] [MIB_PER_TENSOR (64)] [TENSORS (4)] [REPEAT (3)]
 # Builds a dense bf16 store (normal init, 1 MiB chunks [512, 1024]), saves it over 4 ranks,
 # then times each case REPEAT times, interleaved with `cp` of that case's input files (the same
-# bytes), and prints medians: wall time, tensor data / time, the ratio to `cp`, the chunks
+# bytes) and with `cp` + `sync FILES` (the copy made durable, as every store write is), and
+# prints medians: wall time, tensor data / time, the ratios to both copies, the chunks
 # copied as stored vs encoded, the write / proof split that the reshard reports itself, and
 # the CPU seconds (user + sys, all processes) of the reshard.
 set -euo pipefail
@@ -47,11 +48,11 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 field() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -1 | sed 's/.*: *//'; }
 echo "data: $NT x [$rows, $cols] bf16 = $((data / 1048576)) MiB; src.h5 $(du -m src.h5 | cut -f1) MiB on disk;" \
   "$(nproc) cores; medians of $REPEAT runs; cp = cp of the case's input files"
-printf '%-40s %8s %9s %8s %6s %15s %8s %8s %7s\n' case time MB/s "cp time" ratio "chunks cp/enc" write_s prove_s cpu-s
+printf '%-40s %8s %9s %8s %6s %9s %6s %15s %8s %8s %7s\n' case time MB/s "cp" ratio "cp+sync" ratio "chunks cp/enc" write_s prove_s cpu-s
 case_() {  # label, inputs (quoted glob), reshard args...
   local label=$1 inputs=$2
   shift 2
-  local k t0 t1 tr=() tc=() ws=() ps=() cpu=()
+  local k t0 t1 tr=() tc=() ts=() ws=() ps=() cpu=()
   for k in $(seq "$REPEAT"); do
     rm -rf out.h5* cpdir && mkdir cpdir && sync
     t0=$(now); /usr/bin/time -f '%U %S' -o cpu.txt "$@" -o out.h5 --json >rep.json; t1=$(now)
@@ -62,16 +63,22 @@ case_() {  # label, inputs (quoted glob), reshard args...
     # shellcheck disable=SC2086
     t0=$(now); cp $inputs cpdir/; t1=$(now)
     tc+=("$(echo "$t1 - $t0" | bc -l)")
+    rm -rf cpdir && mkdir cpdir && sync
+    # shellcheck disable=SC2086
+    t0=$(now); cp $inputs cpdir/ && sync cpdir/*; t1=$(now)
+    ts+=("$(echo "$t1 - $t0" | bc -l)")
   done
-  local mr mc
+  local mr mc ms
   mr=$(printf '%s\n' "${tr[@]}" | median)
   mc=$(printf '%s\n' "${tc[@]}" | median)
-  awk -v l="$label" -v r="$mr" -v c="$mc" -v d="$data" -v cc="$(field chunks_copied rep.json)" \
+  ms=$(printf '%s\n' "${ts[@]}" | median)
+  awk -v l="$label" -v r="$mr" -v c="$mc" -v s="$ms" -v d="$data" -v cc="$(field chunks_copied rep.json)" \
     -v ce="$(field chunks_encoded rep.json)" -v w="$(printf '%s\n' "${ws[@]}" | median)" \
     -v p="$(printf '%s\n' "${ps[@]}" | median)" -v u="$(printf '%s\n' "${cpu[@]}" | median)" \
-    'BEGIN { printf "%-40s %7.3fs %9.1f %7.3fs %5.2fx %7d/%-7d %8.3f %8.3f %6.2fs\n", l, r, d / r / 1e6, c, c / r, cc, ce, w, p, u }'
+    'BEGIN { printf "%-40s %7.3fs %9.1f %7.3fs %5.2fx %8.3fs %5.2fx %7d/%-7d %8.3f %8.3f %6.2fs\n", l, r, d / r / 1e6, c, c / r, s, s / r, cc, ce, w, p, u }'
 }
 case_ "store -> 4 ranks (aligned)" "src.h5" "$BIN" reshard src.h5 --layout l4.json
+case_ "store -> 4 ranks (aligned), --full-proof" "src.h5" "$BIN" reshard src.h5 --layout l4.json --full-proof
 case_ "4 -> 4 ranks, same layout" "d4.h5*" "$BIN" reshard d4.h5 --layout l4.json
 case_ "4 -> 2 ranks (N -> N/2, aligned)" "d4.h5*" "$BIN" reshard d4.h5 --layout l2.json
 case_ "4 -> 3 ranks, uneven (mixed)" "d4.h5*" "$BIN" reshard d4.h5 --layout l3.json

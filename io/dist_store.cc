@@ -848,6 +848,64 @@ Result<const H5Store*> DistCatalog::RankStore(int rank) const {
   return rank_stores_[rank].get();
 }
 
+H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {
+  H5Store::VerifyReport rep = master_->Verify(o, progress);  // the lazy tensors
+  std::vector<Fingerprint> lazy = std::move(rep.fingerprints);
+  rep.tensors = records_.size();
+  rep.fingerprints.assign(records_.size(), Fingerprint{});
+  std::vector<bool> bad(records_.size(), false);
+  for (int r = 0; r < world(); ++r) {
+    auto s = RankStore(r);
+    if (!s.ok()) {
+      rep.problems.push_back({"", -1, s.status()});
+      for (size_t i = 0; i < records_.size(); ++i)
+        for (const Piece& p : pieces_[i]) bad[i] = bad[i] || p.rank == r;
+      continue;
+    }
+    H5Store::VerifyReport rr = (*s)->Verify(o, progress);
+    rep.chunks += rr.chunks;
+    rep.bytes += rr.bytes;
+    for (auto& p : rr.problems) {
+      const int i = Find(p.tensor);
+      if (i >= 0) bad[i] = true;
+      rep.problems.push_back(std::move(p));
+    }
+    for (size_t i = 0; i < records_.size(); ++i)
+      for (const Piece& p : pieces_[i]) {
+        if (p.rank != r) continue;
+        const size_t k = static_cast<size_t>((*s)->Find(records_[i].name));  // checked by RankStore
+        if ((*s)->tensors()[k].piece) {
+          rep.fingerprints[i].Add(rr.fingerprints[k]);  // already in the global frame
+          continue;
+        }
+        // A rank file from before piece records: its fingerprints are in its own frame.
+        auto f = FingerprintRegion(i, p.region, o);
+        if (!f.ok()) {
+          rep.problems.push_back({records_[i].name, -1, f.status()});
+          bad[i] = true;
+        } else {
+          rep.fingerprints[i].Add(*f);
+        }
+      }
+  }
+  for (size_t i = 0; i < records_.size(); ++i) {
+    const TensorRecord& t = records_[i];
+    if (t.lazy) {
+      const int k = master_->Find(t.name);
+      if (k >= 0) rep.fingerprints[i] = lazy[k];
+      continue;
+    }
+    if (!bad[i] && t.fingerprint && *t.fingerprint != rep.fingerprints[i])
+      rep.problems.push_back(
+          {t.name, -1,
+           StoreStatus(StoreError::kFingerprintMismatch,
+                       "distributed save '" + path_ + "' tensor '" + t.name + "': its pieces' fingerprints add up to " +
+                           FingerprintHex(rep.fingerprints[i]) + ", the index says " +
+                           FingerprintHex(*t.fingerprint))});
+  }
+  return rep;
+}
+
 Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const {
   const TensorRecord& t = records_[i];
   const size_t es = DTypeSize(t.dtype);

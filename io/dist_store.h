@@ -15,6 +15,7 @@
 // save it replaces until the new master has been renamed over P; then the old rank files are
 // removed. Every file is written atomically (io/atomic_file.h).
 #pragma once
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,6 +68,14 @@ class DistCatalog : public Catalog {
   /// The store holding piece p of dense tensor i (its rank file, opened on first use) and the
   /// tensor's index there. Errors as Read (rank-file-missing, rank-file-corrupt). Thread-safe.
   Result<std::pair<const H5Store*, size_t>> PieceStore(size_t i, size_t p) const;
+  /// Verifies the whole save: the master and every rank file as H5Store::Verify does (every
+  /// chunk's checksum and chunk-info entry, every fingerprint recomputed), that each rank file
+  /// holds its pieces as the index says (rank-file-missing, rank-file-corrupt), and that the
+  /// recomputed fingerprints of every dense tensor's pieces add up to the index's fingerprint
+  /// (fingerprint-mismatch naming the save and tensor; invariant I4). The report's
+  /// `fingerprints` follow tensors() (a dense tensor's is the sum over its pieces); problems
+  /// name the file they were found in. Continues past problems.
+  H5Store::VerifyReport Verify(CpuOptions o = {}, std::function<void(uint64_t)> progress = {}) const;
   uint64_t root_seed() const { return master_->root_seed(); }
   Generator generator() const { return master_->generator(); }
 

@@ -1,8 +1,10 @@
-// seedstore verify: every chunk checksum of a store, and every fingerprint recomputed (lazy
-// ones from their spec). Corruption is reported with tensor and chunk; exit code non-zero.
+// seedstore verify: every chunk checksum of a store or distributed save (all its rank files),
+// and every fingerprint recomputed (lazy ones from their spec; a distributed tensor's as the sum
+// of its pieces'). Corruption is reported with file, tensor and chunk; exit code non-zero.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "io/dist_store.h"
 #include "io/h5store.h"
 #include "tools/cli.h"
 
@@ -16,28 +18,41 @@ struct Options {
 };
 
 int Run(const Options& o) {
-  auto st = H5Store::Open(o.source);
-  if (!st.ok()) {
+  // A store, or a distributed save (its master and every rank file).
+  std::unique_ptr<H5Store> store;
+  std::unique_ptr<DistCatalog> dist;
+  Status open;
+  if (IsDistributedSave(o.source)) {
+    auto d = DistCatalog::Open(o.source);
+    open = d.status();
+    if (d.ok()) dist = std::move(*d);
+  } else {
+    auto s = H5Store::Open(o.source);
+    open = s.status();
+    if (s.ok()) store = std::move(*s);
+  }
+  if (!open.ok()) {
     if (o.json) {
-      nlohmann::json j = {{"file", o.source}, {"ok", false},
-                          {"error", st.status().ToString()}};
+      nlohmann::json j = {{"file", o.source}, {"ok", false}, {"error", open.ToString()}};
       std::printf("%s\n", j.dump(2).c_str());
     }
-    return Fail(st.status());
+    return Fail(open);
   }
+  const Catalog& cat = store ? static_cast<const Catalog&>(*store) : *dist;
   uint64_t total = 0;
-  for (const auto& t : (*st)->tensors()) total += t.NumBytes();
+  for (const auto& t : cat.tensors()) total += t.NumBytes();
   H5Store::VerifyReport rep;
   {
     Progress p("verifying", total);
-    rep = (*st)->Verify(CpuOptions{o.threads}, [&p](uint64_t n) { p.Advance(n); });
+    auto advance = [&p](uint64_t n) { p.Advance(n); };
+    rep = store ? store->Verify(CpuOptions{o.threads}, advance) : dist->Verify(CpuOptions{o.threads}, advance);
   }
-  const auto& ts = (*st)->tensors();
+  const auto& ts = cat.tensors();
   if (o.json) {
     nlohmann::json tensors = nlohmann::json::array();
     for (size_t i = 0; i < ts.size(); ++i) {
       nlohmann::json t = {{"name", ts[i].name},
-                          {"kind", (*st)->stored(i).dense ? "dense" : "lazy"},
+                          {"kind", ts[i].lazy ? "lazy" : "dense"},
                           {"fingerprint", FingerprintHex(rep.fingerprints[i])}};
       t["recorded"] = ts[i].fingerprint ? nlohmann::json(FingerprintHex(*ts[i].fingerprint))
                                         : nlohmann::json(nullptr);
@@ -70,10 +85,10 @@ int Run(const Options& o) {
   return 0;
 }
 
-Register reg({"verify", "Check every chunk checksum and recompute every fingerprint of a store",
+Register reg({"verify", "Check every chunk checksum and recompute every fingerprint of a store or a distributed save",
               [](CLI::App& app) {
   auto o = std::make_shared<Options>();
-  app.add_option("file", o->source, "Store file")->required();
+  app.add_option("file", o->source, "Store file, or a distributed save's master")->required();
   app.add_flag("--json", o->json, "JSON report");
   app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
   return [o] { return Run(*o); };

@@ -2,6 +2,8 @@
 // consolidated, bit-exact against the source for every tensor; under mpirun -np 2; h5py reads
 // the master's virtual datasets; a missing or corrupted rank file is named; a second writer is
 // refused and the existing save stays intact.
+#include <hdf5.h>
+
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -529,7 +531,8 @@ const RawFixture& GetRaw() {
 
 // Reshards `src` in process (one writer process, 2 threads).
 Result<ReshardReport> ReshardHere(const std::string& src, const std::string& layout,
-                                  const std::string& out, bool consolidate = false) {
+                                  const std::string& out, bool consolidate = false,
+                                  bool full_proof = false) {
   auto comm = CreateSelfCollective();
   SEEDSTORE_ASSIGN_OR_RETURN(auto cat, OpenCatalog(src));
   Layout l;
@@ -538,6 +541,7 @@ Result<ReshardReport> ReshardHere(const std::string& src, const std::string& lay
   }
   DistSaveOptions o;
   o.consolidate = consolidate;
+  o.full_proof = full_proof;
   o.cpu.threads = o.write.threads = 2;
   return Reshard(*comm, *cat, l, out, o);
 }
@@ -694,7 +698,8 @@ TEST(ReshardRaw, UnderMpirunTheSameChunksAreCopied) {
 
 TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
   const RawFixture& f = GetRaw();
-  // The raw copy decodes each source chunk and checks its checksum before writing it, so a
+  // The raw copy checks each source chunk's stored bytes against its chunk-info hash (or, for
+  // a source without tables, decodes it and checks its checksum) before writing it, so a
   // corrupt chunk fails the save -- named -- and the save already at the path stays.
   const std::string src = TempDir() + "/rr_bad_source.h5";
   ASSERT_EQ(Shell("cp " + f.source + " " + src).code, 0);
@@ -747,6 +752,182 @@ TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
                                         0),
             0u)
       << rc.status().ToString();
+}
+
+// Edits row `row` of the chunk-info table of tensor `name` in store `file` (HDF5 C API).
+void EditChunkInfo(const std::string& file, const std::string& name, uint64_t row,
+                   const std::function<void(uint64_t*)>& edit) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t d = H5Dopen2(f, ("/chunkinfo/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
+  ASSERT_GE(d, 0);
+  hid_t sp = H5Dget_space(d);
+  std::vector<uint64_t> rows(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+  H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
+  edit(&rows[3 * row]);
+  H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
+  H5Sclose(sp);
+  H5Dclose(d);
+  H5Fclose(f);
+}
+
+TEST(ReshardRaw, RankFilesHoldPiecesWhoseFingerprintsSumToTheTensor) {
+  const RawFixture& f = GetRaw();
+  auto src = H5Store::Open(f.source);
+  ASSERT_TRUE(src.ok());
+  for (int ranks : {2, 3, 4}) {
+    const std::string out = TempDir() + "/rr_pieces" + std::to_string(ranks) + ".h5";
+    auto r = ReshardHere(f.source, RowsLayout(ranks), out);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->ok()) << r->Table();
+    EXPECT_FALSE(r->full_proof);
+    EXPECT_NE(r->Table().find("(stored chunks vs chunk-info)"), std::string::npos) << r->Table();
+    auto d = DistCatalog::Open(out);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    for (size_t i = 0; i < (*d)->tensors().size(); ++i) {
+      const TensorRecord& t = (*d)->tensors()[i];
+      if (t.lazy) continue;
+      SCOPED_TRACE(out + " tensor " + t.name);
+      // Each rank file records its tensor as the index's piece, with a chunk-info table; the
+      // pieces' recorded fingerprints (global frame) add up to the source's (invariant I4).
+      Fingerprint sum;
+      for (size_t p = 0; p < (*d)->pieces(i).size(); ++p) {
+        auto sk = (*d)->PieceStore(i, p);
+        ASSERT_TRUE(sk.ok()) << sk.status().ToString();
+        const TensorRecord& pr = sk->first->tensors()[sk->second];
+        ASSERT_TRUE(pr.piece.has_value());
+        EXPECT_TRUE(SameRegion(*pr.piece, (*d)->pieces(i)[p].region))
+            << DescribeRegion(*pr.piece) << " vs " << DescribeRegion((*d)->pieces(i)[p].region);
+        EXPECT_EQ(sk->first->chunk_info(sk->second).size(), sk->first->stored(sk->second).num_chunks);
+        auto proven = sk->first->ProveStored(sk->second, CpuOptions{1});
+        ASSERT_TRUE(proven.ok()) << proven.status().ToString();
+        EXPECT_EQ(*proven, *pr.fingerprint);
+        sum.Add(*pr.fingerprint);
+      }
+      EXPECT_EQ(sum, *(*src)->tensors()[(*src)->Find(t.name)].fingerprint);
+    }
+    ExpectRawSameAsSource(out);  // every rank file also passes Verify (global-frame fingerprints)
+    // The decoding proof agrees, row for row.
+    auto full = ReshardHere(f.source, RowsLayout(ranks), out, false, /*full_proof=*/true);
+    ASSERT_TRUE(full.ok()) << full.status().ToString();
+    EXPECT_TRUE(full->ok()) << full->Table();
+    EXPECT_NE(full->Table().find("(every chunk decoded)"), std::string::npos) << full->Table();
+    ASSERT_EQ(full->rows.size(), r->rows.size());
+    for (size_t k = 0; k < r->rows.size(); ++k) EXPECT_EQ(full->rows[k].output, r->rows[k].output);
+  }
+  // A copied chunk keeps its chunk-info row: rank 1's first chunk of a is the source's chunk 4.
+  const std::string d2 = TempDir() + "/rr_pieces2.h5";
+  auto d = DistCatalog::Open(d2);
+  ASSERT_TRUE(d.ok());
+  auto r1 = H5Store::Open((*d)->rank_files()[1]);
+  ASSERT_TRUE(r1.ok());
+  const ChunkInfo& x = (*src)->chunk_info((*src)->Find("a"))[4];
+  const ChunkInfo& y = (*r1)->chunk_info((*r1)->Find("a"))[0];
+  EXPECT_EQ(x.stored_hash, y.stored_hash);
+  EXPECT_EQ(x.fingerprint, y.fingerprint);
+  // The CLI's JSON says which proof ran.
+  if (!Bin().empty()) {
+    for (const char* flag : {"", " --full-proof"}) {
+      Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rr_cli_proof.h5 --json" + flag);
+      ASSERT_EQ(p.code, 0) << p.out << p.err;
+      auto j = nlohmann::json::parse(p.out);
+      EXPECT_EQ(j["proof"], *flag ? "decoded" : "stored-chunks");
+      EXPECT_TRUE(j["ok"].get<bool>());
+    }
+  }
+}
+
+TEST(ReshardRaw, CopiesCheckStoredBytesAgainstTheChunkInfo) {
+  const RawFixture& f = GetRaw();
+  // A stored-bytes hash that does not match: the copy is refused, naming the chunk.
+  const std::string src = TempDir() + "/rr_info_bad.h5";
+  ASSERT_EQ(Shell("cp " + f.source + " " + src).code, 0);
+  EditChunkInfo(src, "b", 2, [](uint64_t* row) { row[0] ^= 1; });
+  auto r = ReshardHere(src, RowsLayout(2), TempDir() + "/rr_info_bad_out.h5");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCorrupt);
+  EXPECT_EQ(r.status().message().rfind("chunk-corrupt: file '" + src + "' tensor 'b' chunk 2 at offset [0, 12]: stored bytes hash mismatch", 0), 0u)
+      << r.status().ToString();
+  // A source without chunk-info tables (a store from before they existed): chunks are decoded
+  // and checked while copied, the output gets its tables and proves the same.
+  const std::string old = TempDir() + "/rr_info_none.h5";
+  ASSERT_EQ(Shell("cp " + f.source + " " + old).code, 0);
+  {
+    hid_t h = H5Fopen(old.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(h, 0);
+    ASSERT_GE(H5Ldelete(h, "/chunkinfo", H5P_DEFAULT), 0);
+    H5Fclose(h);
+  }
+  auto o = H5Store::Open(old);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_TRUE((*o)->chunk_info((*o)->Find("a")).empty());
+  for (bool full : {false, true}) {
+    const std::string out = TempDir() + "/rr_info_none_out.h5";
+    auto ro = ReshardHere(old, RowsLayout(2), out, false, full);
+    ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+    EXPECT_TRUE(ro->ok()) << ro->Table();
+    EXPECT_EQ(ro->chunks_copied, 14u);
+    ExpectRawSameAsSource(out);
+    auto d = DistCatalog::Open(out);
+    ASSERT_TRUE(d.ok());
+    auto r0 = H5Store::Open((*d)->rank_files()[0]);
+    ASSERT_TRUE(r0.ok());
+    EXPECT_FALSE((*r0)->chunk_info((*r0)->Find("a")).empty());
+  }
+}
+
+TEST(ReshardRaw, ARankFileAloneIsRefused) {
+  const RawFixture& f = GetRaw();
+  const std::string d2 = TempDir() + "/rr_alone.h5";
+  ASSERT_TRUE(ReshardHere(f.source, RowsLayout(2), d2).ok());
+  std::string rank1;
+  {
+    auto d = DistCatalog::Open(d2);
+    ASSERT_TRUE(d.ok());
+    rank1 = (*d)->rank_files()[1];
+  }
+  auto r = ReshardHere(rank1, RowsLayout(2), TempDir() + "/rr_alone_out.h5");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("is a piece"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("reshard the save's master"), std::string::npos) << r.status().ToString();
+}
+
+TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
+  const RawFixture& f = GetRaw();
+  const std::string d3 = TempDir() + "/rr_verify3.h5";
+  ASSERT_TRUE(ReshardHere(f.source, RowsLayout(3), d3).ok());
+  auto d = DistCatalog::Open(d3);
+  ASSERT_TRUE(d.ok());
+  auto src = H5Store::Open(f.source);
+  ASSERT_TRUE(src.ok());
+  // Library: clean, and each tensor's fingerprint (the sum over its pieces) is the source's.
+  const auto rep = (*d)->Verify(CpuOptions{1});
+  for (const auto& p : rep.problems) ADD_FAILURE() << p.status.ToString();
+  ASSERT_EQ(rep.fingerprints.size(), (*d)->tensors().size());
+  for (size_t i = 0; i < (*d)->tensors().size(); ++i) {
+    const TensorRecord& t = (*d)->tensors()[i];
+    EXPECT_EQ(rep.fingerprints[i], *(*src)->tensors()[(*src)->Find(t.name)].fingerprint) << t.name;
+  }
+  EXPECT_GT(rep.chunks, 0u);
+  const std::string rank1 = (*d)->rank_files()[1];
+  d->reset();
+  // CLI: a corrupt chunk in a rank file is named with that file, tensor and chunk.
+  SEEDSTORE_NEED_BIN();
+  Proc ok = Shell(Bin() + " verify " + d3 + " --json");
+  ASSERT_EQ(ok.code, 0) << ok.out << ok.err;
+  EXPECT_TRUE(nlohmann::json::parse(ok.out)["ok"].get<bool>());
+  ASSERT_NO_FATAL_FAILURE(CorruptChunk(rank1, "a", 0));  // rows [14, 28): one chunk
+  Proc bad = Shell(Bin() + " verify " + d3);
+  EXPECT_EQ(bad.code, 1 + static_cast<int>(Code::kCorrupt)) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("FAIL a chunk 0: CORRUPT: chunk-corrupt: file '" + rank1 + "' tensor 'a' chunk 0"),
+            std::string::npos)
+      << bad.out;
+  // A missing rank file is named too.
+  ASSERT_EQ(::unlink(rank1.c_str()), 0);
+  Proc gone = Shell(Bin() + " verify " + d3);
+  EXPECT_EQ(gone.code, 1 + static_cast<int>(Code::kNotFound)) << gone.out << gone.err;
+  EXPECT_NE((gone.out + gone.err).find("rank-file-missing"), std::string::npos) << gone.out << gone.err;
 }
 
 }  // namespace
