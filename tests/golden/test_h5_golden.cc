@@ -4,7 +4,9 @@
 // checksum -- that must each fail with their own named error (docs/FORMAT.md "Errors"), in the
 // library and through `seedstore verify`.
 //
-// The files are checked in. They are produced by the DISABLED_Regenerate test below:
+// The files are checked in. All but chunk_info_sum.h5 were written before chunk-info tables
+// existed (docs/FORMAT.md 4.3), so they also pin that such files still read and verify; the
+// generator writes current files. They are produced by the DISABLED_Regenerate test below:
 //   seedstore_golden_tests --gtest_also_run_disabled_tests --gtest_filter='*Regenerate*'
 // and the same generator also runs into a temporary folder on every test run, so a format
 // change that breaks either the checked-in files or the generator is caught.
@@ -208,6 +210,7 @@ const Case kCases[] = {
     {"shape_mismatch.h5", "shape-mismatch", Code::kCorrupt, "[64, 32] differs from the record's [32, 64]", true},
     {"unknown_filter.h5", "unknown-filter", Code::kUnsupported, "filter id 1 (deflate)", true},
     {"bad_index_checksum.h5", "bad-index", Code::kCorrupt, "checksum mismatch", true},
+    {"chunk_info_sum.h5", "fingerprint-mismatch", Code::kCorrupt, "/chunkinfo/w", true},
 };
 
 Status Generate(const std::string& dir) {
@@ -241,6 +244,15 @@ Status Generate(const std::string& dir) {
   }, true);
   ReplaceWithDeflate(p("unknown_filter.h5"));
   RewriteIndex(p("bad_index_checksum.h5"), [](json&) {}, false);
+  {  // chunk 3's fingerprint in the chunk-info table no longer adds up to the record's
+    File f(p("chunk_info_sum.h5"));
+    hid_t d = H5Dopen2(f.id, "/chunkinfo/w", H5P_DEFAULT);
+    std::vector<uint64_t> rows(8 * 3);
+    H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
+    rows[3 * 3 + 1] ^= 1;
+    H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
+    H5Dclose(d);
+  }
   return Status::Ok();
 }
 
