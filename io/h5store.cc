@@ -1237,7 +1237,8 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
   ChunkScratch& s = *scratch[0];
   unsigned mask = 0;
   Status status;
-  if (!decode && info) {
+  const bool from_table = !decode && info;
+  if (from_table) {
     // The stored bytes alone, checked against the chunk-info table.
     status = ReadStoredBytes(path_, t, dsets_[i], fd_, g, j, s, &mask);
     if (status.ok()) {
@@ -1261,7 +1262,7 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
   if (status.ok()) {
     out->stored_hash = info ? info->stored_hash : XXH3_64bits(s.raw.data(), s.raw.size());
     out->fingerprint.reset();
-    if (info) out->fingerprint = info->fingerprint;
+    if (from_table) out->fingerprint = info->fingerprint;
     out->bytes.swap(s.raw);  // the pool keeps the other buffer
     out->filter_mask = mask;
     out->checksum = checksums_[i][j];
@@ -1825,7 +1826,9 @@ Status ReplaceWithDense(const std::string& path, const std::map<std::string, Box
     if (it == values.end()) {
       SEEDSTORE_RETURN_IF_ERROR(w->CopyFrom(*src, i));
     } else {
-      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second));
+      DenseChunking keep;  // a piece (a rank file's tensor) stays the same piece
+      keep.piece = t.piece;
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second, {}, keep));
     }
   }
   return w->Commit();

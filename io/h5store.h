@@ -129,8 +129,9 @@ struct StoredChunk {
   uint32_t filter_mask = 0;    // HDF5 filter mask of the chunk (bit k set: filter k skipped)
   uint64_t checksum = 0;       // XXH3-64 of the unfiltered full chunk (docs/FORMAT.md 4.3)
   uint64_t stored_hash = 0;    // XXH3-64 of `bytes`
-  /// The chunk's fingerprint in its record's frame, from the chunk-info table (absent when
-  /// the store has none).
+  /// The chunk's fingerprint in its record's frame, from the chunk-info table: set only when
+  /// the chunk was read without decoding (ReadStoredChunk with decode false); decoded data is
+  /// the caller's to fingerprint in whatever frame it needs.
   std::optional<Fingerprint> fingerprint;
   std::vector<uint8_t> data;   // the chunk's elements inside the tensor (its box clipped to
                                // the tensor), row-major, decoded from `bytes` and verified
@@ -169,7 +170,9 @@ class H5Store : public Catalog {
   struct VerifyReport {
     uint64_t tensors = 0, chunks = 0, bytes = 0;
     std::vector<Problem> problems;
-    std::vector<Fingerprint> fingerprints;  // recomputed, per tensor
+    /// Recomputed, per tensor (over the chunks that could be read: meaningless for a tensor
+    /// with problems).
+    std::vector<Fingerprint> fingerprints;
   };
   /// Checks every chunk checksum of every dense tensor and recomputes every fingerprint (lazy
   /// ones from their spec), comparing with the recorded ones. Continues past problems.
@@ -185,8 +188,8 @@ class H5Store : public Catalog {
   ///
   /// With `decode` false and a chunk-info table present, the chunk is not decoded: `bytes` are
   /// checked against the table's stored hash instead (chunk-corrupt on a mismatch), `data` is
-  /// left empty and `fingerprint` is the table's. Otherwise the chunk is decoded as above (and
-  /// its stored hash checked too when there is a table).
+  /// left empty and `fingerprint` is the table's. Otherwise the chunk is decoded as above (its
+  /// stored hash checked too when there is a table) and `fingerprint` is left unset.
   Status ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool decode = true) const;
 
   /// The chunk-info table of dense tensor i (empty: the file has none for it, as files
