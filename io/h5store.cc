@@ -1133,6 +1133,15 @@ static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, in
   return Status::Ok();
 }
 
+// Checks the stored bytes in s.raw against the chunk-info table's hash of chunk j.
+static Status CheckStoredHash(const std::string& path, const TensorRecord& t, const Grid& g, uint64_t j,
+                              const ChunkScratch& s, uint64_t expected) {
+  const uint64_t h = XXH3_64bits(s.raw.data(), s.raw.size());
+  if (h == expected) return Status::Ok();
+  return ChunkError(path, t, g, j,
+                    "stored bytes hash mismatch (chunk-info " + Hex64(expected) + ", computed " + Hex64(h) + ")");
+}
+
 // Reads chunk j, checks its checksum and writes its elements to the sink. With `info`, the
 // stored bytes are also checked against the chunk-info table's hash. s.raw keeps the stored
 // bytes and *mask their filter mask.
@@ -1151,12 +1160,7 @@ static Status LoadChunk(const std::string& path, const TensorRecord& t, const St
   unsigned mask = 0;
   SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path, t, dset, fd, g, j, s, &mask));
   if (mask_out) *mask_out = mask;
-  if (info) {
-    const uint64_t h = XXH3_64bits(s.raw.data(), s.raw.size());
-    if (h != info->stored_hash)
-      return fail("stored bytes hash mismatch (chunk-info " + Hex64(info->stored_hash) +
-                  ", computed " + Hex64(h) + ")");
-  }
+  if (info) SEEDSTORE_RETURN_IF_ERROR(CheckStoredHash(path, t, g, j, s, info->stored_hash));
   const uint8_t* src = s.raw.data();
   bool shuffled = false;  // src still holds shuffled bytes (undone in EmitChunk)
   if (g.chunked()) {
@@ -1223,6 +1227,19 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   return Status::Ok();
 }
 
+Status H5Store::DecodeChunk(size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
+                            bool check_info, unsigned* mask) const {
+  const TensorRecord& t = records_[i];
+  const Grid g = Grid::Make(t.shape, stored_[i].chunk);
+  const Region box = g.Box(j);
+  uint64_t ext[kMaxRank];
+  for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
+  out->resize(box.Count() * DTypeSize(t.dtype));
+  const ChunkSink sink{out->data(), box.start, ext, box.start, box.stop};
+  const ChunkInfo* info = check_info && !info_[i].empty() ? &info_[i][j] : nullptr;
+  return LoadChunk(path_, t, stored_[i], dsets_[i], fd_, g, j, checksums_[i][j], sink, s, info, mask);
+}
+
 Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool decode) const {
   if (i >= records_.size() || records_[i].lazy || stored_[i].chunk.empty() ||
       j >= stored_[i].num_chunks)
@@ -1241,23 +1258,12 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
   if (from_table) {
     // The stored bytes alone, checked against the chunk-info table.
     status = ReadStoredBytes(path_, t, dsets_[i], fd_, g, j, s, &mask);
-    if (status.ok()) {
-      const uint64_t h = XXH3_64bits(s.raw.data(), s.raw.size());
-      if (h != info->stored_hash)
-        status = ChunkError(path_, t, g, j,
-                            "stored bytes hash mismatch (chunk-info " + Hex64(info->stored_hash) +
-                                ", computed " + Hex64(h) + ")");
-    }
+    if (status.ok()) status = CheckStoredHash(path_, t, g, j, s, info->stored_hash);
     out->data.clear();
   } else {
     // One read of the stored bytes, decoded and checked against the checksum by the code
     // every read uses; the bytes handed out are those very bytes (s.raw).
-    const Region box = g.Box(j);
-    uint64_t ext[kMaxRank];
-    for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
-    out->data.resize(box.Count() * DTypeSize(t.dtype));
-    const ChunkSink sink{out->data.data(), box.start, ext, box.start, box.stop};
-    status = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, s, info, &mask);
+    status = DecodeChunk(i, j, &out->data, s, true, &mask);
   }
   if (status.ok()) {
     out->stored_hash = info ? info->stored_hash : XXH3_64bits(s.raw.data(), s.raw.size());
@@ -1282,28 +1288,18 @@ Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
   std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
   std::vector<std::vector<uint8_t>> bufs(threads);
   std::vector<Fingerprint> parts(threads);
-  const size_t es = DTypeSize(t.dtype);
   Status status = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
     PrefetchChunk(fd_, dsets_[i], g, j + kPrefetchAhead * threads);
     ChunkScratch& s = *scratch[th];
+    unsigned mask = 0;
     if (!info.empty()) {
-      unsigned mask = 0;
       SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path_, t, dsets_[i], fd_, g, j, s, &mask));
-      const uint64_t h = XXH3_64bits(s.raw.data(), s.raw.size());
-      if (h != info[j].stored_hash)
-        return ChunkError(path_, t, g, j,
-                          "stored bytes hash mismatch (chunk-info " + Hex64(info[j].stored_hash) +
-                              ", computed " + Hex64(h) + ")");
+      SEEDSTORE_RETURN_IF_ERROR(CheckStoredHash(path_, t, g, j, s, info[j].stored_hash));
       parts[th].Add(info[j].fingerprint);
       return Status::Ok();
     }
-    const Region box = g.Box(j);
-    uint64_t ext[kMaxRank];
-    for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
-    bufs[th].resize(box.Count() * es);
-    const ChunkSink sink{bufs[th].data(), box.start, ext, box.start, box.stop};
-    SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, s));
-    parts[th].Add(FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}));
+    SEEDSTORE_RETURN_IF_ERROR(DecodeChunk(i, j, &bufs[th], s, false, &mask));
+    parts[th].Add(FingerprintOf(t, g.Box(j), bufs[th].data(), CpuOptions{1}));
     return Status::Ok();
   });
   scratch_.Return(std::move(scratch));
@@ -1393,13 +1389,9 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       (void)ParallelFor(g.num, threads, true, [&](uint64_t j, int th) -> Status {
         // The chunk clipped to the tensor, decoded packed into bufs[th] and fingerprinted.
         const Region box = g.Box(j);
-        uint64_t ext[kMaxRank];
-        for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
-        bufs[th].resize(box.Count() * es);
-        const ChunkSink sink{bufs[th].data(), box.start, ext, box.start, box.stop};
         PrefetchChunk(fd_, dsets_[i], g, j + kPrefetchAhead * threads);
         const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
-        Status s = LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[th], info);
+        Status s = DecodeChunk(i, j, &bufs[th], *scratch[th], true, nullptr);
         const Fingerprint f = s.ok() ? FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}) : Fingerprint{};
         if (s.ok() && info && f != info->fingerprint)
           s = StoreStatus(StoreError::kFingerprintMismatch,
@@ -1655,6 +1647,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
           return SEEDSTORE_H5_ERROR(tw + ": writing chunk " + std::to_string(j) + " (copied as stored)");
       }
       stored += raw.bytes.size();
+      m.StartWriteback(raw.bytes.size());
       ++copied;
       done();
       return Status::Ok();

@@ -211,6 +211,11 @@ class H5Store : public Catalog {
  private:
   H5Store() = default;
   Status ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const;
+  // Decodes chunk j of dense tensor i (its box clipped to the tensor, packed row-major) into
+  // `out`, checking its checksum and, with `check_info`, its chunk-info stored hash; s.raw
+  // keeps the stored bytes, *mask (when not null) their filter mask.
+  Status DecodeChunk(size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
+                     bool check_info, unsigned* mask) const;
   friend class StoreWriter;
   std::string path_;
   int64_t file_ = -1;
