@@ -7,7 +7,9 @@
 //   P                     master: an ordinary store (lazy tensors) + /distributed/index (JSON)
 //                         + /tensors/<escaped> virtual datasets of the dense tensors
 //   P.<id>.rank<r>.h5     rank r's file: ordinary store; its distinct shard of each dense
-//                         tensor as a dense tensor of the same name and the shard's local shape
+//                         tensor as a dense tensor of the same name and the shard's local shape,
+//                         recorded as a piece (TensorRecord::piece: fingerprints in the global
+//                         tensor's frame, so the pieces of any layout add up to the tensor's)
 //   P.lock                present only while a writer is saving to P (O_EXCL); holds
 //                         "pid <pid> on <host>" of the writer's rank 0
 //

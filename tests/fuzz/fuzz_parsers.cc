@@ -1,6 +1,6 @@
 // libFuzzer harness for the parsers that read untrusted text: spec files, layout files, box
-// arguments, fingerprints, dtype/distribution names, and safetensors headers (seedstore.shards metadata
-// included). Bad input must give an error Status, never a crash, leak or UB (ASan + UBSan).
+// arguments, fingerprints, dtype/distribution names, regions (pieces), and safetensors headers
+// (seedstore.shards metadata included). Bad input must give an error Status, never a crash, leak or UB (ASan + UBSan).
 // The target is chosen by $SEEDSTORE_FUZZ_TARGET: spec, layout, box, misc, safetensors.
 // Build and run (bounded): tests/fuzz/run_fuzz.sh [seconds-per-target]
 #include <unistd.h>
@@ -70,6 +70,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!j.is_discarded()) {
       (void)InitSpec::FromJson(j, "fuzz");
       (void)TensorSpecFromJson(j, Generator::kThreefry, "fuzz");
+      // A region (distributed-save pieces, piece records): what it accepts lies in the shape.
+      const std::vector<uint64_t> shapes[] = {{}, {5}, {3, 4}, {1ull << 40, 1ull << 30}};
+      for (const auto& s : shapes) {
+        auto r = RegionFromJson(j, s);
+        if (!r.ok()) continue;
+        if (r->rank != static_cast<int>(s.size())) std::abort();
+        unsigned __int128 n = 1;
+        for (uint64_t d : s) n *= d;
+        if (r->flat && (r->begin > r->end || r->end > n)) std::abort();
+        for (int d = 0; !r->flat && d < r->rank; ++d)
+          if (r->start[d] > r->stop[d] || r->stop[d] > s[d]) std::abort();
+        (void)LocalShape(*r);
+      }
     }
   } else if (target == "safetensors") {
     // The header parser works on files: write the input to a private temp file.

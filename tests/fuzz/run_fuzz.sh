@@ -32,6 +32,7 @@ J
 printf '0:2,1:3' > "$C/box/1"; printf ':,:' > "$C/box/2"
 printf 'bfloat16' > "$C/misc/1"; printf '{"dist":"uniform","minval":-1,"maxval":1}' > "$C/misc/2"
 printf '0123456789abcdef0123456789abcdef' > "$C/misc/3"
+printf '{"start": [0, 1], "stop": [3, 4]}' > "$C/misc/4"; printf '{"flat": [2, 9]}' > "$C/misc/5"
 python3 - "$C/safetensors/1" <<'P'
 import json, struct, sys
 h = json.dumps({"__metadata__": {"seedstore.shards": json.dumps({"a": {"global_shape": [4], "flat": [0, 2]}})},
