@@ -1339,8 +1339,14 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
   };
   const int threads = ThreadCount(o.threads, total);
   std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
+  // The first chunks are asked for all at once; then each chunk handed out asks for the one
+  // kPrefetchAhead per thread ahead of it.
+  {
+    uint64_t c[kMaxRank];
+    for (uint64_t q = 0; q < std::min<uint64_t>(total, kPrefetchAhead * threads); ++q)
+      PrefetchChunk(fd_, dsets_[i], g, intersecting(q, c));
+  }
   Status status = ParallelFor(total, threads, false, [&](uint64_t q, int th) -> Status {
-    // Chunks are handed out in order: start the disk on the one kPrefetchAhead per thread ahead.
     uint64_t c[kMaxRank];
     const uint64_t ahead = q + kPrefetchAhead * threads;
     if (ahead < total) PrefetchChunk(fd_, dsets_[i], g, intersecting(ahead, c));
