@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "io/h5store.h"
+#include "tests/store_test_util.h"
 
 namespace seedstore {
 namespace {
@@ -81,11 +82,8 @@ Status WriteGood(const std::string& path) {
 
 // ---- tampering with the HDF5 C API ------------------------------------------------------------
 
-struct File {
-  hid_t id;
-  explicit File(const std::string& p) : id(H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)) {}
-  ~File() { H5Fclose(id); }
-};
+using File = testutil::H5File;
+using testutil::RewriteIndex;
 
 void SetStringAttr(hid_t obj, const char* name, const std::string& v) {
   if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
@@ -107,37 +105,6 @@ void SetIntAttr(hid_t obj, const char* name, int32_t v) {
   H5Awrite(a, H5T_NATIVE_INT32, &v);
   H5Aclose(a);
   H5Sclose(s);
-}
-
-void RewriteIndex(const std::string& path, const std::function<void(json&)>& edit, bool fix_sum) {
-  File f(path);
-  hid_t d = H5Dopen2(f.id, "/seedstore/index", H5P_DEFAULT);
-  hid_t sp = H5Dget_space(d);
-  std::string text(H5Sget_simple_extent_npoints(sp), '\0');
-  H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
-  H5Sclose(sp);
-  H5Dclose(d);
-  json j = json::parse(text);
-  edit(j);
-  const std::string out = j.dump();
-  H5Ldelete(f.id, "/seedstore/index", H5P_DEFAULT);
-  const hsize_t n = out.size();
-  hid_t space = H5Screate_simple(1, &n, nullptr);
-  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  H5Pset_chunk(dcpl, 1, &n);
-  const unsigned level = 3;
-  H5Pset_filter(dcpl, kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level);
-  d = H5Dcreate2(f.id, "/seedstore/index", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-  H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
-  uint64_t sum = XXH3_64bits(out.data(), out.size()) ^ (fix_sum ? 0 : 1);
-  hid_t s1 = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(d, "seedstore.xxh3", H5T_STD_U64LE, s1, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_UINT64, &sum);
-  H5Aclose(a);
-  H5Sclose(s1);
-  H5Dclose(d);
-  H5Pclose(dcpl);
-  H5Sclose(space);
 }
 
 // Replaces /tensors/w by the same data, attributes and chunks compressed with deflate (id 1).

@@ -10,6 +10,7 @@
 #include "gen/dispatch.h"
 #include "gen/region.h"
 #include "gen/sampler.h"
+#include "store/layout.h"
 
 namespace seedstore::gpu_test {
 
@@ -81,14 +82,7 @@ inline SamplerParams MakeParams(Generator g, Dist x, DType d, std::mt19937_64& r
 
 inline Region Box(std::vector<uint64_t> shape, std::vector<uint64_t> start,
                   std::vector<uint64_t> stop) {
-  Region r;
-  r.rank = static_cast<int>(shape.size());
-  for (int d = 0; d < r.rank; ++d) {
-    r.shape[d] = shape[d];
-    r.start[d] = start[d];
-    r.stop[d] = stop[d];
-  }
-  return r;
+  return BoxRegion(shape, start, stop);
 }
 
 inline Region FlatRange(uint64_t numel, uint64_t begin, uint64_t end) {

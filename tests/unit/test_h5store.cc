@@ -15,6 +15,7 @@
 
 #include "io/h5store.h"
 #include "io/open.h"
+#include "tests/store_test_util.h"
 
 #include <xxhash.h>
 
@@ -24,35 +25,13 @@ namespace {
 namespace fs = std::filesystem;
 using Shape = std::vector<uint64_t>;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/seedstore-h5test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    if (!std::getenv("SEEDSTORE_KEEP_TMP")) fs::remove_all(path_);
-  }
-  std::string operator/(const std::string& f) const { return path_ + "/" + f; }
-  const std::string& path() const { return path_; }
+using testutil::Numel;
+using testutil::RandomBytes;
 
- private:
-  std::string path_;
+// A temporary folder for this file's stores.
+struct TempDir : testutil::TempDir {
+  TempDir() : testutil::TempDir("seedstore-h5test") {}
 };
-
-uint64_t Numel(const Shape& s) {
-  uint64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-// Row-major random bytes for a whole tensor.
-std::vector<uint8_t> RandomBytes(uint64_t n, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::vector<uint8_t> v(n);
-  for (auto& b : v) b = static_cast<uint8_t>(g());
-  return v;
-}
 
 // Copies `box` of a whole row-major tensor into out.
 void Extract(const std::vector<uint8_t>& whole, const Shape& shape, const Region& box, size_t es,
