@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "io/dist_store.h"
 #include "io/h5store.h"
 #include "io/open.h"
 #include "tools/cli.h"
@@ -25,6 +26,7 @@ int Run(const Options& o) {
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return Fail(cat.status());
   const auto* store = dynamic_cast<const H5Store*>(cat->get());
+  const auto* dist = dynamic_cast<const DistCatalog*>(cat->get());
   const auto& ts = (*cat)->tensors();
   nlohmann::json rows = nlohmann::json::array();
   uint64_t params = 0, lazy = 0, dense = 0, on_disk = 0;
@@ -41,7 +43,16 @@ int Run(const Options& o) {
     const TensorRecord& t = ts[i];
     if (!GlobMatch(o.tensors, t.name)) continue;
     const bool is_dense = store ? store->stored(i).dense : !t.lazy;  // other catalogs: no spec = dense
-    const uint64_t disk = store ? store->stored(i).stored_bytes : 0;
+    uint64_t disk = store ? store->stored(i).stored_bytes : 0;
+    uint64_t chunks = store ? store->stored(i).num_chunks : 0;
+    if (dist && is_dense) {  // a distributed save: its pieces in the rank files
+      for (size_t p = 0; p < dist->pieces(i).size(); ++p) {
+        auto sk = dist->PieceStore(i, p);
+        if (!sk.ok()) return Fail(sk.status());
+        disk += sk->first->stored(sk->second).stored_bytes;
+        chunks += sk->first->stored(sk->second).num_chunks;
+      }
+    }
     params += t.NumElements();
     (is_dense ? dense : lazy) += 1;
     on_disk += disk;
@@ -51,9 +62,16 @@ int Run(const Options& o) {
                           {"kind", is_dense ? "dense" : "lazy"}, {"bytes", t.NumBytes()},
                           {"bytes_on_disk", disk}};
       r["fingerprint"] = t.fingerprint ? nlohmann::json(fp) : nlohmann::json(nullptr);
-      if (is_dense) {
+      if (is_dense && store) {
         r["chunk"] = store->stored(i).chunk;
-        r["chunks"] = store->stored(i).num_chunks;
+        r["chunks"] = chunks;
+        r["chunk_info"] = !store->chunk_info(i).empty();
+        if (t.piece)
+          r["piece"] = {{"shape", std::vector<uint64_t>(t.piece->shape, t.piece->shape + t.piece->rank)},
+                        {"region", RegionToJson(*t.piece)}};
+      } else if (is_dense && dist) {
+        r["pieces"] = dist->pieces(i).size();
+        r["chunks"] = chunks;
       } else if (t.lazy) {
         r["init"] = t.lazy->spec.init.ToJson();
         r["generator"] = GeneratorName(t.lazy->spec.generator);
@@ -73,6 +91,10 @@ int Run(const Options& o) {
       j["file_bytes"] = store->file_bytes();
       j["seed"] = store->root_seed();
       j["generator"] = GeneratorName(store->generator());
+    } else if (dist) {
+      j["world"] = dist->world();
+      j["seed"] = dist->root_seed();
+      j["generator"] = GeneratorName(dist->generator());
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -82,6 +104,10 @@ int Run(const Options& o) {
     if (store)
       std::printf(", file %llu bytes, seed %llu, %s", static_cast<unsigned long long>(store->file_bytes()),
                   static_cast<unsigned long long>(store->root_seed()), GeneratorName(store->generator()));
+    if (dist)
+      std::printf(", distributed save over %d rank files, %llu bytes on disk in them, seed %llu, %s",
+                  dist->world(), static_cast<unsigned long long>(on_disk),
+                  static_cast<unsigned long long>(dist->root_seed()), GeneratorName(dist->generator()));
     std::printf("\n");
   }
   return 0;

@@ -923,6 +923,28 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
   EXPECT_NE(bad.out.find("FAIL a chunk 0: CORRUPT: chunk-corrupt: file '" + rank1 + "' tensor 'a' chunk 0"),
             std::string::npos)
       << bad.out;
+  // inspect shows the save's dense tensors with their pieces and bytes on disk, and a rank
+  // file's tensors as pieces.
+  Proc in = Shell(Bin() + " inspect " + d3 + " --json");
+  ASSERT_EQ(in.code, 0) << in.out << in.err;
+  auto ij = nlohmann::json::parse(in.out);
+  EXPECT_EQ(ij["world"], 3);
+  for (const auto& t : ij["tensors"]) {
+    if (t["kind"] == "lazy") continue;
+    EXPECT_TRUE(t.contains("pieces")) << t.dump();
+    if (t["name"] == "a") EXPECT_EQ(t["pieces"], 3);
+    if (t["bytes"].get<uint64_t>() > 0) EXPECT_GT(t["bytes_on_disk"].get<uint64_t>(), 0u) << t.dump();
+    if (t["name"] == "e") EXPECT_EQ(t["pieces"], 0);  // no elements: no pieces
+  }
+  Proc ir = Shell(Bin() + " inspect " + rank1 + " --json");
+  ASSERT_EQ(ir.code, 0) << ir.out << ir.err;
+  auto rj = nlohmann::json::parse(ir.out);
+  ASSERT_FALSE(rj["tensors"].empty());
+  for (const auto& t : rj["tensors"]) {
+    EXPECT_TRUE(t["chunk_info"].get<bool>()) << t.dump();
+    EXPECT_TRUE(t.contains("piece")) << t.dump();
+  }
+  EXPECT_EQ(rj["tensors"][0]["piece"]["shape"], nlohmann::json({40, 24}));
   // A missing rank file is named too.
   ASSERT_EQ(::unlink(rank1.c_str()), 0);
   Proc gone = Shell(Bin() + " verify " + d3);
