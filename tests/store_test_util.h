@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -102,6 +103,33 @@ inline bool RewriteIndex(const std::string& path, const std::function<void(nlohm
   H5Pclose(dcpl);
   H5Sclose(space);
   return ok;
+}
+
+/// Flips `bits` in the byte in the middle of the stored bytes of the chunk at `offset` (chunk
+/// origin, tensor coordinates) of dense tensor `name` in the store at `path`. Returns false when
+/// the chunk cannot be located.
+inline bool FlipChunkByte(const std::string& path, const std::string& name, std::vector<hsize_t> offset,
+                          char bits = 0x10) {
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  {
+    H5File f(path, H5F_ACC_RDONLY);
+    if (f.id < 0) return false;
+    hid_t d = H5Dopen2(f.id, ("/tensors/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
+    if (d < 0) return false;
+    unsigned mask = 0;
+    const bool found = H5Dget_chunk_info_by_coord(d, offset.data(), &mask, &addr, &size) >= 0;
+    H5Dclose(d);
+    if (!found || size == 0) return false;
+  }
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(static_cast<std::streamoff>(addr + size / 2));
+  char c;
+  io.read(&c, 1);
+  c ^= bits;
+  io.seekp(static_cast<std::streamoff>(addr + size / 2));
+  io.write(&c, 1);
+  return static_cast<bool>(io);
 }
 
 }  // namespace seedstore::testutil

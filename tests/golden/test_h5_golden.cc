@@ -139,25 +139,6 @@ void ReplaceWithDeflate(const std::string& path) {
   H5Sclose(space);
 }
 
-void FlipByteInChunk(const std::string& path, std::vector<hsize_t> offset) {
-  haddr_t addr;
-  hsize_t size;
-  {
-    File f(path);
-    hid_t d = H5Dopen2(f.id, "/tensors/w", H5P_DEFAULT);
-    unsigned mask;
-    H5Dget_chunk_info_by_coord(d, offset.data(), &mask, &addr, &size);
-    H5Dclose(d);
-  }
-  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
-  io.seekg(static_cast<std::streamoff>(addr + size / 2));
-  char c;
-  io.read(&c, 1);
-  c ^= 0x01;
-  io.seekp(static_cast<std::streamoff>(addr + size / 2));
-  io.write(&c, 1);
-}
-
 struct Case {
   const char* file;
   const char* error;   // StoreError name, or "" for the good file
@@ -189,7 +170,8 @@ Status Generate(const std::string& dir) {
   }
   RegisterZstdFilter();
   fs::resize_file(p("truncated.h5"), fs::file_size(p("truncated.h5")) * 6 / 10);
-  FlipByteInChunk(p("flipped_chunk_byte.h5"), {16, 16});
+  if (!testutil::FlipChunkByte(p("flipped_chunk_byte.h5"), "w", {16, 16}, 0x01))
+    return Internal("cannot flip a byte of chunk [16, 16]");
   {
     File f(p("bad_magic.h5"));
     SetStringAttr(f.id, "seedstore.format", "not-seedstore");

@@ -33,6 +33,7 @@ using Shape = std::vector<uint64_t>;
 
 using testutil::Numel;
 using testutil::RandomBytes;
+using testutil::FlipChunkByte;
 using testutil::RewriteIndex;
 using File = testutil::H5File;
 
@@ -236,28 +237,6 @@ void DeleteLink(const std::string& path, const std::string& link) {
   File f(path, H5F_ACC_RDWR);
   ASSERT_GE(f.id, 0);
   ASSERT_GE(H5Ldelete(f.id, link.c_str(), H5P_DEFAULT), 0);
-}
-
-// Flips one byte in the middle of the stored bytes of the chunk with origin `offset`.
-void FlipChunkByte(const std::string& path, const std::string& name, std::vector<hsize_t> offset) {
-  unsigned mask;
-  haddr_t addr = 0;
-  hsize_t size = 0;
-  {
-    File f(path, H5F_ACC_RDONLY);
-    ASSERT_GE(f.id, 0);
-    hid_t d = H5Dopen2(f.id, ("/tensors/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
-    ASSERT_GE(H5Dget_chunk_info_by_coord(d, offset.data(), &mask, &addr, &size), 0);
-    H5Dclose(d);
-  }
-  ASSERT_GT(size, 0u);
-  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
-  io.seekg(static_cast<std::streamoff>(addr + size / 2));
-  char c;
-  io.read(&c, 1);
-  c ^= 0x10;
-  io.seekp(static_cast<std::streamoff>(addr + size / 2));
-  io.write(&c, 1);
 }
 
 // "<prefix><k>.h5" (built piecewise: GCC 12 warns falsely on "lit" + std::string temporaries).
@@ -676,7 +655,7 @@ TEST(ChunkInfo, FlippedStoredByteIsChunkCorrupt) {
   ASSERT_NO_FATAL_FAILURE(t.Write());
   const uint64_t j = 5;
   const Region box = ChunkBox(t.shape, t.chunk, j);
-  ASSERT_NO_FATAL_FAILURE(FlipChunkByte(t.path, Tampered::kName, {box.start[0], box.start[1]}));
+  ASSERT_TRUE(FlipChunkByte(t.path, Tampered::kName, {box.start[0], box.start[1]}));
   auto st = OpenOk(t.path);
   ASSERT_TRUE(st);
   for (int threads : {1, 2}) {
@@ -745,7 +724,7 @@ TEST(ChunkInfo, FilesWithoutTablesStillWork) {
     }
     // Without a table a flipped stored byte is still caught, by the checksum on decoding.
     st.reset();
-    ASSERT_NO_FATAL_FAILURE(FlipChunkByte(t.path, Tampered::kName, {0, 0}));
+    ASSERT_TRUE(FlipChunkByte(t.path, Tampered::kName, {0, 0}));
     st = OpenOk(t.path);
     ASSERT_TRUE(st);
     auto p = st->ProveStored(0);

@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 using Shape = std::vector<uint64_t>;
 
 using testutil::Numel;
+using testutil::FlipChunkByte;
 using testutil::RandomBytes;
 
 // A temporary folder for this file's stores.
@@ -235,26 +236,6 @@ TEST(H5Store, LazyAndDenseMixAndReplace) {
   EXPECT_EQ(rep.fingerprints[2], *(*spec_cat)->FingerprintRegion(2, WholeTensor({5, 5})));
 }
 
-// Flips one byte in the middle of the stored chunk at `offset` of tensor `name`.
-void FlipChunkByte(const std::string& path, const std::string& name, std::vector<hsize_t> offset) {
-  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  ASSERT_GE(f, 0);
-  hid_t d = H5Dopen2(f, ("/tensors/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
-  unsigned mask;
-  haddr_t addr;
-  hsize_t size;
-  ASSERT_GE(H5Dget_chunk_info_by_coord(d, offset.data(), &mask, &addr, &size), 0);
-  H5Dclose(d);
-  H5Fclose(f);
-  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
-  io.seekg(static_cast<std::streamoff>(addr + size / 2));
-  char c;
-  io.read(&c, 1);
-  c ^= 0x10;
-  io.seekp(static_cast<std::streamoff>(addr + size / 2));
-  io.write(&c, 1);
-}
-
 TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
   TempDir dir;
   const std::string path = dir / "c.h5";
@@ -274,7 +255,7 @@ TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
     ASSERT_EQ(chunk.size(), 2u);
   }
   const uint64_t per_row = (64 + chunk[1] - 1) / chunk[1];
-  FlipChunkByte(path, "w", {5 / per_row * chunk[0], 5 % per_row * chunk[1]});  // chunk 5
+  ASSERT_TRUE(FlipChunkByte(path, "w", {5 / per_row * chunk[0], 5 % per_row * chunk[1]}));  // chunk 5
   auto st = H5Store::Open(path);
   ASSERT_TRUE(st.ok());
   std::vector<uint8_t> out(data.size());
