@@ -579,6 +579,12 @@ std::map<std::string, std::pair<uint64_t, uint64_t>> Counts(const ReshardReport&
   return m;
 }
 
+// The path of rank r's file of the distributed save at `save` ("" when it does not open).
+std::string RankFileOf(const std::string& save, int r) {
+  auto d = DistCatalog::Open(save);
+  return d.ok() ? (*d)->rank_files().at(r) : "";
+}
+
 // Finds the stored bytes of chunk j of tensor `name` in `file` and flips one byte in their
 // middle (the chunk must be unique in the file).
 void CorruptChunk(const std::string& file, const std::string& name, uint64_t j) {
@@ -737,12 +743,8 @@ TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
   // From a distributed save: the rank file and the chunk are named.
   const std::string dsrc = TempDir() + "/rr_bad_dist.h5";
   ASSERT_TRUE(ReshardHere(f.source, RowsLayout(2), dsrc).ok());
-  std::string rank1;
-  {
-    auto dd = DistCatalog::Open(dsrc);
-    ASSERT_TRUE(dd.ok());
-    rank1 = (*dd)->rank_files()[1];
-  }
+  const std::string rank1 = RankFileOf(dsrc, 1);
+  ASSERT_FALSE(rank1.empty());
   CorruptChunk(rank1, "a", 3);
   auto rc = ReshardHere(dsrc, "", TempDir() + "/rr_bad_c.h5", /*consolidate=*/true);
   ASSERT_FALSE(rc.ok());
@@ -880,12 +882,8 @@ TEST(ReshardRaw, ARankFileAloneIsRefused) {
   const RawFixture& f = GetRaw();
   const std::string d2 = TempDir() + "/rr_alone.h5";
   ASSERT_TRUE(ReshardHere(f.source, RowsLayout(2), d2).ok());
-  std::string rank1;
-  {
-    auto d = DistCatalog::Open(d2);
-    ASSERT_TRUE(d.ok());
-    rank1 = (*d)->rank_files()[1];
-  }
+  const std::string rank1 = RankFileOf(d2, 1);
+  ASSERT_FALSE(rank1.empty());
   auto r = ReshardHere(rank1, RowsLayout(2), TempDir() + "/rr_alone_out.h5");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);

@@ -255,6 +255,16 @@ bool NamesChunk(const std::string& m, uint64_t j) {
   return Has(m, c + " ") || Has(m, c + ":");
 }
 
+// The message of the error H5Store::Open must give for `path`, with status `code` ("" when it
+// opened, which fails the test).
+std::string OpenError(const std::string& path, Code code = Code::kCorrupt) {
+  auto st = H5Store::Open(path);
+  EXPECT_FALSE(st.ok()) << path << " opened";
+  if (st.ok()) return "";
+  EXPECT_EQ(st.status().code(), code) << st.status().ToString();
+  return st.status().message();
+}
+
 std::unique_ptr<H5Store> OpenOk(const std::string& path) {
   auto st = H5Store::Open(path);
   EXPECT_TRUE(st.ok()) << st.status().ToString();
@@ -485,10 +495,7 @@ TEST(ChunkInfo, ChangedFingerprintFailsOpen) {
       ASSERT_EQ(rows.size(), 3 * t.num);
       rows[3 * which + lane] += 1;
       ASSERT_NO_FATAL_FAILURE(WriteTable(t.path, Tampered::kName, rows));
-      auto st = H5Store::Open(t.path);
-      ASSERT_FALSE(st.ok());
-      const std::string& m = st.status().message();
-      EXPECT_EQ(st.status().code(), Code::kCorrupt);
+      const std::string m = OpenError(t.path);
       EXPECT_TRUE(StartsWith(m, "fingerprint-mismatch: ")) << m;
       EXPECT_TRUE(Has(m, "tensor 'blk/w%'")) << m;
       EXPECT_TRUE(Has(m, "/chunkinfo/blk%2Fw%25")) << m;
@@ -502,12 +509,10 @@ TEST(ChunkInfo, ChangedFingerprintFailsOpen) {
   ASSERT_EQ(rows.size(), 3u);
   rows[1] ^= 1;
   ASSERT_NO_FATAL_FAILURE(WriteTable(t.path, "s", rows));
-  auto st = H5Store::Open(t.path);
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.status().code(), Code::kCorrupt);
-  EXPECT_TRUE(StartsWith(st.status().message(), "fingerprint-mismatch: ")) << st.status().message();
-  EXPECT_TRUE(Has(st.status().message(), "tensor 's'")) << st.status().message();
-  EXPECT_TRUE(Has(st.status().message(), "/chunkinfo/s")) << st.status().message();
+  const std::string m = OpenError(t.path);
+  EXPECT_TRUE(StartsWith(m, "fingerprint-mismatch: ")) << m;
+  EXPECT_TRUE(Has(m, "tensor 's'")) << m;
+  EXPECT_TRUE(Has(m, "/chunkinfo/s")) << m;
 }
 
 TEST(ChunkInfo, SwappedFingerprintsFoundByVerifyOnly) {
@@ -562,10 +567,7 @@ TEST(ChunkInfo, WrongTableShapeFailsOpen) {
     ASSERT_NO_FATAL_FAILURE(t.Write());
     std::vector<uint64_t> rows = ReadTable(t.path, Tampered::kName);
     ASSERT_NO_FATAL_FAILURE(ReplaceTable(t.path, Tampered::kName, shapes[k](t.num), rows));
-    auto st = H5Store::Open(t.path);
-    ASSERT_FALSE(st.ok());
-    const std::string& m = st.status().message();
-    EXPECT_EQ(st.status().code(), Code::kCorrupt);
+    const std::string m = OpenError(t.path);
     EXPECT_TRUE(StartsWith(m, "shape-mismatch: ")) << m;
     EXPECT_TRUE(Has(m, "tensor 'blk/w%'")) << m;
     EXPECT_TRUE(Has(m, "/chunkinfo/blk%2Fw%25")) << m;
@@ -578,10 +580,9 @@ TEST(ChunkInfo, WrongTableShapeFailsOpen) {
   Tampered t;
   ASSERT_NO_FATAL_FAILURE(t.Write());
   ASSERT_NO_FATAL_FAILURE(ReplaceTable(t.path, "s", {2, 3}, ReadTable(t.path, "s")));
-  auto st = H5Store::Open(t.path);
-  ASSERT_FALSE(st.ok());
-  EXPECT_TRUE(StartsWith(st.status().message(), "shape-mismatch: ")) << st.status().message();
-  EXPECT_TRUE(Has(st.status().message(), "/chunkinfo/s")) << st.status().message();
+  const std::string m = OpenError(t.path);
+  EXPECT_TRUE(StartsWith(m, "shape-mismatch: ")) << m;
+  EXPECT_TRUE(Has(m, "/chunkinfo/s")) << m;
 }
 
 TEST(ChunkInfo, ChangedStoredHashIsChunkCorrupt) {
@@ -1182,10 +1183,7 @@ TEST(PieceRecord, OpenChecksPieceRecords) {
     const std::string path = dir / Numbered("e", k);
     ASSERT_NO_FATAL_FAILURE(WritePiece(path, "w", DType::kBF16, BoxRegion(gshape, {10, 20}, {37, 53}), data, 256));
     ASSERT_TRUE(RewriteIndex(path, [&](json& j) { edits[k].edit(j["tensors"][0]["piece"]); }));
-    auto st = H5Store::Open(path);
-    ASSERT_FALSE(st.ok());
-    const std::string& m = st.status().message();
-    EXPECT_EQ(st.status().code(), Code::kCorrupt);
+    const std::string m = OpenError(path);
     EXPECT_TRUE(StartsWith(m, "bad-index: ")) << m;
     EXPECT_TRUE(Has(m, edits[k].detail)) << m;
   }
