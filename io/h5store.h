@@ -216,10 +216,15 @@ class H5Store : public Catalog {
   // keeps the stored bytes, *mask (when not null) their filter mask.
   Status DecodeChunk(size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
                      bool check_info, unsigned* mask) const;
+  // The descriptor to give readahead hints for chunks of `chunk_bytes` (decoded), or -1
+  // when the kernel's own readahead of this file's device already runs far enough ahead.
+  int HintFd(uint64_t chunk_bytes) const;
   friend class StoreWriter;
   std::string path_;
   int64_t file_ = -1;
-  int fd_ = -1;  // the HDF5 file's descriptor, for pread of chunks (-1: use H5Dread_chunk)
+  int fd_ = -1;  // a descriptor of the file for pread of chunks (-1: use H5Dread_chunk)
+  bool own_fd_ = false;  // fd_ is ours to close (else it is HDF5's)
+  uint64_t kernel_readahead_ = 0;  // the kernel's readahead window for fd_'s device (0: unknown)
   mutable ScratchPool<ChunkScratch> scratch_;  // chunk-decoding buffers, kept between reads
   uint64_t seed_ = 0, file_bytes_ = 0;
   Generator generator_ = Generator::kThreefry;
