@@ -296,6 +296,51 @@ TEST(H5Store, UncommittedWriterLeavesPreviousFile) {
   EXPECT_EQ(files, 1);  // no temporary left behind
 }
 
+// Chunks are read through a descriptor of their own (the file reopened through /proc/self/fd):
+// an open store keeps reading its own file, byte for byte, after another writer atomically
+// replaces the path, and opening and closing stores leaks no descriptor.
+TEST(H5Store, OpenStoreReadsItsOwnFileAfterThePathIsReplaced) {
+  TempDir dir;
+  const std::string path = dir / "a.h5";
+  const Shape shape = {257, 131};  // primes: edge chunks in both dimensions
+  const uint64_t n = Numel(shape);
+  std::vector<uint8_t> one = RandomBytes(n * 2, 11), two = RandomBytes(n * 2, 12);
+  auto write = [&](const std::vector<uint8_t>& v) {
+    WriteOptions o;
+    o.chunk_bytes = 4096;  // many chunks
+    auto w = StoreWriter::Create(path, 0, Generator::kThreefry, o);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AddDense("x", shape, DType::kBF16, FromWhole(&v, shape, 2)).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  };
+  write(one);
+  auto st = H5Store::Open(path);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  write(two);  // renamed over the path the store was opened from
+  std::vector<uint8_t> got(n * 2);
+  ASSERT_TRUE((*st)->Read(0, WholeTensor(shape), got.data(), CpuOptions{2}).ok());
+  EXPECT_EQ(got, one);
+  EXPECT_TRUE((*st)->Verify().problems.empty());
+  auto again = H5Store::Open(path);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*again)->Read(0, WholeTensor(shape), got.data()).ok());
+  EXPECT_EQ(got, two);
+
+  if (!fs::exists("/proc/self/fd")) GTEST_SKIP() << "no /proc/self/fd: descriptor count not checked";
+  auto open_fds = [] {
+    int k = 0;
+    for (auto it = fs::directory_iterator("/proc/self/fd"); it != fs::directory_iterator(); ++it) ++k;
+    return k;
+  };
+  const int before = open_fds();
+  for (int k = 0; k < 300; ++k) {
+    auto s = H5Store::Open(path);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Read(0, WholeTensor(shape), got.data()).ok());
+  }
+  EXPECT_EQ(open_fds(), before);
+}
+
 TEST(H5Store, WriterErrors) {
   TempDir dir;
   auto w = StoreWriter::Create(dir / "e.h5", 0);
