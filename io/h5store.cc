@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -741,8 +742,14 @@ H5Store::~H5Store() {
 // readahead; HDF5's metadata reads on its descriptor (chunk indexes, tables) would otherwise
 // look random to it and shrink its window (cold reads of 1 MiB chunks: 3 runs in 12 fell to
 // 0.45-0.85x of the others with one shared descriptor).
+// Only while the process holds under a quarter of its descriptor limit (descriptors are
+// numbered lowest first), so that stores opened by the hundred (rank files) still open.
 static int ReopenForChunks(int h5fd, bool* owned) {
   *owned = false;
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 ||
+      (lim.rlim_cur != RLIM_INFINITY && static_cast<rlim_t>(h5fd) >= lim.rlim_cur / 4))
+    return h5fd;
   const int fd = ::open(("/proc/self/fd/" + std::to_string(h5fd)).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return h5fd;
   struct stat a, b;
@@ -774,6 +781,10 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   const std::string w = "file '" + path + "'";
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return NotFound(w + ": cannot open (no such file)");
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
+    return Status(Code::kIo, w + ": cannot open: " + std::strerror(errno));
+  else
+    ::close(fd);
   if (!LooksLikeHdf5(path))
     return StoreStatus(StoreError::kNotHdf5, w + ": not an HDF5 file (no superblock signature)");
   H5Guard g;

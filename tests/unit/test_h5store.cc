@@ -3,6 +3,7 @@
 // atomic writes (invariant I5), names that are not HDF5 link names.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -339,6 +340,50 @@ TEST(H5Store, OpenStoreReadsItsOwnFileAfterThePathIsReplaced) {
     ASSERT_TRUE((*s)->Read(0, WholeTensor(shape), got.data()).ok());
   }
   EXPECT_EQ(open_fds(), before);
+
+  // Under a tight descriptor limit, stores still open by the dozen: the second descriptor is
+  // only taken while the process holds under a quarter of its limit.
+  struct rlimit lim;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
+  const struct rlimit saved = lim;
+  lim.rlim_cur = static_cast<rlim_t>(before + 100);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+  std::vector<std::string> paths;  // distinct files (HDF5 shares one descriptor per file)
+  for (int k = 0; k < 80; ++k) {
+    paths.push_back(dir / ("many-" + std::to_string(k) + ".h5"));
+    std::error_code ec;
+    fs::copy_file(path, paths.back(), ec);
+    ASSERT_FALSE(ec) << ec.message();
+  }
+  std::vector<std::unique_ptr<H5Store>> held;
+  Status failed;
+  for (int k = 0; k < 80 && failed.ok(); ++k) {
+    auto s = H5Store::Open(paths[k]);
+    if (!s.ok()) failed = s.status();
+    else held.push_back(std::move(*s));
+  }
+  const size_t opened = held.size();
+  {  // no descriptor left: a named I/O error, not "not an HDF5 file"
+    struct rlimit none = lim;
+    const int lowest_free = dup(0);  // new descriptors take the lowest free number
+    ASSERT_GE(lowest_free, 0);
+    close(lowest_free);
+    none.rlim_cur = static_cast<rlim_t>(lowest_free);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &none), 0);
+    auto s = H5Store::Open(paths[0]);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.status().code(), Code::kIo) << s.status().ToString();
+    EXPECT_NE(s.status().message().find("cannot open"), std::string::npos) << s.status().ToString();
+    EXPECT_NE(s.status().message().find(paths[0]), std::string::npos) << s.status().ToString();
+  }
+  for (auto& s : held) {
+    EXPECT_TRUE(s->Read(0, WholeTensor(shape), got.data()).ok());
+    EXPECT_EQ(got, two);
+  }
+  held.clear();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_TRUE(failed.ok()) << "store " << opened << " of 80: " << failed.ToString();
 }
 
 TEST(H5Store, WriterErrors) {
