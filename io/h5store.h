@@ -10,8 +10,11 @@
 //                           bytes, and the chunk's fingerprint (its share of the tensor's)
 //
 // Chunks are compressed and decompressed in our own threads, written with H5Dwrite_chunk and
-// read with pread at their file addresses (H5Dread_chunk for files with a user block); the zstd encoding is the HDF5 Zstandard plugin's (one frame per chunk with its
-// content size; cd_values[0] = level), so h5py + hdf5plugin read our files unchanged.
+// read with pread at their file addresses (H5Dread_chunk for files with a user block), through
+// a descriptor of the open file of their own (the kernel's readahead then sees one sequential
+// stream); the zstd encoding is the HDF5 Zstandard plugin's (one frame per chunk with its
+// content size; cd_values[0] = level), so h5py + hdf5plugin read our files unchanged. An open
+// store keeps reading the file it opened when another writer replaces its path.
 //
 // Writes are atomic (invariant I5): a StoreWriter writes a temporary file next to the
 // destination and renames it over the destination on Commit(); until then the previous file is
