@@ -7,6 +7,13 @@
 //                         [--kind bf16-normal|bf16-init|f32-normal|bf16-trained (default: all)]
 //                         [--profile-reads N (N extra hot reads per rep, untimed: for perf)]
 //                         [--chunk-kib 1024 (WriteOptions::chunk_bytes)]
+//                         [--fresh 1 (remove both files, untimed, before each write)]
+//
+// By default each write replaces the previous rep's file, as a job re-saving a checkpoint
+// does: the raw write's open(O_TRUNC) frees the old file's blocks and pages inside its timing;
+// the store's Commit leaves that to a thread of its own (io/atomic_file.h), and the bench
+// waits 0.3 s after the write so that it does not overlap the reads that follow. With
+// --fresh 1 neither write has an old file to free.
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,6 +138,7 @@ int main(int argc, char** argv) {
   using namespace seedstore;
   uint64_t mib = 256;
   int threads = 2, level = 1, reps = 3, profile_reads = 0;
+  bool fresh = false;
   uint64_t chunk_kib = 1024;
   std::string dir = "/tmp";
   std::vector<std::string> kinds = {"bf16-normal", "bf16-init", "f32-normal", "bf16-trained"};
@@ -144,6 +152,7 @@ int main(int argc, char** argv) {
     else if (a == "--kind") kinds = {v};
     else if (a == "--profile-reads") profile_reads = std::stoi(v);
     else if (a == "--chunk-kib") chunk_kib = std::stoull(v);
+    else if (a == "--fresh") fresh = std::stoi(v) != 0;
   }
   nlohmann::json results = nlohmann::json::array();
   const std::string raw_path = dir + "/store_bench.raw", h5_path = dir + "/store_bench.h5";
@@ -157,6 +166,7 @@ int main(int argc, char** argv) {
     uint64_t file_bytes = 0;
     for (int rep = 0; rep < reps; ++rep) {
       // Raw file: write + fsync, then read back (page cache, as the store's read below).
+      if (fresh) ::unlink(raw_path.c_str());
       double t0 = Now(), c0 = Cpu();
       int fd = ::open(raw_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       for (const auto& t : data) {
@@ -177,6 +187,7 @@ int main(int argc, char** argv) {
       wo.threads = threads;
       wo.zstd_level = level;
       wo.chunk_bytes = chunk_kib << 10;
+      if (fresh) ::unlink(h5_path.c_str());
       t0 = Now();
       c0 = Cpu();
       auto w = StoreWriter::Create(h5_path, 0, Generator::kThreefry, wo);
@@ -201,6 +212,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       h5_w.push_back(Now() - t0);
+      ::usleep(300000);  // the replaced file is freed meanwhile (counted in the CPU time)
       h5_w_cpu.push_back(Cpu() - c0);
       c0 = Cpu();
       auto read_store = [&]() -> double {

@@ -49,10 +49,12 @@ class AtomicFile {
   Status Append(const void* data, size_t n);
   /// Closes the descriptor (for libraries that reopen the temporary by name).
   Status CloseFd();
-  /// fsync + rename + fsync(folder).
+  /// fsync + rename + fsync(folder). A large file replaced at `path` (64 MiB or more) is
+  /// freed by the kernel on a thread of its own once the new file is durable, not in Commit.
   Status Commit();
 
  private:
+  static void ReleaseReplaced(int fd);
   AtomicFile(std::string path, std::string temp, int fd) : path_(path), temp_(temp), fd_(fd) {}
   std::string path_, temp_;
   int fd_ = -1;

@@ -1,15 +1,19 @@
 // Stale temporaries of atomic writes (io/atomic_file.h, issue 3): the next atomic write to a
 // target removes that target's temporaries whose writer process is gone on this host, and
 // nothing else -- not a live writer's, not this process's, not another host's or target's,
-// not a name that merely looks similar, not a directory or a symlink.
+// not a name that merely looks similar, not a directory or a symlink. Commit over an existing
+// file, large (freed on a thread of its own) or small, or over a symlink.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "io/atomic_file.h"
 
@@ -124,6 +128,71 @@ TEST_F(AtomicTemps, RemoveStaleTemporariesCountsAndIsIdempotent) {
   EXPECT_EQ(AtomicFile::RemoveStaleTemporaries(dir_ + "/no/such/dir/x.h5"), 0);
   // A relative target (folder "."): only names of that target are considered.
   EXPECT_EQ(AtomicFile::RemoveStaleTemporaries("seedstore-no-such-target.h5"), 0);
+}
+
+
+int OpenDescriptors() {
+  int k = 0;
+  for (auto it = fs::directory_iterator("/proc/self/fd"); it != fs::directory_iterator(); ++it) ++k;
+  return k;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Replacing a file: the new bytes are at the path when Commit returns; a reader that holds the
+// old file keeps reading it intact; the old file is released -- large ones (64 MiB or more) on
+// a thread of Commit's own, which this test waits for by counting descriptors -- and a
+// symlink at the path is replaced itself, its target left as it was.
+TEST_F(AtomicTemps, CommitReplacesFilesAndReleasesTheOldOnes) {
+  const std::string target = dir_ + "/m.h5";
+  const int before = OpenDescriptors();
+  for (const off_t size : {off_t{10}, off_t{64} << 20, (off_t{64} << 20) + 4097}) {
+    SCOPED_TRACE("old file of " + std::to_string(size) + " bytes");
+    Touch(target, "old-" + std::to_string(size));
+    ASSERT_EQ(::truncate(target.c_str(), size), 0);  // sparse: large without writing it
+    const int reader = ::open(target.c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(reader, 0);
+    auto f = AtomicFile::Create(target);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    const std::string text = "new-" + std::to_string(size);
+    ASSERT_TRUE(f->Append(text.data(), text.size()).ok());
+    ASSERT_TRUE(f->Commit().ok());
+    EXPECT_EQ(Slurp(target), text);
+    char buf[32] = {};
+    const std::string old = "old-" + std::to_string(size);
+    ASSERT_EQ(::pread(reader, buf, old.size(), 0), static_cast<ssize_t>(old.size()));
+    EXPECT_EQ(std::string(buf, old.size()), old);
+    struct stat st;
+    ASSERT_EQ(::fstat(reader, &st), 0);
+    EXPECT_EQ(st.st_size, size);
+    EXPECT_EQ(st.st_nlink, 0u);  // unlinked, kept alive only by this reader
+    ::close(reader);
+  }
+  // A symlink at the path: the link is replaced by the new file, its target is not touched.
+  const std::string real = dir_ + "/real.h5", link = dir_ + "/link.h5";
+  Touch(real, "target");
+  ASSERT_EQ(::truncate(real.c_str(), off_t{64} << 20), 0);
+  fs::create_symlink(real, link);
+  {
+    auto f = AtomicFile::Create(link);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(f->Append("via link", 8).ok());
+    ASSERT_TRUE(f->Commit().ok());
+  }
+  EXPECT_FALSE(fs::is_symlink(link));
+  EXPECT_EQ(Slurp(link), "via link");
+  EXPECT_EQ(fs::file_size(real), uint64_t{64} << 20);
+  EXPECT_EQ(Slurp(real).substr(0, 6), "target");
+  // Every replaced file is released: no descriptor stays open.
+  int now = OpenDescriptors();
+  for (int i = 0; i < 500 && now != before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    now = OpenDescriptors();
+  }
+  EXPECT_EQ(now, before);
 }
 
 }  // namespace
