@@ -119,6 +119,7 @@ class NcclCollective final : public Collective {
     if (has_comm_) ncclCommAbort(comm_);
     has_comm_ = false;
     boot_->Abort(exit_code);
+    std::abort();  // not reached: the bootstrap's Abort does not return
   }
 
  private:

@@ -15,12 +15,11 @@ KernelStatus StageToDevice(const std::vector<size_t>& pieces, const StageFill& f
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   void* h[2] = {nullptr, nullptr};
   cudaEvent_t done[2] = {nullptr, nullptr};
-  KernelStatus st = Ok();
   // RAII-free cleanup in one place: every exit goes through `cleanup`.
   auto cleanup = [&]() {
     for (int k = 0; k < 2; ++k) {
-      if (done[k]) cudaEventDestroy(done[k]);
-      if (h[k]) cudaFreeHost(h[k]);
+      if (done[k]) (void)cudaEventDestroy(done[k]);
+      if (h[k]) (void)cudaFreeHost(h[k]);
     }
   };
   auto run = [&]() -> KernelStatus {
@@ -44,8 +43,8 @@ KernelStatus StageToDevice(const std::vector<size_t>& pieces, const StageFill& f
     SEEDSTORE_CUDA_RETURN(cudaStreamSynchronize(s));
     return Ok();
   };
-  st = run();
-  if (!st.ok()) cudaStreamSynchronize(s);  // no copy may still read a buffer we free
+  const KernelStatus st = run();
+  if (!st.ok()) (void)cudaStreamSynchronize(s);  // no copy may still read a buffer we free
   cleanup();
   return st;
 }

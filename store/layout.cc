@@ -18,8 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
-
 std::string JoinShape(const std::vector<uint64_t>& shape) {
   std::string s = "[";
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -47,7 +45,7 @@ std::string DescribeAxes(const Mesh& mesh, const std::vector<int>& axes) {
   std::string s;
   for (size_t i = 0; i < axes.size(); ++i) {
     if (i) s += " x ";
-    s += Quote(mesh.axes()[axes[i]]) + "(" + std::to_string(mesh.shape()[axes[i]]) + ")";
+    s += Quoted(mesh.axes()[axes[i]]) + "(" + std::to_string(mesh.shape()[axes[i]]) + ")";
   }
   return s;
 }
@@ -59,7 +57,7 @@ Status CheckAxes(const Mesh& mesh, const std::vector<int>& axes, const std::stri
     if (a < 0 || a >= mesh.num_axes())
       return Bad(where, "mesh axis index " + std::to_string(a) + " out of range (mesh has " +
                             std::to_string(mesh.num_axes()) + " axes)");
-    if ((*used)[a]) return Bad(where, "mesh axis " + Quote(mesh.axes()[a]) + " used twice");
+    if ((*used)[a]) return Bad(where, "mesh axis " + Quoted(mesh.axes()[a]) + " used twice");
     (*used)[a] = true;
   }
   return Status::Ok();
@@ -73,7 +71,7 @@ Status CheckKeys(const json& j, const std::string& where,
     if (std::find(allowed.begin(), allowed.end(), it.key()) == allowed.end()) {
       std::string list;
       for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      return Bad(where, "unknown field " + Quote(it.key()) + " (allowed: " + list + ")");
+      return Bad(where, "unknown field " + Quoted(it.key()) + " (allowed: " + list + ")");
     }
   }
   return Status::Ok();
@@ -104,7 +102,7 @@ Result<int> ParseAxisName(const Mesh& mesh, const json& j, const std::string& wh
   if (a < 0) {
     std::string list;
     for (const auto& n : mesh.axes()) list += (list.empty() ? "" : ", ") + n;
-    return Bad(where, "unknown mesh axis " + Quote(name) + " (mesh axes: " +
+    return Bad(where, "unknown mesh axis " + Quoted(name) + " (mesh axes: " +
                           (list.empty() ? "none" : list) + ")");
   }
   return a;
@@ -148,7 +146,7 @@ Result<Placement::DTensorEntry> ParseDTensorEntry(const json& j, const std::stri
       return e;
     }
   }
-  return Bad(where, "expected \"Shard(d)\" or \"Replicate()\", got " + Quote(s));
+  return Bad(where, "expected \"Shard(d)\" or \"Replicate()\", got " + Quoted(s));
 }
 
 Result<Mesh> ParseMesh(const json& j) {
@@ -322,10 +320,10 @@ Result<Mesh> Mesh::Create(std::vector<std::string> axes, std::vector<int> shape,
     const std::string w = "mesh.axes[" + std::to_string(i) + "]";
     if (axes[i].empty()) return Bad(w, "empty axis name");
     for (size_t k = 0; k < i; ++k)
-      if (axes[k] == axes[i]) return Bad(w, "axis name " + Quote(axes[i]) + " repeated");
+      if (axes[k] == axes[i]) return Bad(w, "axis name " + Quoted(axes[i]) + " repeated");
     if (shape[i] < 1)
       return Bad("mesh.shape[" + std::to_string(i) + "]",
-                 "size of axis " + Quote(axes[i]) + " must be positive, got " +
+                 "size of axis " + Quoted(axes[i]) + " must be positive, got " +
                      std::to_string(shape[i]));
     world *= shape[i];
     if (world > INT_MAX)
@@ -458,7 +456,7 @@ Result<Layout> Layout::Parse(std::string_view text, std::string_view origin) {
 }
 
 Result<Layout> Layout::Load(const std::string& path) {
-  const std::string ctx = "file " + Quote(path);
+  const std::string ctx = "file " + Quoted(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
@@ -565,7 +563,7 @@ namespace {
 Result<Resolved> Resolve(const Mesh& mesh, const std::string& name,
                          const std::vector<uint64_t>& shape, const PlacementRule* rule,
                          int rule_index, bool layout_strict) {
-  const std::string tensor = "tensor " + Quote(name) + " of shape " + JoinShape(shape);
+  const std::string tensor = "tensor " + Quoted(name) + " of shape " + JoinShape(shape);
   if (shape.size() > static_cast<size_t>(kMaxRank))
     return InvalidArgument("layout: " + tensor + ": rank " + std::to_string(shape.size()) +
                            " exceeds the maximum of " + std::to_string(kMaxRank) + " dims");
@@ -580,7 +578,7 @@ Result<Resolved> Resolve(const Mesh& mesh, const std::string& name,
   const Placement& p = rule->placement;
   const bool strict = p.strict.value_or(layout_strict);
   const std::string where = "layout: placements[" + std::to_string(rule_index) + "] (match " +
-                            Quote(rule->match) + ") on " + tensor;
+                            Quoted(rule->match) + ") on " + tensor;
   auto not_divisible = [&](const std::string& what, uint64_t size, uint64_t k,
                            const std::vector<int>& axes) {
     return InvalidArgument(where + ": " + what + " of size " + std::to_string(size) +

@@ -33,14 +33,12 @@ constexpr NameD kDTypeAliases[] = {
     {"i8", DType::kI8},    {"i16", DType::kI16},  {"i32", DType::kI32},  {"i64", DType::kI64},
 };
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
-
 Status CheckFields(const json& j, const std::string& where, std::initializer_list<const char*> ok) {
   if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + j.dump());
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* f : ok) known = known || it.key() == f;
-    if (!known) return InvalidArgument(where + ": unknown field " + Quote(it.key()));
+    if (!known) return InvalidArgument(where + ": unknown field " + Quoted(it.key()));
   }
   return Status::Ok();
 }
@@ -122,7 +120,7 @@ Result<DType> ParseDType(std::string_view s) {
     if (s == n.name) return n.t;
   for (const auto& n : kDTypeAliases)
     if (s == n.name) return n.t;
-  return InvalidArgument("unknown dtype " + Quote(s) +
+  return InvalidArgument("unknown dtype " + Quoted(s) +
                          " (expected float32, float64, bfloat16, float16, uint8..uint64, "
                          "int8..int64 or bool)");
 }
@@ -144,7 +142,7 @@ Result<Dist> ParseDist(std::string_view s) {
   for (Dist d : {Dist::kBits, Dist::kUniform, Dist::kNormal, Dist::kTruncatedNormal,
                  Dist::kConstant, Dist::kZeros, Dist::kOnes})
     if (s == DistName(d)) return d;
-  return InvalidArgument("unknown distribution " + Quote(s) +
+  return InvalidArgument("unknown distribution " + Quoted(s) +
                          " (expected bits, uniform, normal, truncated_normal, constant, zeros "
                          "or ones)");
 }
@@ -154,7 +152,7 @@ const char* GeneratorName(Generator g) { return g == Generator::kPhilox ? "philo
 Result<Generator> ParseGenerator(std::string_view s) {
   if (s == "threefry") return Generator::kThreefry;
   if (s == "philox") return Generator::kPhilox;
-  return InvalidArgument("unknown generator " + Quote(s) + " (expected threefry or philox)");
+  return InvalidArgument("unknown generator " + Quoted(s) + " (expected threefry or philox)");
 }
 
 Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {

@@ -20,4 +20,13 @@ std::string Status::ToString() const {
   return ok() ? std::string("OK") : std::string(CodeName(code_)) + ": " + message_;
 }
 
+std::string Quoted(std::string_view s) {
+  std::string q;
+  q.reserve(s.size() + 2);
+  q.push_back('\'');
+  q.append(s);
+  q.push_back('\'');
+  return q;
+}
+
 }  // namespace seedstore

@@ -2,6 +2,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace seedstore {
@@ -48,6 +49,9 @@ inline Status IoError(std::string m) { return Status(Code::kIo, std::move(m)); }
 inline Status Unsupported(std::string m) { return Status(Code::kUnsupported, std::move(m)); }
 inline Status Mismatch(std::string m) { return Status(Code::kMismatch, std::move(m)); }
 inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
+
+/// `s` in single quotes, as error messages name fields, tensors and files: 'x'.
+std::string Quoted(std::string_view s);
 
 /// A value or an error.
 template <class T>

@@ -142,15 +142,13 @@ inline std::vector<Region> Regions(std::mt19937_64& rng, int random_boxes,
 }
 
 inline std::string Describe(const Region& r) {
-  std::string s;
-  if (r.flat) return "flat[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")";
-  s = "box shape [";
-  for (int d = 0; d < r.rank; ++d) s += (d ? "," : "") + std::to_string(r.shape[d]);
-  s += "] start [";
-  for (int d = 0; d < r.rank; ++d) s += (d ? "," : "") + std::to_string(r.start[d]);
-  s += "] stop [";
-  for (int d = 0; d < r.rank; ++d) s += (d ? "," : "") + std::to_string(r.stop[d]);
-  return s + "]";
+  std::string s = "shape [";
+  for (int d = 0; d < r.rank; ++d) {
+    if (d) s += ",";
+    s += std::to_string(r.shape[d]);
+  }
+  s += "] ";
+  return s + DescribeRegion(r);  // store/layout.h
 }
 
 /// "" when equal, else the first differing element.

@@ -33,11 +33,6 @@ const nlohmann::json& Vectors() {
 
 Key KeyOf(const nlohmann::json& k) { return Key{k[0].get<uint32_t>(), k[1].get<uint32_t>()}; }
 
-std::vector<uint8_t> FromHex(const std::string& h) {
-  std::vector<uint8_t> out(h.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = std::stoi(h.substr(2 * i, 2), nullptr, 16);
-  return out;
-}
 
 std::string ToHex(const std::vector<uint8_t>& b) {
   static const char* d = "0123456789abcdef";

@@ -46,9 +46,13 @@ TEST(Kat, HalfConversionsExhaustive) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const uint16_t b = static_cast<uint16_t>(h);
     const float bf = BF16ToF32(b);
-    if (!std::isnan(bf)) EXPECT_EQ(F32ToBF16(bf), b) << h;
+    if (!std::isnan(bf)) {
+      EXPECT_EQ(F32ToBF16(bf), b) << h;
+    }
     const float f = F16ToF32(b);
-    if (!std::isnan(f)) EXPECT_EQ(F32ToF16(f), b) << h;
+    if (!std::isnan(f)) {
+      EXPECT_EQ(F32ToF16(f), b) << h;
+    }
     // f16 value reference: sign * 2^(e-15) * (1 + m/1024) or subnormal m * 2^-24.
     const int e = (h >> 10) & 31, m = h & 1023;
     if (e != 31) {
