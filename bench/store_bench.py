@@ -87,11 +87,14 @@ def main():
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-70b-fingerprints", action="store_true")
+    ap.add_argument("--fresh", action="store_true",
+                    help="write to new paths (no previous file to free; see store_bench.cc)")
     a = ap.parse_args()
     binary = os.path.join(a.build, "tools", "seedstore")
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as tmp:
         p = subprocess.run([os.path.join(a.build, "bench", "seedstore_store_bench"), "--mib",
-                            str(a.mib), "--reps", str(a.reps), "--dir", tmp],
+                            str(a.mib), "--reps", str(a.reps), "--dir", tmp,
+                            "--fresh", "1" if a.fresh else "0"],
                            check=True, capture_output=True, text=True)
         store = json.loads(p.stdout)
         st = {r["kind"]: r for r in st_bench(a.mib, a.reps, tmp)}
