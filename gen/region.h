@@ -1,6 +1,9 @@
 // A region of a tensor: an N-d box [start, stop) of global indices, or a flat range
 // [begin, end) of row-major flat indices. Trivially copyable, for host and device.
 #pragma once
+#include <string>
+#include <vector>
+
 #include "gen/common.h"
 
 namespace seedstore {
@@ -52,6 +55,66 @@ inline Region WholeRegion(int rank, const uint64_t* shape) {
     r.stop[d] = shape[d];
   }
   return r;
+}
+
+// Host-side helpers (no device code needs them).
+
+/// Human-readable region: "[0:2, 100:104, 0:8]" for a box, "[]" for a scalar,
+/// "flat[10:20]" for a flat range.
+inline std::string DescribeRegion(const Region& r) {
+  if (r.flat) return "flat[" + std::to_string(r.begin) + ":" + std::to_string(r.end) + "]";
+  std::string s = "[";
+  for (int d = 0; d < r.rank; ++d) {
+    if (d) s += ", ";
+    s += std::to_string(r.start[d]);
+    s += ":";
+    s += std::to_string(r.stop[d]);
+  }
+  return s + "]";
+}
+
+/// Whether two regions are the same: same kind, rank and shape, and the same box or range.
+inline bool SameRegion(const Region& a, const Region& b) {
+  if (a.flat != b.flat || a.rank != b.rank) return false;
+  for (int d = 0; d < a.rank; ++d)
+    if (a.shape[d] != b.shape[d]) return false;
+  if (a.flat) return a.begin == b.begin && a.end == b.end;
+  for (int d = 0; d < a.rank; ++d)
+    if (a.start[d] != b.start[d] || a.stop[d] != b.stop[d]) return false;
+  return true;
+}
+
+/// The box [start, stop) of a tensor of `shape` (preconditions: equal ranks, start <= stop <= shape).
+inline Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
+                        const std::vector<uint64_t>& stop) {
+  Region r;
+  r.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < r.rank; ++d) {
+    r.shape[d] = shape[d];
+    r.start[d] = start[d];
+    r.stop[d] = stop[d];
+  }
+  return r;
+}
+
+/// The flat range [b, e) of a tensor of `shape`.
+inline Region FlatRegion(const std::vector<uint64_t>& shape, uint64_t b, uint64_t e) {
+  Region r;
+  r.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < r.rank; ++d) r.shape[d] = shape[d];
+  r.flat = true;
+  r.begin = b;
+  r.end = e;
+  return r;
+}
+
+/// The shape of a region held as a tensor of its own: a box's extents, `[end - begin]` for a
+/// flat range.
+inline std::vector<uint64_t> LocalShape(const Region& r) {
+  if (r.flat) return {r.end - r.begin};
+  std::vector<uint64_t> s;
+  for (int d = 0; d < r.rank; ++d) s.push_back(r.stop[d] - r.start[d]);
+  return s;
 }
 
 }  // namespace seedstore

@@ -66,9 +66,10 @@ class NcclCollective final : public Collective {
     SEEDSTORE_RETURN_IF_ERROR(boot.Broadcast(&id, sizeof id, 0, "NCCL unique id"));
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = o.timeout_s > 0 ? 0 : 1;
-    SEEDSTORE_NCCL_CHECK(ncclCommInitRankConfig(&c->comm_, c->size_, id, c->rank_, &cfg),
-                         "NCCL setup");
-    c->has_comm_ = true;
+    const ncclResult_t init = ncclCommInitRankConfig(&c->comm_, c->size_, id, c->rank_, &cfg);
+    c->has_comm_ = c->comm_ != nullptr;  // aborted by the destructor even when init failed
+    if (init != ncclSuccess && init != ncclInProgress) c->broken_ = true;
+    SEEDSTORE_NCCL_CHECK(init, "NCCL setup");
     SEEDSTORE_RETURN_IF_ERROR(c->WaitComm("NCCL communicator init", Now()));
     return std::unique_ptr<Collective>(std::move(c));
   }
@@ -115,6 +116,10 @@ class NcclCollective final : public Collective {
     });
   }
 
+  // Broken after an NCCL error or timeout, or when the bootstrap is: then the job must abort
+  // rather than finalize (tools/cli.cc).
+  bool broken() const override { return broken_ || boot_->broken(); }
+
   [[noreturn]] void Abort(int exit_code) override {
     if (has_comm_) ncclCommAbort(comm_);
     has_comm_ = false;
@@ -129,6 +134,7 @@ class NcclCollective final : public Collective {
 
   Status Reserve(size_t bytes, const char* what) {
     if (bytes <= cap_) return Status::Ok();
+    SEEDSTORE_CUDA_CHECK(cudaSetDevice(device_), what);  // the caller's thread may use another
     if (d_buf_) cudaFree(d_buf_);
     d_buf_ = nullptr;
     cap_ = 0;

@@ -83,6 +83,9 @@ inline cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
 /// Shared argument checks of the launchers.
 KernelStatus CheckRegion(const Region& r);
 KernelStatus CheckSampler(const SamplerParams& p);
+/// A device pointer holding `dtype` elements must be aligned to the element size (a misaligned
+/// access would be a sticky error that ends the CUDA context). `what`: the launcher's name.
+KernelStatus CheckAligned(const void* d, DType dtype, const char* what);
 
 }  // namespace cuda_detail
 }  // namespace seedstore

@@ -47,15 +47,26 @@ KernelStatus NeedDevice() {
 template <class F>
 KernelStatus WithAccumulator(cudaStream_t stream, Fingerprint* h_result, F&& enqueue) {
   uint64_t* d_acc = nullptr;
-  SEEDSTORE_CUDA_RETURN(cudaMallocAsync(reinterpret_cast<void**>(&d_acc), 16, stream));
+  // Stream-ordered allocation where the driver has memory pools; plain cudaMalloc where it
+  // has not (some virtualized or MPS setups answer cudaErrorNotSupported).
+  bool pooled = true;
+  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&d_acc), 16, stream);
+  if (e == cudaErrorNotSupported) {
+    (void)cudaGetLastError();
+    pooled = false;
+    e = cudaMalloc(reinterpret_cast<void**>(&d_acc), 16);
+  }
+  SEEDSTORE_CUDA_RETURN(e);
   struct Free {
     uint64_t* d;
     cudaStream_t s;
+    bool pooled;
     ~Free() {
-      cudaFreeAsync(d, s);
-      cudaStreamSynchronize(s);
+      if (pooled) (void)cudaFreeAsync(d, s);
+      (void)cudaStreamSynchronize(s);
+      if (!pooled) (void)cudaFree(d);
     }
-  } free_on_exit{d_acc, stream};
+  } free_on_exit{d_acc, stream, pooled};
   SEEDSTORE_CUDA_RETURN(cudaMemsetAsync(d_acc, 0, 16, stream));
   SEEDSTORE_KERNEL_TRY(enqueue(d_acc));
   uint64_t h_acc[2] = {0, 0};
@@ -77,6 +88,7 @@ KernelStatus FingerprintCudaAsync(DType dtype, const Region& r, const void* d_da
   if (d_acc == nullptr) return Invalid("FingerprintCuda: d_acc is null");
   if (r.Count() == 0) return Ok();
   if (d_data == nullptr) return Invalid("FingerprintCuda: d_data is null for a non-empty region");
+  SEEDSTORE_KERNEL_TRY(CheckAligned(d_data, dtype, "FingerprintCuda"));
   SEEDSTORE_KERNEL_TRY(NeedDevice());
   const cudaStream_t st = AsStream(stream);
   switch (DTypeSize(dtype)) {
@@ -97,6 +109,7 @@ KernelStatus FingerprintCuda(DType dtype, const Region& r, const void* d_data, u
     return Ok();
   }
   if (d_data == nullptr) return Invalid("FingerprintCuda: d_data is null for a non-empty region");
+  SEEDSTORE_KERNEL_TRY(CheckAligned(d_data, dtype, "FingerprintCuda"));
   SEEDSTORE_KERNEL_TRY(NeedDevice());
   return WithAccumulator(AsStream(stream), h_result, [&](uint64_t* d_acc) {
     return FingerprintCudaAsync(dtype, r, d_data, seed, stream, d_acc);
@@ -110,6 +123,7 @@ KernelStatus MaterializeFingerprintCudaAsync(const SamplerParams& p, const Regio
   SEEDSTORE_KERNEL_TRY(CheckRegion(r));
   if (d_acc == nullptr) return Invalid("MaterializeFingerprintCuda: d_acc is null");
   if (r.Count() == 0) return Ok();
+  if (d_out) SEEDSTORE_KERNEL_TRY(CheckAligned(d_out, p.dtype, "MaterializeFingerprintCuda"));
   SEEDSTORE_KERNEL_TRY(NeedDevice());
   return LaunchMaterialize<true>(p, r, d_out, seed, AsStream(stream), d_acc);
 }
@@ -123,6 +137,7 @@ KernelStatus MaterializeFingerprintCuda(const SamplerParams& p, const Region& r,
     *h_result = Fingerprint{};
     return Ok();
   }
+  if (d_out) SEEDSTORE_KERNEL_TRY(CheckAligned(d_out, p.dtype, "MaterializeFingerprintCuda"));
   SEEDSTORE_KERNEL_TRY(NeedDevice());
   return WithAccumulator(AsStream(stream), h_result, [&](uint64_t* d_acc) {
     return MaterializeFingerprintCudaAsync(p, r, d_out, seed, stream, d_acc);

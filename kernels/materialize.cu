@@ -17,6 +17,14 @@ KernelStatus CheckRegion(const Region& r) {
   return Ok();
 }
 
+KernelStatus CheckAligned(const void* d, DType dtype, const char* what) {
+  const size_t es = DTypeSize(dtype);
+  if (reinterpret_cast<uintptr_t>(d) % es == 0) return Ok();
+  return Invalid(std::string(what) + ": device pointer " +
+                 std::to_string(reinterpret_cast<uintptr_t>(d)) + " is not aligned to the " +
+                 std::to_string(es) + "-byte elements");
+}
+
 KernelStatus CheckSampler(const SamplerParams& p) {
   if (static_cast<int>(p.dtype) >= kNumDTypes) return Invalid("sampler: unknown dtype");
   if (static_cast<int>(p.dist) > static_cast<int>(Dist::kOnes))
@@ -104,6 +112,7 @@ KernelStatus MaterializeCuda(const SamplerParams& p, const Region& r, void* d_ou
   SEEDSTORE_KERNEL_TRY(CheckRegion(r));
   if (r.Count() == 0) return Ok();
   if (d_out == nullptr) return Invalid("MaterializeCuda: d_out is null for a non-empty region");
+  SEEDSTORE_KERNEL_TRY(CheckAligned(d_out, p.dtype, "MaterializeCuda"));
   SEEDSTORE_KERNEL_TRY(NeedDevice());
   return LaunchMaterialize<false>(p, r, d_out, 0, AsStream(stream), nullptr);
 }

@@ -703,55 +703,6 @@ void ChunkRange(uint64_t n, uint64_t k, uint64_t i, uint64_t* begin, uint64_t* e
   *end = static_cast<uint64_t>(std::min<unsigned __int128>(e, n));
 }
 
-std::string DescribeRegion(const Region& r) {
-  if (r.flat) return "flat[" + std::to_string(r.begin) + ":" + std::to_string(r.end) + "]";
-  std::string s = "[";
-  for (int d = 0; d < r.rank; ++d) {
-    if (d) s += ", ";
-    s += std::to_string(r.start[d]) + ":" + std::to_string(r.stop[d]);
-  }
-  return s + "]";
-}
-
-bool SameRegion(const Region& a, const Region& b) {
-  if (a.flat != b.flat || a.rank != b.rank) return false;
-  for (int d = 0; d < a.rank; ++d)
-    if (a.shape[d] != b.shape[d]) return false;
-  if (a.flat) return a.begin == b.begin && a.end == b.end;
-  for (int d = 0; d < a.rank; ++d)
-    if (a.start[d] != b.start[d] || a.stop[d] != b.stop[d]) return false;
-  return true;
-}
-
-Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
-                 const std::vector<uint64_t>& stop) {
-  Region r;
-  r.rank = static_cast<int>(shape.size());
-  for (int d = 0; d < r.rank; ++d) {
-    r.shape[d] = shape[d];
-    r.start[d] = start[d];
-    r.stop[d] = stop[d];
-  }
-  return r;
-}
-
-Region FlatRegion(const std::vector<uint64_t>& shape, uint64_t b, uint64_t e) {
-  Region r;
-  r.rank = static_cast<int>(shape.size());
-  for (int d = 0; d < r.rank; ++d) r.shape[d] = shape[d];
-  r.flat = true;
-  r.begin = b;
-  r.end = e;
-  return r;
-}
-
-std::vector<uint64_t> LocalShape(const Region& r) {
-  if (r.flat) return {r.end - r.begin};
-  std::vector<uint64_t> s;
-  for (int d = 0; d < r.rank; ++d) s.push_back(r.stop[d] - r.start[d]);
-  return s;
-}
-
 json RegionToJson(const Region& r) {
   if (r.flat) return json{{"flat", {r.begin, r.end}}};
   json st = json::array(), sp = json::array();

@@ -201,21 +201,7 @@ class Layout {
   bool strict_ = false;
 };
 
-/// Human-readable region: "[0:2, 100:104, 0:8]" for a box, "[]" for a scalar,
-/// "flat[10:20]" for a flat range.
-std::string DescribeRegion(const Region& r);
-
-/// Whether two regions are the same: same kind, rank and shape, and the same box or range.
-bool SameRegion(const Region& a, const Region& b);
-
-/// The box [start, stop) of a tensor of `shape` (preconditions: equal ranks, start <= stop <= shape).
-Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
-                 const std::vector<uint64_t>& stop);
-/// The flat range [b, e) of a tensor of `shape`.
-Region FlatRegion(const std::vector<uint64_t>& shape, uint64_t b, uint64_t e);
-/// The shape of a region held as a tensor of its own: a box's extents, `[end - begin]` for a
-/// flat range.
-std::vector<uint64_t> LocalShape(const Region& r);
+// DescribeRegion, SameRegion, BoxRegion, FlatRegion, LocalShape: gen/region.h.
 /// A region as JSON: {"start": [...], "stop": [...]} or {"flat": [b, e]} (docs/FORMAT.md 10).
 nlohmann::json RegionToJson(const Region& r);
 /// The inverse, for a tensor of `shape`; kCorrupt ("bad flat range", "bad box ...") when the

@@ -7,33 +7,52 @@
 #   4. jax.random.normal (jitted, warmed up) and torch.randn on the same GPU and sizes;
 #   5. per-kernel floor = max(bytes / measured bandwidth, SASS ops per element / chip rate)
 #      and the achieved fraction; the issue-4 targets marked PASS/FAIL.
-# Everything is written to $OUT (default ./gpu-check-out): log, table.md, JSON, SASS.
-# Usage: tools/gpu-check.sh [--dry-run] [--quick] [--build-only]
+# $OUT (default ./gpu-check-out) receives five files, within the device tool's limit of 8:
+# gpu-check.log, table.md, report.json, bench.json and gpu-check-files.tgz (configure, build
+# and test logs, SASS, PTX, the peers' timings); intermediate files live in $BUILD/check.
+# Usage: tools/gpu-check.sh [--prepare] [--dry-run] [--quick] [--build-only]
+#   --prepare  here, before the run: copy GoogleTest's sources (/usr/src/googletest, Debian's
+#              googletest package) into .gpu-deps/ (ignored by git) for the call to carry:
+#              the GPU machine has CUDA but no GoogleTest, HDF5, ... (/work/.library/device).
+#              Then: run(command="tools/gpu-check.sh", carry=[".gpu-deps"], timeout_s=540).
 #   --dry-run  no GPU needed: check tools, configure, parse an existing SASS dump if any, and
 #              run the report generator on synthetic numbers (for CI / machines without GPU).
 #   --quick    small sizes (smoke test of the script itself on a GPU).
 #   --build-only  stop after the build (works without a GPU).
-# SEEDSTORE_GPU_CHECK_STANDALONE=1 skips CMake and builds with nvcc/g++ alone.
+# SEEDSTORE_GPU_CHECK_STANDALONE=1 skips CMake and builds with nvcc/g++ alone. The gpu tests
+# run with SEEDSTORE_REQUIRE_GPU=1: a test that finds no GPU fails instead of skipping.
 set -uo pipefail
 
 DRY=0
 QUICK=0
 BUILD_ONLY=0
+PREPARE=0
 for a in "$@"; do
   case "$a" in
+    --prepare) PREPARE=1 ;;
     --dry-run) DRY=1 ;;
     --quick) QUICK=1 ;;
     --build-only) BUILD_ONLY=1 ;;
-    *) echo "usage: $0 [--dry-run] [--quick] [--build-only]" >&2; exit 1 ;;
+    *) echo "usage: $0 [--prepare] [--dry-run] [--quick] [--build-only]" >&2; exit 1 ;;
   esac
 done
+if [ "$PREPARE" = 1 ]; then
+  [ -d /usr/src/googletest/googletest/src ] || { echo "gpu-check: /usr/src/googletest missing (apt-get install googletest)"; exit 1; }
+  rm -rf .gpu-deps && mkdir -p .gpu-deps && cp -r /usr/src/googletest .gpu-deps/
+  git check-ignore -q .gpu-deps || echo "/.gpu-deps/" >> "$(git rev-parse --git-dir)/info/exclude"
+  echo "gpu-check: .gpu-deps ready ($(du -sh .gpu-deps | cut -f1)); carry it: carry=[\".gpu-deps\"]"
+  exit 0
+fi
 
 ROOT=$(pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}
 mkdir -p "$OUT"
 BUILD=${SEEDSTORE_GPU_BUILD:-$ROOT/build-gpu}
+W="$BUILD/check"  # every file but the log, the table, the reports and the tarball
+rm -rf "$W" && mkdir -p "$W"
 JOBS=${JOBS:-16}
 LOG="$OUT/gpu-check.log"
+rm -f "$LOG"
 exec > >(tee -a "$LOG") 2>&1
 T0=$(date +%s)
 stamp() { echo "[gpu-check +$(( $(date +%s) - T0 ))s] $*"; }
@@ -43,7 +62,7 @@ STATUS=0
 
 stamp "start $(date -u +%Y-%m-%dT%H:%M:%SZ) in $ROOT, out $OUT, build $BUILD"
 { git -C "$ROOT" log -1 --oneline 2>/dev/null || true; } | sed 's/^/commit: /'
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$OUT/nvidia-smi.csv"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$W/nvidia-smi.csv"
 command -v nvcc >/dev/null && nvcc --version | tail -1
 for tool in cmake nvcc cuobjdump "$PY"; do
   command -v "$tool" >/dev/null || echo "gpu-check: note: '$tool' not found"
@@ -56,43 +75,65 @@ build_cmake() {
   stamp "configure (cmake, Release)"
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
         ${CMAKE_CUDA_ARCHITECTURES:+-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES} \
-        > "$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; return 1; }
-  grep -q "CUDA kernels ON" "$OUT/configure.log" || { echo "gpu-check: CMake did not enable CUDA"; return 1; }
+        > "$W/configure.log" 2>&1 || { tail -20 "$W/configure.log"; return 1; }
+  grep -q "CUDA kernels ON" "$W/configure.log" || { echo "gpu-check: CMake did not enable CUDA"; return 1; }
   stamp "build seedstore_gpu_tests seedstore_gpu_bench (-j$JOBS)"
-  cmake --build "$BUILD" -j"$JOBS" --target seedstore_gpu_tests seedstore_gpu_bench \
-        > "$OUT/build.log" 2>&1 || { grep -E "error|Error" "$OUT/build.log" | head -30; return 1; }
+  timeout 360 cmake --build "$BUILD" -j"$JOBS" --target seedstore_gpu_tests seedstore_gpu_bench \
+        > "$W/build.log" 2>&1 || { grep -E "error|Error" "$W/build.log" | head -30; return 1; }
   BENCH="$BUILD/kernels/seedstore_gpu_bench"
   TESTS="$BUILD/tests/seedstore_gpu_tests"
 }
-# Fallback when the full project cannot be configured here (missing HDF5/GTest/...): build
-# the kernels, the benchmark and (if GoogleTest headers exist) the gpu tests with nvcc alone.
+# Fallback when the full project cannot be configured here (the GPU machine has CUDA, CMake
+# and Python but none of HDF5, GoogleTest, nlohmann-json, CLI11, zstd, xxHash, MPI): build the
+# kernels, the benchmark and the gpu tests that need only gen/ and kernels/ (cuda_kernels_test,
+# kernel_emulation_test; not the NCCL test, which needs io/ and MPI) with nvcc and g++, against
+# GoogleTest compiled from source: .gpu-deps/googletest (carried, see --prepare), else
+# /usr/src/googletest, else an installed libgtest.
 build_standalone() {
   stamp "standalone build with nvcc (no CMake dependencies)"
   local sb="$BUILD/standalone"; mkdir -p "$sb"
   local fl=(-std=c++20 -O3 --fmad=false --prec-div=true --prec-sqrt=true --ftz=false
             -Xcompiler=-ffp-contract=off -I"$ROOT" -DSEEDSTORE_HAVE_CUDA_KERNELS=1
             -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90)
-  local pids=()
-  for f in kernels/materialize.cu kernels/fingerprint.cu bench/gpu_bench.cu; do
-    nvcc "${fl[@]}" -c "$ROOT/$f" -o "$sb/$(basename "$f").o" > "$sb/$(basename "$f").log" 2>&1 & pids+=($!)
+  local pids=() cuobj=()
+  for f in kernels/materialize.cu kernels/fingerprint.cu kernels/staging.cu bench/gpu_bench.cu; do
+    local o="$sb/$(basename "$f").o"
+    nvcc "${fl[@]}" -c "$ROOT/$f" -o "$o" > "$o.log" 2>&1 & pids+=($!)
+    [ "$f" = bench/gpu_bench.cu ] || cuobj+=("$o")
   done
   local extra=()
   for f in "$ROOT"/gen/*.cc; do  # the CPU reference path (gen/CMakeLists.txt's flags)
     local o="$sb/$(basename "$f").o" fl2=()
     case "$f" in *avx2*) fl2=(-mavx2 -mfma -mbmi -mbmi2) ;; *avx512*) fl2=(-mavx512f -mavx512vl -mavx512bw -mavx512dq -mavx2 -mfma -mbmi -mbmi2 -mprefer-vector-width=512) ;; esac
-    g++ -std=c++20 -O2 -ffp-contract=off -fno-math-errno -fno-trapping-math "${fl2[@]}" -I"$ROOT" -c "$f" -o "$o" & pids+=($!)
+    g++ -std=c++20 -O2 -ffp-contract=off -fno-math-errno -fno-trapping-math "${fl2[@]}" -I"$ROOT" -c "$f" -o "$o" > "$o.log" 2>&1 & pids+=($!)
     extra+=("$o")
   done
-  for p in "${pids[@]}"; do wait "$p" || { cat "$sb"/*.log | grep -E "error" | head; return 1; }; done
-  nvcc -o "$sb/seedstore_gpu_bench" "$sb/gpu_bench.cu.o" "$sb/materialize.cu.o" "$sb/fingerprint.cu.o" || return 1
+  local gt="" gtinc=() gtlib=()
+  for d in "$ROOT/.gpu-deps/googletest/googletest" /usr/src/googletest/googletest; do
+    [ -f "$d/src/gtest-all.cc" ] && { gt=$d; break; }
+  done
+  if [ -n "$gt" ]; then
+    gtinc=(-I"$gt/include" -I"$gt")
+    g++ -std=c++20 -O1 "${gtinc[@]}" -c "$gt/src/gtest-all.cc" -o "$sb/gtest-all.o" > "$sb/gtest.log" 2>&1 & pids+=($!)
+    g++ -std=c++20 -O1 "${gtinc[@]}" -c "$gt/src/gtest_main.cc" -o "$sb/gtest_main.o" >> "$sb/gtest.log" 2>&1 & pids+=($!)
+    gtlib=("$sb/gtest-all.o" "$sb/gtest_main.o")
+  elif [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ]; then
+    gtlib=(-lgtest_main -lgtest)
+  fi
+  local failed=0
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  if [ "$failed" = 1 ]; then grep -h -E "error" "$sb"/*.log | head -20; return 1; fi
+  nvcc -o "$sb/seedstore_gpu_bench" "$sb/gpu_bench.cu.o" "${cuobj[@]}" || return 1
   BENCH="$sb/seedstore_gpu_bench"
-  if [ -f /usr/include/gtest/gtest.h ] || [ -f /usr/local/include/gtest/gtest.h ]; then
-    g++ -std=c++20 -O2 -ffp-contract=off -I"$ROOT" -I/usr/local/cuda/include -DSEEDSTORE_HAVE_CUDA_KERNELS=1 \
-        "$ROOT"/tests/gpu/*.cc "$sb/materialize.cu.o" "$sb/fingerprint.cu.o" "${extra[@]}" \
-        -L/usr/local/cuda/lib64 -lcudart -lgtest_main -lgtest -pthread -o "$sb/seedstore_gpu_tests" \
-        && TESTS="$sb/seedstore_gpu_tests"
+  if [ ${#gtlib[@]} -gt 0 ]; then
+    g++ -std=c++20 -O2 -ffp-contract=off -I"$ROOT" "${gtinc[@]}" -I/usr/local/cuda/include -DSEEDSTORE_HAVE_CUDA_KERNELS=1 \
+        "$ROOT"/tests/gpu/cuda_kernels_test.cc "$ROOT"/tests/gpu/kernel_emulation_test.cc \
+        "${cuobj[@]}" "${extra[@]}" "${gtlib[@]}" \
+        -L/usr/local/cuda/lib64 -lcudart -pthread -o "$sb/seedstore_gpu_tests" > "$sb/tests-link.log" 2>&1 \
+        && TESTS="$sb/seedstore_gpu_tests" \
+        || { echo "gpu-check: building the gpu tests FAILED"; grep -E "error" "$sb/tests-link.log" | head -20; }
   else
-    echo "gpu-check: GoogleTest headers not found: gpu tests NOT built (install googletest)"
+    echo "gpu-check: GoogleTest not found (no .gpu-deps, see --prepare): gpu tests NOT built"
   fi
 }
 
@@ -110,19 +151,22 @@ fi
 
 # ---- 2. tests ----------------------------------------------------------------------------
 if [ "$DRY" = 0 ]; then
+  export SEEDSTORE_REQUIRE_GPU=1  # a gpu test without a GPU fails here instead of skipping
   if [ -n "$TESTS" ] && [ -x "$TESTS" ]; then
     stamp "gpu tests"
     if [ -f "$BUILD/CTestTestfile.cmake" ] && [[ "$TESTS" == "$BUILD/tests/"* ]]; then
-      (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 300 -j4) > "$OUT/ctest.log" 2>&1
+      (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 300 -j4) > "$W/ctest.log" 2>&1
       rc=$?
-      tail -25 "$OUT/ctest.log"
+      tail -25 "$W/ctest.log"
     else
-      "$TESTS" --gtest_brief=1 > "$OUT/ctest.log" 2>&1
+      timeout 300 "$TESTS" --gtest_brief=1 > "$W/ctest.log" 2>&1
       rc=$?
-      tail -25 "$OUT/ctest.log"
+      tail -25 "$W/ctest.log"
     fi
     [ $rc -ne 0 ] && { echo "gpu-check: GPU TESTS FAILED (rc $rc)"; STATUS=1; }
-    grep -c "Skipped\|SKIPPED" "$OUT/ctest.log" >/dev/null && grep -m3 "no CUDA device" "$OUT/ctest.log"
+    if grep -q "no CUDA device\|NOT run" "$W/ctest.log"; then
+      echo "gpu-check: some gpu tests did not run on the GPU:"; grep -m5 "no CUDA device\|NOT run" "$W/ctest.log"; STATUS=1
+    fi
   else
     echo "gpu-check: no gpu test binary"; STATUS=1
   fi
@@ -131,11 +175,11 @@ fi
 # ---- 3. SASS of the kernels ---------------------------------------------------------------
 if [ "$DRY" = 0 ] && [ -n "$BENCH" ]; then
   if command -v cuobjdump >/dev/null; then
-    cuobjdump -sass "$BENCH" > "$OUT/sass.txt" 2>/dev/null || echo "gpu-check: cuobjdump failed"
+    cuobjdump -sass "$BENCH" > "$W/sass.txt" 2>/dev/null || echo "gpu-check: cuobjdump failed"
   else
     echo "gpu-check: cuobjdump not found: the ops floor falls back to PTX instruction counts"
-    nvcc -std=c++20 -O3 --fmad=false -I"$ROOT" -arch=compute_90 -ptx "$ROOT/kernels/materialize.cu" -o "$OUT/materialize.ptx" 2>/dev/null
-    nvcc -std=c++20 -O3 --fmad=false -I"$ROOT" -arch=compute_90 -ptx "$ROOT/kernels/fingerprint.cu" -o "$OUT/fingerprint.ptx" 2>/dev/null
+    nvcc -std=c++20 -O3 --fmad=false -I"$ROOT" -arch=compute_90 -ptx "$ROOT/kernels/materialize.cu" -o "$W/materialize.ptx" 2>/dev/null
+    nvcc -std=c++20 -O3 --fmad=false -I"$ROOT" -arch=compute_90 -ptx "$ROOT/kernels/fingerprint.cu" -o "$W/fingerprint.ptx" 2>/dev/null
   fi
 fi
 
@@ -144,10 +188,10 @@ ELEMS=$((1 << 30))
 [ "$QUICK" = 1 ] && ELEMS=$((1 << 24))
 if [ "$DRY" = 0 ] && [ -n "$BENCH" ]; then
   stamp "seedstore_gpu_bench ($ELEMS elements)"
-  timeout 240 "$BENCH" --json "$OUT/bench.json" --elements "$ELEMS" $([ "$QUICK" = 1 ] && echo --quick) \
+  timeout 240 "$BENCH" --json "$W/bench.json" --elements "$ELEMS" $([ "$QUICK" = 1 ] && echo --quick) \
     || { echo "gpu-check: BENCH FAILED"; STATUS=1; }
   stamp "jax.random.normal and torch.randn"
-  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 "$PY" - "$ELEMS" "$OUT/peers_jax.json" jax <<'EOF' || echo "gpu-check: jax timing failed"
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 "$PY" - "$ELEMS" "$W/peers_jax.json" jax <<'EOF' || echo "gpu-check: jax timing failed"
 import json, sys, time
 n, out, which = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 res = []
@@ -167,7 +211,7 @@ for dt in ("bfloat16", "float32"):
     print(res[-1])
 json.dump(res, open(out, "w"))
 EOF
-  timeout 120 "$PY" - "$ELEMS" "$OUT/peers_torch.json" <<'EOF' || echo "gpu-check: torch timing failed"
+  timeout 120 "$PY" - "$ELEMS" "$W/peers_torch.json" <<'EOF' || echo "gpu-check: torch timing failed"
 import json, sys
 n, out = int(sys.argv[1]), sys.argv[2]
 import torch
@@ -193,7 +237,7 @@ fi
 
 # ---- 5. report: floors, fractions, targets ----------------------------------------------------
 stamp "report"
-"$PY" - "$OUT" "$DRY" <<'EOF' || { echo "gpu-check: report failed"; STATUS=1; }
+"$PY" - "$W" "$DRY" <<'EOF' || { echo "gpu-check: report failed"; STATUS=1; }
 import json, os, re, sys
 out, dry = sys.argv[1], sys.argv[2] == "1"
 
@@ -397,5 +441,7 @@ note = "DRY RUN: synthetic numbers, nothing measured\n\n" if dry else ""
 open(os.path.join(out, "table.md"), "w").write(note + f"GPU: {bench['device']}\n\n" + table + "\n" + "\n".join(tl) + "\n")
 json.dump({"bench": bench, "peers": peers, "checks": checks}, open(os.path.join(out, "report.json"), "w"), indent=1, default=str)
 EOF
-stamp "done (status $STATUS); results in $OUT"
+for f in table.md report.json bench.json; do [ -f "$W/$f" ] && cp "$W/$f" "$OUT/"; done
+tar czf "$OUT/gpu-check-files.tgz" -C "$W" . 2>/dev/null || echo "gpu-check: tar of $W failed"
+stamp "done (status $STATUS); results in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 exit $STATUS

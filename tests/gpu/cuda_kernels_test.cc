@@ -20,7 +20,7 @@ using gpu_test::FirstDiff;
 #define REQUIRE_CUDA_DEVICE()                                              \
   do {                                                                     \
     std::string why_;                                                      \
-    if (!CudaAvailable(&why_)) GTEST_SKIP() << "no CUDA device: " << why_; \
+    if (!CudaAvailable(&why_)) SEEDSTORE_GPU_UNAVAILABLE("no CUDA device: " << why_); \
   } while (0)
 
 #define ASSERT_KOK(expr)                                         \
@@ -94,6 +94,17 @@ void CheckCombination(Generator g, Dist x, DType d, const std::vector<Region>& r
       ASSERT_KOK(MaterializeCuda(p, r, n ? d_out : nullptr, nullptr));
       ASSERT_KOK(buf.CopyToHost(got.data(), n * es, offset));
       ASSERT_EQ(FirstDiff(cpu, got, es), "") << "output offset " << offset;
+      // Nothing written outside [offset, offset + n*es): the guard bytes are still 0xEE.
+      auto guards_intact = [&](const char* what) {
+        std::vector<unsigned char> all(n * es + 16);
+        ASSERT_KOK(buf.CopyToHost(all.data(), all.size(), 0));
+        for (size_t k = 0; k < all.size(); ++k) {
+          if (k >= offset && k < offset + n * es) continue;
+          ASSERT_EQ(all[k], 0xEE) << what << ": byte " << k << " outside the output (offset "
+                                  << offset << ", " << n * es << " bytes) was written";
+        }
+      };
+      guards_intact("MaterializeCuda");
       Fingerprint fp;
       ASSERT_KOK(FingerprintCuda(d, r, d_out, seed, nullptr, &fp));
       EXPECT_TRUE(fp == want) << "FingerprintCuda, output offset " << offset;
@@ -102,6 +113,7 @@ void CheckCombination(Generator g, Dist x, DType d, const std::vector<Region>& r
       EXPECT_TRUE(fp == want) << "fused, output offset " << offset;
       ASSERT_KOK(buf.CopyToHost(got.data(), n * es, offset));
       ASSERT_EQ(FirstDiff(cpu, got, es), "") << "fused output, offset " << offset;
+      guards_intact("MaterializeFingerprintCuda");
     }
     Fingerprint fp;
     ASSERT_KOK(MaterializeFingerprintCuda(p, r, nullptr, seed, nullptr, &fp));
@@ -167,7 +179,7 @@ TEST(CudaMaterialize, ShardsOfAnyLayoutSumToTheWholeFingerprint) {
 
 TEST(CudaErrors, BadArgumentsAreNamed) {
   // Argument checks come before any device use, so these run wherever CUDA was built.
-  if (!CudaBuilt()) GTEST_SKIP() << "no CUDA device: seedstore was built without CUDA";
+  if (!CudaBuilt()) SEEDSTORE_GPU_UNAVAILABLE("no CUDA device: seedstore was built without CUDA");
   SamplerParams p;
   p.dist = Dist::kNormal;
   p.dtype = DType::kU32;
@@ -182,6 +194,18 @@ TEST(CudaErrors, BadArgumentsAreNamed) {
   EXPECT_NE(s.message.find("past the tensor's shape"), std::string::npos) << s.message;
   s = MaterializeCuda(p, WholeRegion(1, shape), nullptr);
   EXPECT_EQ(s.code, KernelCode::kInvalidArgument);
+  // A pointer not aligned to the elements is refused before the device is touched.
+  s = MaterializeCuda(p, WholeRegion(1, shape), reinterpret_cast<void*>(258));
+  EXPECT_EQ(s.code, KernelCode::kInvalidArgument);
+  EXPECT_NE(s.message.find("not aligned to the 4-byte elements"), std::string::npos) << s.message;
+  Fingerprint fp;
+  s = FingerprintCuda(DType::kBF16, WholeRegion(1, shape), reinterpret_cast<void*>(257), 0, nullptr, &fp);
+  EXPECT_EQ(s.code, KernelCode::kInvalidArgument);
+  EXPECT_NE(s.message.find("FingerprintCuda"), std::string::npos) << s.message;
+  s = MaterializeFingerprintCuda(p, WholeRegion(1, shape), reinterpret_cast<void*>(260 + 2), 0,
+                                 nullptr, &fp);
+  EXPECT_EQ(s.code, KernelCode::kInvalidArgument);
+  EXPECT_NE(s.message.find("not aligned"), std::string::npos) << s.message;
   // Empty regions need neither a pointer nor a device.
   Region empty = gpu_test::Box({4, 4}, {1, 1}, {1, 4});
   EXPECT_TRUE(MaterializeCuda(p, empty, nullptr).ok());

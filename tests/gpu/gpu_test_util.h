@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -10,9 +11,25 @@
 #include "gen/dispatch.h"
 #include "gen/region.h"
 #include "gen/sampler.h"
-#include "store/layout.h"
 
 namespace seedstore::gpu_test {
+
+/// tools/gpu-check.sh sets SEEDSTORE_REQUIRE_GPU=1 on a lent GPU machine: there a gpu test that
+/// finds no device (or no NCCL) fails instead of skipping.
+inline bool GpuRequired() {
+  const char* e = std::getenv("SEEDSTORE_REQUIRE_GPU");
+  return e != nullptr && *e != '\0' && std::string(e) != "0";
+}
+
+// Skips the test with `msg` (streamed), or fails it when GpuRequired().
+#define SEEDSTORE_GPU_UNAVAILABLE(msg)                 \
+  do {                                                 \
+    if (::seedstore::gpu_test::GpuRequired()) {        \
+      FAIL() << msg << " (SEEDSTORE_REQUIRE_GPU is set)"; \
+    } else {                                           \
+      GTEST_SKIP() << msg;                             \
+    }                                                  \
+  } while (0)
 
 constexpr Dist kDists[] = {Dist::kBits, Dist::kUniform, Dist::kNormal, Dist::kTruncatedNormal,
                            Dist::kConstant, Dist::kZeros, Dist::kOnes};
@@ -148,7 +165,7 @@ inline std::string Describe(const Region& r) {
     s += std::to_string(r.shape[d]);
   }
   s += "] ";
-  return s + DescribeRegion(r);  // store/layout.h
+  return s + DescribeRegion(r);
 }
 
 /// "" when equal, else the first differing element.

@@ -10,6 +10,7 @@
 #include "io/collective.h"
 #include "store/catalog.h"
 #include "store/spec.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace seedstore {
 namespace {
@@ -30,7 +31,7 @@ std::unique_ptr<Collective> OpenNcclOrSkip() {
   if (!(c)) {                                                                                \
     auto _s = OpenCollective("nccl");                                                        \
     if (!_s.ok() && _s.status().code() == Code::kUnsupported)                                \
-      GTEST_SKIP() << "NCCL backend NOT run: " << _s.status().message();                     \
+      SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: " << _s.status().message());         \
     FAIL() << "NCCL backend failed to open";                                                 \
   }
 
