@@ -15,9 +15,9 @@
 # into Python; the tests start the seedstore binary (ASan + UBSan) as child processes, whose
 # reports land in $BUILD/sanitizer-logs like every other. The script says so when it runs them.
 #
-# Last run, 'kat|unit|cli|golden|mpi' (2026-12-01, AMD EPYC VM, main at 6704d69): all pass, no
-# sanitizer report -- kat 3, unit 79, cli 6, golden 7 (5 C++ + py.test_h5_*; 1 more disabled);
-# mpi 55 (54 + the MpiWorker helper) in 181 s.
+# Last run, 'kat|unit|cli|golden|mpi' (2026-12-01, AMD EPYC VM, main at 4feeaf8): all pass, no
+# sanitizer report -- kat|unit|cli|golden 97 (py.test_h5_* included; 1 more disabled); mpi 55
+# (54 + the MpiWorker helper) in 182 s. Before (main at 6704d69): 95 + 55, same result.
 # Full run before, 'kat|unit|cli|golden|mpi|jax' (2026-11-30, 2 shared cores, build up to date):
 # all pass, no sanitizer report -- kat 3, unit 61, cli 6, golden 5 (4 C++ + py.test_h5_*; 1
 # more disabled), jax 8 (C++ vectors + py.test_jax_*) in 138 s; mpi 47 (46 + the MpiWorker
