@@ -2,7 +2,6 @@
 
 #include <hdf5.h>
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -733,32 +732,6 @@ H5Store::~H5Store() {
   for (int64_t id : sums_)
     if (id >= 0) H5Dclose(id);
   if (file_ >= 0) H5Fclose(file_);
-  if (own_fd_) ::close(fd_);
-}
-
-// A descriptor of its own for reading chunks from the file HDF5 holds open as `h5fd`: the
-// same file reopened through /proc/self/fd (*owned = true), else `h5fd` itself. With its own
-// open file description, the chunks' reads are one sequential stream to the kernel's
-// readahead; HDF5's metadata reads on its descriptor (chunk indexes, tables) would otherwise
-// look random to it and shrink its window (cold reads of 1 MiB chunks: 3 runs in 12 fell to
-// 0.45-0.85x of the others with one shared descriptor).
-// Only while the process holds under a quarter of its descriptor limit (descriptors are
-// numbered lowest first), so that stores opened by the hundred (rank files) still open.
-static int ReopenForChunks(int h5fd, bool* owned) {
-  *owned = false;
-  struct rlimit lim;
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 ||
-      (lim.rlim_cur != RLIM_INFINITY && static_cast<rlim_t>(h5fd) >= lim.rlim_cur / 4))
-    return h5fd;
-  const int fd = ::open(("/proc/self/fd/" + std::to_string(h5fd)).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return h5fd;
-  struct stat a, b;
-  if (::fstat(fd, &a) != 0 || ::fstat(h5fd, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
-    ::close(fd);
-    return h5fd;
-  }
-  *owned = true;
-  return fd;
 }
 
 // The kernel's readahead window for the device holding the file open as `fd`, in bytes (0
@@ -810,7 +783,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     if (fapl.ok() && fcpl.ok() && H5Pget_driver(fapl.get()) == H5FD_SEC2 &&
         H5Pget_userblock(fcpl.get(), &userblock) >= 0 && userblock == 0 &&
         H5Fget_vfd_handle(f, fapl.get(), &handle) >= 0 && handle != nullptr)
-      s->fd_ = ReopenForChunks(*static_cast<int*>(handle), &s->own_fd_);
+      s->fd_ = *static_cast<int*>(handle);
     s->kernel_readahead_ = KernelReadaheadBytes(s->fd_);
     H5ErrorText();
   }

@@ -10,11 +10,10 @@
 //                           bytes, and the chunk's fingerprint (its share of the tensor's)
 //
 // Chunks are compressed and decompressed in our own threads, written with H5Dwrite_chunk and
-// read with pread at their file addresses (H5Dread_chunk for files with a user block), through
-// a descriptor of the open file of their own (the kernel's readahead then sees one sequential
-// stream); the zstd encoding is the HDF5 Zstandard plugin's (one frame per chunk with its
-// content size; cd_values[0] = level), so h5py + hdf5plugin read our files unchanged. An open
-// store keeps reading the file it opened when another writer replaces its path.
+// read with pread at their file addresses (H5Dread_chunk for files with a user block); the
+// zstd encoding is the HDF5 Zstandard plugin's (one frame per chunk with its content size;
+// cd_values[0] = level), so h5py + hdf5plugin read our files unchanged. An open store keeps
+// reading the file it opened when another writer replaces its path.
 //
 // Writes are atomic (invariant I5): a StoreWriter writes a temporary file next to the
 // destination and renames it over the destination on Commit(); until then the previous file is
@@ -225,8 +224,7 @@ class H5Store : public Catalog {
   friend class StoreWriter;
   std::string path_;
   int64_t file_ = -1;
-  int fd_ = -1;  // a descriptor of the file for pread of chunks (-1: use H5Dread_chunk)
-  bool own_fd_ = false;  // fd_ is ours to close (else it is HDF5's)
+  int fd_ = -1;  // the HDF5 file's descriptor, for pread of chunks (-1: use H5Dread_chunk)
   uint64_t kernel_readahead_ = 0;  // the kernel's readahead window for fd_'s device (0: unknown)
   mutable ScratchPool<ChunkScratch> scratch_;  // chunk-decoding buffers, kept between reads
   uint64_t seed_ = 0, file_bytes_ = 0;

@@ -297,9 +297,9 @@ TEST(H5Store, UncommittedWriterLeavesPreviousFile) {
   EXPECT_EQ(files, 1);  // no temporary left behind
 }
 
-// Chunks are read through a descriptor of their own (the file reopened through /proc/self/fd):
-// an open store keeps reading its own file, byte for byte, after another writer atomically
-// replaces the path, and opening and closing stores leaks no descriptor.
+// An open store keeps reading its own file, byte for byte, after another writer atomically
+// replaces the path; opening and closing stores leaks no descriptor; stores open by the dozen
+// under a tight descriptor limit; with no descriptor left, Open names an I/O error.
 TEST(H5Store, OpenStoreReadsItsOwnFileAfterThePathIsReplaced) {
   TempDir dir;
   const std::string path = dir / "a.h5";
@@ -341,8 +341,7 @@ TEST(H5Store, OpenStoreReadsItsOwnFileAfterThePathIsReplaced) {
   }
   EXPECT_EQ(open_fds(), before);
 
-  // Under a tight descriptor limit, stores still open by the dozen: the second descriptor is
-  // only taken while the process holds under a quarter of its limit.
+  // Under a tight descriptor limit (100 more than in use), 80 stores open at once.
   struct rlimit lim;
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &lim), 0);
   const struct rlimit saved = lim;
