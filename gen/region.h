@@ -117,4 +117,27 @@ inline std::vector<uint64_t> LocalShape(const Region& r) {
   return s;
 }
 
+/// Box `outer` minus box `inner` (which it must contain) as disjoint, non-empty boxes in the
+/// frame of `outer`: in dim d, the slabs below and above `inner`, spanning inner's extent in
+/// the dims before d and outer's in the dims after. Empty when they are the same box.
+inline std::vector<Region> BoxDifference(const Region& outer, const Region& inner) {
+  std::vector<Region> out;
+  for (int d = 0; d < outer.rank; ++d) {
+    for (int side = 0; side < 2; ++side) {
+      Region slab = outer;
+      for (int e = 0; e < d; ++e) {
+        slab.start[e] = inner.start[e];
+        slab.stop[e] = inner.stop[e];
+      }
+      if (side == 0) {
+        slab.stop[d] = inner.start[d];
+      } else {
+        slab.start[d] = inner.stop[d];
+      }
+      if (slab.Count() > 0) out.push_back(slab);
+    }
+  }
+  return out;
+}
+
 }  // namespace seedstore

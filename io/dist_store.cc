@@ -211,49 +211,88 @@ Status Agree(Exchange& comm, const Status& mine, const char* what) {
 struct Plan {
   // Per tensor: distinct non-empty shards (owner = replicas[0]); empty for lazy tensors.
   std::vector<std::vector<Shard>> shards;
+  // Per tensor and shard: the box its rank file stores, the shard's region or a padded box
+  // around it (ChunkMatcher::Pad; docs/FORMAT.md 10). Set by PadPieces.
+  std::vector<std::vector<Region>> stored;
 };
 
 Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
   Plan p;
   for (const TensorRecord& t : src.tensors()) {
     std::vector<Shard> keep;
+    std::vector<Region> stored;
     if (!t.lazy) {
       SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> all, layout.DistinctShards(t.name, t.shape));
       for (auto& s : all)
-        if (!s.empty()) keep.push_back(std::move(s));
+        if (!s.empty()) {
+          stored.push_back(s.region);
+          keep.push_back(std::move(s));
+        }
     }
     p.shards.push_back(std::move(keep));
+    p.stored.push_back(std::move(stored));
   }
   return p;
 }
 
 // ---- Raw chunk copies (see Reshard in io/dist_store.h) -----------------------------------
 
+// Whether box `inner` lies in box `outer`.
+bool BoxWithin(const Region& inner, const Region& outer) {
+  for (int d = 0; d < inner.rank; ++d)
+    if (inner.start[d] < outer.start[d] || inner.stop[d] > outer.stop[d]) return false;
+  return true;
+}
+
 // Finds the stored source chunks that an output piece of dense tensor i can copy as stored.
 // The source's stored parts: the tensor itself (a store) or its box pieces (a distributed
-// save, flat pieces excluded); other catalogs have none.
+// save, flat pieces excluded); other catalogs have none. A part owns its piece's region and
+// stores its (possibly padded, docs/FORMAT.md 10) stored box, whose chunk grid starts at the
+// stored box's start.
 class ChunkMatcher {
  public:
-  ChunkMatcher(const Catalog& src, size_t i, const StoreWriter& w) : src_(src), i_(i), w_(w) {
+  ChunkMatcher(const Catalog& src, size_t i, const WriteOptions& w) : src_(src), i_(i), w_(w) {
     const TensorRecord& t = src.tensors()[i];
     if (dynamic_cast<const H5Store*>(&src)) {
-      parts_.push_back({WholeTensor(t.shape), -1});
+      parts_.push_back({WholeTensor(t.shape), WholeTensor(t.shape), -1});
     } else if (const auto* d = dynamic_cast<const DistCatalog*>(&src)) {
-      for (size_t p = 0; p < d->pieces(i).size(); ++p)
-        if (!d->pieces(i)[p].region.flat) parts_.push_back({d->pieces(i)[p].region, static_cast<int>(p)});
+      for (size_t p = 0; p < d->pieces(i).size(); ++p) {
+        const DistCatalog::Piece& piece = d->pieces(i)[p];
+        if (!piece.region.flat) parts_.push_back({piece.region, piece.stored, static_cast<int>(p)});
+      }
     }
   }
 
-  // How the writer chunks the output piece with global box `g`: like the source part holding
-  // g's first element when g starts on one of its chunk boundaries and spans at least one of
-  // its chunks in every dim (then its aligned chunks can be copied), else the writer's rule.
+  // The box an output piece owning the global box `g` stores (docs/FORMAT.md 10, "Padded
+  // pieces"): g itself, or g widened in each dim to the chunk grid of the stored source part
+  // owning g's first element (clipped to the tensor), when g is off that grid and widening
+  // adds at most a quarter of g's elements -- then every chunk of the piece can be copied from
+  // a source that stores the same grid.
+  Result<Region> Pad(const Region& g) {
+    if (g.flat || g.rank == 0 || g.Count() == 0) return g;
+    SEEDSTORE_ASSIGN_OR_RETURN(const Stored* s, Holding(g.start));
+    if (!s) return g;
+    Region p = g;
+    const Region& sb = s->part->stored;
+    for (int d = 0; d < g.rank; ++d) {
+      const uint64_t c = s->chunk[d], o = sb.start[d];
+      p.start[d] = o + (g.start[d] - o) / c * c;
+      p.stop[d] = std::min(g.shape[d], o + (g.stop[d] - o + c - 1) / c * c);
+    }
+    if (SameRegion(p, g) || p.Count() - g.Count() > g.Count() / 4) return g;
+    return p;
+  }
+
+  // How the writer chunks the output piece stored as global box `g`: like the source part
+  // owning g's first element when g starts on its chunk grid and spans at least one of its
+  // chunks in every dim (then its aligned chunks can be copied), else the writer's rule.
   Result<DenseChunking> For(const Region& g) {
     DenseChunking c;
     if (g.flat || g.rank == 0 || g.Count() == 0) return c;
     SEEDSTORE_ASSIGN_OR_RETURN(const Stored* s, Holding(g.start));
     if (!s) return c;
     for (int d = 0; d < g.rank; ++d)
-      if ((g.start[d] - s->part->box.start[d]) % s->chunk[d] != 0 ||
+      if ((g.start[d] - s->part->stored.start[d]) % s->chunk[d] != 0 ||
           s->chunk[d] > g.stop[d] - g.start[d])
         return c;
     c.chunk = s->chunk;
@@ -265,7 +304,8 @@ class ChunkMatcher {
 
  private:
   struct Part {
-    Region box;     // global indices
+    Region owned;    // global indices: the elements this part holds for readers
+    Region stored;   // global indices: the box its file stores (owned, or padded around it)
     int piece = -1;  // piece index of a distributed save; -1: the store's tensor itself
   };
   struct Stored {
@@ -276,13 +316,13 @@ class ChunkMatcher {
     bool global_frame = false;     // its fingerprints are the global tensor's (TensorRecord::piece)
   };
 
-  // The stored source part holding global index `at`, when its chunks could be copied by this
+  // The stored source part owning global index `at`, when its chunks could be copied by this
   // writer (null otherwise).
   Result<const Stored*> Holding(const uint64_t* at) {
     const TensorRecord& t = src_.tensors()[i_];
     for (const Part& p : parts_) {
       bool in = true;
-      for (int d = 0; d < p.box.rank; ++d) in &= p.box.start[d] <= at[d] && at[d] < p.box.stop[d];
+      for (int d = 0; d < p.owned.rank; ++d) in &= p.owned.start[d] <= at[d] && at[d] < p.owned.stop[d];
       if (!in) continue;
       std::lock_guard<std::mutex> l(mu_);
       auto it = stored_.find(&p);
@@ -298,10 +338,10 @@ class ChunkMatcher {
           s.k = sk.second;
         }
         const StoredTensor& st = s.store->stored(s.k);
-        if (w_.CopiesChunksOf(st, t.dtype)) s.chunk = st.chunk;
+        if (StoreWriter::CopiesChunksOf(st, t.dtype, w_)) s.chunk = st.chunk;
         const TensorRecord& sr = s.store->tensors()[s.k];
         s.global_frame = sr.fp_seed() == t.fp_seed() &&
-                         (sr.piece ? SameRegion(*sr.piece, p.box) : p.piece < 0);
+                         (sr.piece ? SameRegion(*sr.piece, p.stored) : p.piece < 0);
         it = stored_.emplace(&p, std::move(s)).first;
       }
       return it->second.chunk.empty() ? nullptr : &it->second;
@@ -309,7 +349,7 @@ class ChunkMatcher {
     return static_cast<const Stored*>(nullptr);
   }
 
-  // Output chunk `local` (clipped, local indices) of the piece with global box `g`, whose
+  // Output chunk `local` (clipped, local indices) of the piece stored as global box `g`, whose
   // chunk shape is `chunk`: copied when a stored source chunk has the same full box [at, at +
   // chunk) and is clipped alike (so its unfiltered bytes, edge padding included, are the same).
   Result<bool> Copy(const Region& g, const std::vector<uint64_t>& chunk, const Region& local,
@@ -318,7 +358,7 @@ class ChunkMatcher {
     for (int d = 0; d < g.rank; ++d) at[d] = g.start[d] + local.start[d];
     SEEDSTORE_ASSIGN_OR_RETURN(const Stored* s, Holding(at));
     if (!s || s->chunk != chunk) return false;
-    const Region& pb = s->part->box;
+    const Region& pb = s->part->stored;
     uint64_t j = 0;
     for (int d = 0; d < g.rank; ++d) {
       const uint64_t c = chunk[d], rel = at[d] - pb.start[d];
@@ -340,17 +380,31 @@ class ChunkMatcher {
 
   const Catalog& src_;
   const size_t i_;
-  const StoreWriter& w_;
+  const WriteOptions& w_;
   std::vector<Part> parts_;
   std::mutex mu_;
   std::map<const Part*, Stored> stored_;
 };
 
-// Adds dense tensor i of `src`, restricted to the global box or flat range `g`, to `w` as a
-// tensor of g's local shape (the whole tensor when g is), copying the source's stored chunks
-// where they line up; counts the chunks copied and encoded into `copied` and `encoded`.
-Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, bool as_piece,
-                uint64_t* copied, uint64_t* encoded) {
+// Pads the plan's box pieces to the chunk grid of the source's stored parts where that lets
+// their chunks be copied (ChunkMatcher::Pad). Deterministic: every process computes the same.
+Status PadPieces(const Catalog& src, const WriteOptions& wo, Plan* plan) {
+  for (size_t i = 0; i < plan->shards.size(); ++i) {
+    if (plan->shards[i].empty()) continue;
+    ChunkMatcher m(src, i, wo);
+    for (size_t k = 0; k < plan->shards[i].size(); ++k) {
+      SEEDSTORE_ASSIGN_OR_RETURN(plan->stored[i][k], m.Pad(plan->shards[i][k].region));
+    }
+  }
+  return Status::Ok();
+}
+
+// Adds dense tensor i of `src`, restricted to the global box or flat range `g`, to `w` (created
+// with options `wo`) as a tensor of g's local shape (the whole tensor when g is), copying the
+// source's stored chunks where they line up; counts the chunks copied and encoded into
+// `copied` and `encoded`.
+Status AddPiece(StoreWriter& w, const WriteOptions& wo, const Catalog& src, size_t i,
+                const Region& g, bool as_piece, uint64_t* copied, uint64_t* encoded) {
   const TensorRecord& t = src.tensors()[i];
   const std::vector<uint64_t> shape = t.shape;
   BoxSource source = [&src, i, g, shape](const Region& local, void* out) -> Status {
@@ -365,7 +419,7 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, b
     }
     return src.Read(i, glob, out, CpuOptions{1});
   };
-  ChunkMatcher matcher(src, i, w);
+  ChunkMatcher matcher(src, i, wo);
   SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking chunking, matcher.For(g));
   if (as_piece) chunking.piece = g;
   const StoreWriter::ChunkCounts before = w.chunk_counts();
@@ -378,31 +432,32 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, b
 
 // The proof's read-back of one written piece -- global box or flat range `r` of tensor i of the
 // output `out` (a store or a distributed save) -- as its fingerprint with global indices. A box
-// is read back one stored chunk at a time, through the catalog's Read (which decodes every
-// chunk and checks its checksum), on o.threads threads that each reuse one buffer; a flat range
-// or a contiguous tensor is read whole.
+// is read back one stored chunk at a time (the cells of the stored chunk grid that meet r),
+// through the catalog's Read (which decodes every chunk and checks its checksum), on o.threads
+// threads that each reuse one buffer; a flat range or a contiguous tensor is read whole.
 Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Region& r, CpuOptions o) {
   const TensorRecord& t = out.tensors()[i];
   std::vector<uint64_t> chunk;
+  Region grid = r;  // the chunk grid starts at grid.start
   if (!r.flat && r.rank > 0 && r.Count() > 0) {
     if (const auto* s = dynamic_cast<const H5Store*>(&out)) {
       chunk = s->stored(i).chunk;
+      grid = WholeTensor(t.shape);
     } else if (const auto* d = dynamic_cast<const DistCatalog*>(&out)) {
       for (size_t p = 0; p < d->pieces(i).size(); ++p) {
-        const Region& g = d->pieces(i)[p].region;
-        bool same = !g.flat;
-        for (int k = 0; same && k < r.rank; ++k) same = g.start[k] == r.start[k] && g.stop[k] == r.stop[k];
-        if (!same) continue;
+        if (!SameRegion(d->pieces(i)[p].region, r)) continue;
         SEEDSTORE_ASSIGN_OR_RETURN(auto sk, d->PieceStore(i, p));
         chunk = sk.first->stored(sk.second).chunk;
+        grid = d->pieces(i)[p].stored;
         break;
       }
     }
   }
   if (chunk.empty()) return out.FingerprintRegion(i, r, o);
-  uint64_t count[kMaxRank], tiles = 1;
+  uint64_t first[kMaxRank], count[kMaxRank], tiles = 1;
   for (int d = 0; d < r.rank; ++d) {
-    count[d] = (r.stop[d] - r.start[d] + chunk[d] - 1) / chunk[d];
+    first[d] = (r.start[d] - grid.start[d]) / chunk[d];
+    count[d] = (r.stop[d] - 1 - grid.start[d]) / chunk[d] + 1 - first[d];
     tiles *= count[d];
   }
   const int threads = ThreadCount(o.threads, tiles);
@@ -412,8 +467,9 @@ Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Regi
   SEEDSTORE_RETURN_IF_ERROR(ParallelFor(tiles, threads, false, [&](uint64_t q, int th) -> Status {
     Region tile = r;
     for (int d = r.rank - 1; d >= 0; --d) {
-      tile.start[d] = r.start[d] + (q % count[d]) * chunk[d];
-      tile.stop[d] = std::min(r.stop[d], tile.start[d] + chunk[d]);
+      const uint64_t at = grid.start[d] + (first[d] + q % count[d]) * chunk[d];
+      tile.start[d] = std::max(r.start[d], at);
+      tile.stop[d] = std::min(r.stop[d], at + chunk[d]);
       q /= count[d];
     }
     bufs[th].resize(tile.Count() * es);
@@ -429,7 +485,8 @@ Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Regi
 // The proof of one written piece -- global box or flat range `r` of dense tensor i of the
 // output `out` (a store or a distributed save) -- as its fingerprint with global indices. By
 // default from the stored chunks (H5Store::ProveStored: every chunk's stored bytes checked
-// against the chunk-info table, whose fingerprints are the global tensor's); with `full`, or
+// against the chunk-info table, whose fingerprints are the global tensor's), less what a
+// padded piece stores beyond r (decoded: DistCatalog::PaddingFingerprint); with `full`, or
 // for a piece without a table in the global frame, decoded and fingerprinted
 // (ReadBackFingerprint).
 Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o, bool full) {
@@ -441,9 +498,13 @@ Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, Cp
         if (!SameRegion(d->pieces(i)[p].region, r)) continue;
         SEEDSTORE_ASSIGN_OR_RETURN(auto sk, d->PieceStore(i, p));
         const TensorRecord& pr = sk.first->tensors()[sk.second];
-        if (!sk.first->chunk_info(sk.second).empty() && pr.piece && SameRegion(*pr.piece, r))
-          return sk.first->ProveStored(sk.second, o);
-        break;
+        if (sk.first->chunk_info(sk.second).empty() || !pr.piece ||
+            !SameRegion(*pr.piece, d->pieces(i)[p].stored))
+          break;
+        SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
+        SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint pad, d->PaddingFingerprint(i, p, o));
+        f.Sub(pad);
+        return f;
       }
     }
   }
@@ -460,10 +521,11 @@ Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::str
   SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(file, seed, gen, o.write));
   const auto& ts = src.tensors();
   for (size_t i = 0; i < ts.size(); ++i) {
-    for (const Shard& s : plan.shards[i]) {
+    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
+      const Shard& s = plan.shards[i][k];
       if (s.replicas[0] != r) continue;
-      SEEDSTORE_RETURN_IF_ERROR(
-          AddPiece(*w, src, i, s.region, /*as_piece=*/true, &counts[2 * i], &counts[2 * i + 1]));
+      SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, o.write, src, i, plan.stored[i][k], /*as_piece=*/true,
+                                         &counts[2 * i], &counts[2 * i + 1]));
       *bytes += s.region.Count() * DTypeSize(ts[i].dtype);
     }
   }
@@ -482,8 +544,12 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
       continue;
     }
     json pieces = json::array();
-    for (const Shard& s : plan.shards[i])
-      pieces.push_back(json{{"rank", s.replicas[0]}, {"region", RegionToJson(s.region)}});
+    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
+      const Shard& s = plan.shards[i][k];
+      json piece = {{"rank", s.replicas[0]}, {"region", RegionToJson(s.region)}};
+      if (!SameRegion(plan.stored[i][k], s.region)) piece["stored"] = RegionToJson(plan.stored[i][k]);
+      pieces.push_back(std::move(piece));
+    }
     tensors.push_back(json{{"name", ts[i].name},
                            {"kind", "dense"},
                            {"shape", ts[i].shape},
@@ -567,18 +633,24 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     }
     if (flat_runs > kMaxFlatRuns) continue;
     bool failed = false;
-    for (const Shard& s : plan.shards[i]) {
+    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
+      const Shard& s = plan.shards[i][k];
       const std::string src_file = BaseOf(RankFileName(path, id, s.replicas[0]));
       const Region& g = s.region;
       if (!g.flat) {
-        std::vector<hsize_t> st(rank), cnt(rank);
+        // The owned box g, from where it sits in the rank file's (maybe padded) stored box.
+        const Region& sb = plan.stored[i][k];
+        std::vector<hsize_t> st(rank), cnt(rank), sdims(rank), sst(rank);
         for (int d = 0; d < rank; ++d) {
           st[d] = g.start[d];
           cnt[d] = g.stop[d] - g.start[d];
+          sdims[d] = sb.stop[d] - sb.start[d];
+          sst[d] = g.start[d] - sb.start[d];
         }
         H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
         H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
-        H ss(H5Screate_simple(rank, cnt.data(), nullptr), H5Sclose);
+        H ss(H5Screate_simple(rank, sdims.data(), nullptr), H5Sclose);
+        H5Sselect_hyperslab(ss.id, H5S_SELECT_SET, sst.data(), nullptr, cnt.data(), nullptr);
         failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
         continue;
       }
@@ -789,7 +861,15 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
         if (piece.rank < 0 || piece.rank >= c->world()) return bad("piece rank out of range");
         auto reg = RegionFromJson(p.at("region"), rec.shape);
         if (!reg.ok()) return bad("tensor '" + name + "': " + reg.status().message());
-        piece.region = *reg;
+        piece.region = piece.stored = *reg;
+        if (p.contains("stored")) {
+          auto sb = RegionFromJson(p.at("stored"), rec.shape);
+          if (!sb.ok()) return bad("tensor '" + name + "': stored: " + sb.status().message());
+          if (reg->flat || sb->flat || !BoxWithin(*reg, *sb))
+            return bad("tensor '" + name + "': stored box " + DescribeRegion(*sb) +
+                       " does not hold the piece " + DescribeRegion(*reg));
+          piece.stored = *sb;
+        }
         covered += piece.region.Count();
         ps.push_back(piece);
       }
@@ -805,6 +885,31 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
       return DistError("rank-file-missing", Code::kNotFound, path, r, c->rank_files_[r],
                        "the file does not exist");
   return c;
+}
+
+Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptions o) const {
+  const Piece& piece = pieces_.at(i).at(p);
+  const Region &g = piece.region, &sb = piece.stored;
+  Fingerprint f;
+  if (SameRegion(g, sb)) return f;
+  SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(piece.rank));
+  const int k = s->Find(records_[i].name);  // checked by RankStore
+  const std::vector<uint64_t> lshape = LocalShape(sb);
+  std::vector<unsigned char> buf;
+  for (const Region& slab : BoxDifference(sb, g)) {
+    std::vector<uint64_t> ls(g.rank), lp(g.rank);
+    for (int e = 0; e < g.rank; ++e) {
+      ls[e] = slab.start[e] - sb.start[e];
+      lp[e] = slab.stop[e] - sb.start[e];
+    }
+    buf.resize(slab.Count() * DTypeSize(records_[i].dtype));
+    Status st = s->Read(k, BoxRegion(lshape, ls, lp), buf.data(), o);
+    if (!st.ok())
+      return DistError("rank-file-corrupt", st.code(), path_, piece.rank, rank_files_[piece.rank],
+                       st.message());
+    f.Add(FingerprintOf(records_[i], slab, buf.data(), o));
+  }
+  return f;
 }
 
 size_t DistCatalog::open_rank_files() const {
@@ -834,15 +939,17 @@ Result<const H5Store*> DistCatalog::RankStore(int rank) const {
       if (p.rank != rank) continue;
       const int k = (*s)->Find(records_[i].name);
       if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
-          (*s)->tensors()[k].shape != LocalShape(p.region))
+          (*s)->tensors()[k].shape != LocalShape(p.stored))
         return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-                         "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region) +
+                         "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
                              " is missing or has another shape or dtype");
+      // A padded piece must be recorded as such (its padding is in the global frame).
       const std::optional<Region>& rp = (*s)->tensors()[k].piece;
-      if (rp && !SameRegion(*rp, p.region))
+      if ((rp && !SameRegion(*rp, p.stored)) || (!rp && !SameRegion(p.stored, p.region)))
         return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
                          "tensor '" + records_[i].name + "' is recorded as piece " +
-                             DescribeRegion(*rp) + ", the index says " + DescribeRegion(p.region));
+                             (rp ? DescribeRegion(*rp) : std::string("(none)")) +
+                             ", the index says " + DescribeRegion(p.stored));
     }
   rank_stores_[rank] = std::move(*s);
   return rank_stores_[rank].get();
@@ -871,11 +978,35 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
       rep.problems.push_back(std::move(p));
     }
     for (size_t i = 0; i < records_.size(); ++i)
-      for (const Piece& p : pieces_[i]) {
+      for (size_t q = 0; q < pieces_[i].size(); ++q) {
+        const Piece& p = pieces_[i][q];
         if (p.rank != r) continue;
         const size_t k = static_cast<size_t>((*s)->Find(records_[i].name));  // checked by RankStore
         if ((*s)->tensors()[k].piece) {
           rep.fingerprints[i].Add(rr.fingerprints[k]);  // already in the global frame
+          if (SameRegion(p.stored, p.region)) continue;
+          // A padded piece: less its padding, which must hold what the pieces owning those
+          // elements hold (a later reshard may copy it).
+          auto pad = PaddingFingerprint(i, q, o);
+          Fingerprint owners;
+          Status st = pad.status();
+          for (const Region& slab : BoxDifference(p.stored, p.region)) {
+            if (!st.ok()) break;
+            auto f = FingerprintRegion(i, slab, o);
+            st = f.status();
+            if (f.ok()) owners.Add(*f);
+          }
+          if (st.ok() && *pad != owners)
+            st = DistError("padding-mismatch", Code::kMismatch, path_, r, rank_files_[r],
+                           "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region) +
+                               " stored as " + DescribeRegion(p.stored) +
+                               ": its padding differs from the pieces that own those elements");
+          if (!st.ok()) {
+            rep.problems.push_back({records_[i].name, -1, st});
+            bad[i] = true;
+          } else {
+            rep.fingerprints[i].Sub(*pad);
+          }
           continue;
         }
         // A rank file from before piece records: its fingerprints are in its own frame.
@@ -932,13 +1063,14 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
         if (hi[d] <= lo[d]) empty = true;
       }
       if (empty) continue;
-      const std::vector<uint64_t> lshape = LocalShape(g);
+      // Local indices in the rank file's tensor: the stored box's.
+      const std::vector<uint64_t> lshape = LocalShape(p.stored);
       std::vector<uint64_t> ls(rank), lp(rank);
       uint64_t ext[kMaxRank], dext[kMaxRank], off[kMaxRank];
       bool whole = true;
       for (int d = 0; d < rank; ++d) {
-        ls[d] = lo[d] - g.start[d];
-        lp[d] = hi[d] - g.start[d];
+        ls[d] = lo[d] - p.stored.start[d];
+        lp[d] = hi[d] - p.stored.start[d];
         ext[d] = hi[d] - lo[d];
         dext[d] = box.stop[d] - box.start[d];
         off[d] = lo[d] - box.start[d];
@@ -1057,10 +1189,13 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   Plan plan;
   if (!o.consolidate) {
     auto p = MakePlan(src, layout);
-    SEEDSTORE_RETURN_IF_ERROR(Agree(comm, p.status(), "plan"));
+    Status ps = p.status();
+    if (ps.ok()) ps = PadPieces(src, o.write, &*p);
+    SEEDSTORE_RETURN_IF_ERROR(Agree(comm, ps, "plan"));
     plan = std::move(*p);
   } else {
     plan.shards.resize(n);
+    plan.stored.resize(n);
   }
   // Save id: rank 0 draws it, the sum spreads it.
   uint64_t id64 = 0;
@@ -1115,9 +1250,9 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
           if (ts[i].lazy) {
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
           } else {
-            SEEDSTORE_RETURN_IF_ERROR(
-                AddPiece(*w, src, i, WholeTensor(ts[i].shape), /*as_piece=*/false, &counts[2 * i],
-                         &counts[2 * i + 1]));
+            SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, o.write, src, i, WholeTensor(ts[i].shape),
+                                               /*as_piece=*/false, &counts[2 * i],
+                                               &counts[2 * i + 1]));
             bytes += ts[i].NumBytes();
           }
         }

@@ -51,7 +51,10 @@ class DistCatalog : public Catalog {
  public:
   struct Piece {
     int rank = 0;
-    Region region;  // global indices (box or flat range)
+    Region region;  // global indices (box or flat range): the elements this piece serves
+    /// Global box its rank file stores: `region`, or a padded box around it (docs/FORMAT.md
+    /// 10, "Padded pieces"): the rank file's tensor has this box's shape and piece record.
+    Region stored;
   };
   static Result<std::unique_ptr<DistCatalog>> Open(const std::string& path);
   ~DistCatalog() override;
@@ -65,6 +68,10 @@ class DistCatalog : public Catalog {
   int world() const { return static_cast<int>(rank_files_.size()); }
   const std::vector<std::string>& rank_files() const { return rank_files_; }  // full paths
   const Layout& layout() const { return layout_; }
+  /// The fingerprint (global frame) of what piece p of dense tensor i stores beyond its region:
+  /// the padding of a padded piece, decoded from its rank file (zero for an unpadded piece).
+  /// Errors as Read.
+  Result<Fingerprint> PaddingFingerprint(size_t i, size_t p, CpuOptions o = {}) const;
   /// How many rank files have been opened so far (reads open only those they need).
   size_t open_rank_files() const;
   /// The store holding piece p of dense tensor i (its rank file, opened on first use) and the

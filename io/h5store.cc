@@ -1804,12 +1804,16 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
   return Status::Ok();
 }
 
-bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {
-  const WriteOptions& o = impl_->opt;
+bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype, const WriteOptions& o) {
   std::vector<int> mine;
   if (o.shuffle && DTypeSize(dtype) > 1) mine.push_back(kH5FilterShuffle);
   mine.push_back(kH5FilterZstd);
-  return s.dense && !s.chunk.empty() && s.filters == mine && s.zstd_level == o.zstd_level;
+  return s.dense && !s.chunk.empty() && s.filters == mine &&
+         s.zstd_level == std::clamp(o.zstd_level, 1, ZSTD_maxCLevel());  // as Create clamps it
+}
+
+bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {
+  return CopiesChunksOf(s, dtype, impl_->opt);
 }
 
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }

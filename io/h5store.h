@@ -284,6 +284,8 @@ class StoreWriter {
   /// this writer adds: chunked, with the filter pipeline (shuffle or not, zstd) and zstd level
   /// this writer uses for `dtype`.
   bool CopiesChunksOf(const StoredTensor& s, DType dtype) const;
+  /// The same for a writer that would be created with `options`.
+  static bool CopiesChunksOf(const StoredTensor& s, DType dtype, const WriteOptions& options);
   /// Chunks written so far: copied as stored (AddDense raw chunks, CopyFrom) or encoded.
   struct ChunkCounts {
     uint64_t copied = 0, encoded = 0;

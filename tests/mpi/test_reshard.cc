@@ -4,9 +4,13 @@
 // refused and the existing save stays intact.
 #include <hdf5.h>
 
+#include <xxhash.h>
+
 #include <cstring>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "io/dist_store.h"
 #include "io/h5store.h"
@@ -488,44 +492,48 @@ struct RawFixture {
   std::map<std::string, std::vector<unsigned char>> values;  // dense tensors, whole
 };
 
-const RawFixture& GetRaw() {
-  static RawFixture f = [] {
-    RawFixture x;
-    auto spec = ModelSpec::Parse(kRawSpec, "rr_spec");
-    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
-    x.spec = *spec;
-    x.source = TempDir() + "/rr_source.h5";
-    WriteOptions wo;
-    wo.chunk_bytes = 256;
-    wo.threads = 2;
-    auto w = StoreWriter::Create(x.source, x.spec.seed, x.spec.generator, wo);
-    EXPECT_TRUE(w.ok());
-    for (const TensorSpec& t : x.spec.tensors) {
-      if (t.name == "lz") {
-        EXPECT_TRUE((*w)->AddLazy(t).ok());
-        continue;
-      }
-      const auto v = RawValues(t, x.spec.seed);
-      x.values[t.name] = v;
-      const size_t es = DTypeSize(t.dtype);
-      const std::vector<uint64_t> shape = t.shape;
-      const auto* data = &x.values[t.name];
-      Status st = (*w)->AddDense(t.name, t.shape, t.dtype, [data, shape, es](const Region& b, void* out) {
-        auto* o = static_cast<unsigned char*>(out);
-        if (b.rank == 0) {
-          std::memcpy(o, data->data(), es);
-          return Status::Ok();
-        }
-        const uint64_t runs = b.Count() / b.RunLength();
-        for (uint64_t q = 0; q < runs; ++q, o += b.RunLength() * es)
-          std::memcpy(o, data->data() + b.RunBase(q) * es, b.RunLength() * es);
-        return Status::Ok();
-      });
-      EXPECT_TRUE(st.ok()) << st.ToString();
+// A dense store at TempDir()/<file> of the spec's tensors (RawValues; "lz" stays lazy),
+// chunked by `chunk_bytes`.
+RawFixture MakeRawSource(const char* spec_text, const std::string& file, uint64_t chunk_bytes) {
+  RawFixture x;
+  auto spec = ModelSpec::Parse(spec_text, file);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  x.spec = *spec;
+  x.source = TempDir() + "/" + file;
+  WriteOptions wo;
+  wo.chunk_bytes = chunk_bytes;
+  wo.threads = 2;
+  auto w = StoreWriter::Create(x.source, x.spec.seed, x.spec.generator, wo);
+  EXPECT_TRUE(w.ok());
+  for (const TensorSpec& t : x.spec.tensors) {
+    if (t.name == "lz") {
+      EXPECT_TRUE((*w)->AddLazy(t).ok());
+      continue;
     }
-    EXPECT_TRUE((*w)->Commit().ok());
-    return x;
-  }();
+    const auto v = RawValues(t, x.spec.seed);
+    x.values[t.name] = v;
+    const size_t es = DTypeSize(t.dtype);
+    const std::vector<uint64_t> shape = t.shape;
+    const auto* data = &x.values[t.name];
+    Status st = (*w)->AddDense(t.name, t.shape, t.dtype, [data, shape, es](const Region& b, void* out) {
+      auto* o = static_cast<unsigned char*>(out);
+      if (b.rank == 0) {
+        std::memcpy(o, data->data(), es);
+        return Status::Ok();
+      }
+      const uint64_t runs = b.Count() / b.RunLength();
+      for (uint64_t q = 0; q < runs; ++q, o += b.RunLength() * es)
+        std::memcpy(o, data->data() + b.RunBase(q) * es, b.RunLength() * es);
+      return Status::Ok();
+    });
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  EXPECT_TRUE((*w)->Commit().ok());
+  return x;
+}
+
+const RawFixture& GetRaw() {
+  static RawFixture f = MakeRawSource(kRawSpec, "rr_source.h5", 256);
   return f;
 }
 
@@ -546,10 +554,9 @@ Result<ReshardReport> ReshardHere(const std::string& src, const std::string& lay
   return Reshard(*comm, *cat, l, out, o);
 }
 
-// Every dense tensor of the catalog at `path` holds the source's bytes; every file of it
+// Every dense tensor of the catalog at `path` holds the source's bytes (f's); every file of it
 // (master or store, and each rank file) passes H5Store::Verify.
-void ExpectRawSameAsSource(const std::string& path) {
-  const RawFixture& f = GetRaw();
+void ExpectRawSameAsSource(const std::string& path, const RawFixture& f = GetRaw()) {
   auto cat = OpenCatalog(path);
   ASSERT_TRUE(cat.ok()) << cat.status().ToString();
   for (size_t i = 0; i < (*cat)->tensors().size(); ++i) {
@@ -607,18 +614,29 @@ void CorruptChunk(const std::string& file, const std::string& name, uint64_t j) 
 TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
   const RawFixture& f = GetRaw();
   // 2 ranks: rows [0, 19) / [19, 37) of b and c (mixed), [0, 20) / [20, 40) of a (aligned).
+  // b's [0, 19) is off its 10-row chunk grid: padded to [0, 20) (5% more) its chunks are
+  // copied; [19, 37) would need 50% more ([10, 37)), so it is re-encoded.
   const std::string d2 = TempDir() + "/rr_d2.h5";
   auto r2 = ReshardHere(f.source, RowsLayout(2), d2);
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   EXPECT_TRUE(r2->ok()) << r2->Table();
   using P = std::pair<uint64_t, uint64_t>;
-  std::map<std::string, P> want2 = {{"a", P{8, 0}}, {"b", P{4, 5}}, {"c", P{2, 1}},
+  std::map<std::string, P> want2 = {{"a", P{8, 0}}, {"b", P{8, 1}}, {"c", P{2, 1}},
                                     {"u", P{0, 2}}, {"e", P{0, 0}}, {"s", P{0, 1}}};
   EXPECT_EQ(Counts(*r2), want2);
-  EXPECT_EQ(r2->chunks_copied, 14u);
-  EXPECT_EQ(r2->chunks_encoded, 9u);
-  EXPECT_NE(r2->Table().find("(chunks: 14 copied as stored, 9 encoded)"), std::string::npos)
+  EXPECT_EQ(r2->chunks_copied, 18u);
+  EXPECT_EQ(r2->chunks_encoded, 5u);
+  EXPECT_NE(r2->Table().find("(chunks: 18 copied as stored, 5 encoded)"), std::string::npos)
       << r2->Table();
+  {
+    auto d = DistCatalog::Open(d2);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    const auto& pb = (*d)->pieces((*d)->Find("b"));
+    ASSERT_EQ(pb.size(), 2u);
+    EXPECT_EQ(DescribeRegion(pb[0].region), "[0:19, 0:23]");
+    EXPECT_EQ(DescribeRegion(pb[0].stored), "[0:20, 0:23]");
+    EXPECT_EQ(DescribeRegion(pb[1].stored), "[19:37, 0:23]");
+  }
   ExpectRawSameAsSource(d2);
   // A copied chunk keeps its stored bytes and checksum: rank 1's first chunk of a is the
   // source's chunk at [20, 0] (number 4).
@@ -678,11 +696,11 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
     Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rr_cli2.h5 --json");
     ASSERT_EQ(p.code, 0) << p.out << p.err;
     auto j = nlohmann::json::parse(p.out);
-    EXPECT_EQ(j["chunks_copied"], 14);
-    EXPECT_EQ(j["chunks_encoded"], 9);
+    EXPECT_EQ(j["chunks_copied"], 18);
+    EXPECT_EQ(j["chunks_encoded"], 5);
     EXPECT_EQ(j["tensors"][1]["name"], "b");
-    EXPECT_EQ(j["tensors"][1]["chunks_copied"], 4);
-    EXPECT_EQ(j["tensors"][1]["chunks_encoded"], 5);
+    EXPECT_EQ(j["tensors"][1]["chunks_copied"], 8);
+    EXPECT_EQ(j["tensors"][1]["chunks_encoded"], 1);
   }
 }
 
@@ -713,7 +731,7 @@ TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
   {
     auto r = ReshardHere(src, RowsLayout(2), out);
     ASSERT_TRUE(r.ok() && r->ok());
-    EXPECT_EQ(Counts(*r)["b"].first, 4u);  // b's chunks 0-3 (row 0) are copied
+    EXPECT_EQ(Counts(*r)["b"].first, 8u);  // b's chunks 0-7 (rows [0, 20), padded) are copied
   }
   // A store consolidated into a store takes the same checked copy: the good consolidated
   // file already at the path survives a corrupt source.
@@ -790,21 +808,28 @@ TEST(ReshardRaw, RankFilesHoldPiecesWhoseFingerprintsSumToTheTensor) {
       const TensorRecord& t = (*d)->tensors()[i];
       if (t.lazy) continue;
       SCOPED_TRACE(out + " tensor " + t.name);
-      // Each rank file records its tensor as the index's piece, with a chunk-info table; the
-      // pieces' recorded fingerprints (global frame) add up to the source's (invariant I4).
+      // Each rank file records its tensor as the index's piece (its stored box), with a
+      // chunk-info table; the pieces' recorded fingerprints (global frame) less what padded
+      // pieces store beyond their regions add up to the source's (invariant I4).
       Fingerprint sum;
       for (size_t p = 0; p < (*d)->pieces(i).size(); ++p) {
         auto sk = (*d)->PieceStore(i, p);
         ASSERT_TRUE(sk.ok()) << sk.status().ToString();
         const TensorRecord& pr = sk->first->tensors()[sk->second];
         ASSERT_TRUE(pr.piece.has_value());
-        EXPECT_TRUE(SameRegion(*pr.piece, (*d)->pieces(i)[p].region))
-            << DescribeRegion(*pr.piece) << " vs " << DescribeRegion((*d)->pieces(i)[p].region);
+        EXPECT_TRUE(SameRegion(*pr.piece, (*d)->pieces(i)[p].stored))
+            << DescribeRegion(*pr.piece) << " vs " << DescribeRegion((*d)->pieces(i)[p].stored);
         EXPECT_EQ(sk->first->chunk_info(sk->second).size(), sk->first->stored(sk->second).num_chunks);
         auto proven = sk->first->ProveStored(sk->second, CpuOptions{1});
         ASSERT_TRUE(proven.ok()) << proven.status().ToString();
         EXPECT_EQ(*proven, *pr.fingerprint);
+        auto pad = (*d)->PaddingFingerprint(i, p, CpuOptions{1});
+        ASSERT_TRUE(pad.ok()) << pad.status().ToString();
+        if (SameRegion((*d)->pieces(i)[p].stored, (*d)->pieces(i)[p].region)) {
+          EXPECT_EQ(*pad, Fingerprint{});
+        }
         sum.Add(*pr.fingerprint);
+        sum.Sub(*pad);
       }
       EXPECT_EQ(sum, *(*src)->tensors()[(*src)->Find(t.name)].fingerprint);
     }
@@ -868,7 +893,7 @@ TEST(ReshardRaw, CopiesCheckStoredBytesAgainstTheChunkInfo) {
     auto ro = ReshardHere(old, RowsLayout(2), out, false, full);
     ASSERT_TRUE(ro.ok()) << ro.status().ToString();
     EXPECT_TRUE(ro->ok()) << ro->Table();
-    EXPECT_EQ(ro->chunks_copied, 14u);
+    EXPECT_EQ(ro->chunks_copied, 18u);
     ExpectRawSameAsSource(out);
     auto d = DistCatalog::Open(out);
     ASSERT_TRUE(d.ok());
@@ -954,6 +979,252 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
   Proc gone = Shell(Bin() + " verify " + d3);
   EXPECT_EQ(gone.code, 1 + static_cast<int>(Code::kNotFound)) << gone.out << gone.err;
   EXPECT_NE((gone.out + gone.err).find("rank-file-missing"), std::string::npos) << gone.out << gone.err;
+}
+
+// Replaces the /distributed/index of the master `file` by `edit`'s change of its JSON (with a
+// fresh checksum, as a writer would).
+void EditIndex(const std::string& file, const std::function<void(nlohmann::json&)>& edit) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  std::string text;
+  {
+    hid_t d = H5Dopen2(f, "/distributed/index", H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    hid_t sp = H5Dget_space(d);
+    text.resize(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+    H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
+    H5Sclose(sp);
+    H5Dclose(d);
+  }
+  nlohmann::json j = nlohmann::json::parse(text);
+  edit(j);
+  text = j.dump();
+  ASSERT_GE(H5Ldelete(f, "/distributed/index", H5P_DEFAULT), 0);
+  hsize_t n = text.size();
+  hid_t sp = H5Screate_simple(1, &n, nullptr);
+  hid_t d = H5Dcreate2(f, "/distributed/index", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(d, 0);
+  H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
+  const uint64_t h = XXH3_64bits(text.data(), text.size());
+  hid_t as = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(d, "seedstore.xxh3", H5T_STD_U64LE, as, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_UINT64, &h);
+  H5Aclose(a);
+  H5Sclose(as);
+  H5Dclose(d);
+  H5Sclose(sp);
+  H5Fclose(f);
+}
+
+// Pieces off the source's chunk grid: prime extents, a 3 x 2 mesh, chunks [15, 9] (w) and
+// [4, 6, 5] (x, replicated over "tensor"). Every piece is padded to the grid (each by at most
+// a quarter; some in both dims), so every chunk is copied as stored; reads of any box, h5py
+// through the virtual datasets, verify, the proofs, further reshards and corruption all see
+// exactly the source's values.
+const char* kPadSpec = R"({"seedstore": 1, "seed": 5, "tensors": [
+   {"name": "w", "shape": [239, 139], "dtype": "bfloat16", "init": {"dist": "normal"}},
+   {"name": "x", "shape": [61, 6, 10], "dtype": "float32", "init": {"dist": "uniform"}}]})";
+
+std::string PadLayout(int dp, int tp) {
+  return Write("rp_mesh" + std::to_string(dp) + "x" + std::to_string(tp) + ".json",
+               R"({"mesh": {"axes": ["data", "tensor"], "shape": [)" + std::to_string(dp) + ", " +
+                   std::to_string(tp) + R"(]},
+ "placements": [{"match": "w", "spec": ["data", "tensor"]}, {"match": "x", "spec": ["data", null, null]}]})");
+}
+
+TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
+  static const RawFixture f = MakeRawSource(kPadSpec, "rp_source.h5", 512);
+  auto src = H5Store::Open(f.source);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_EQ((*src)->stored(0).chunk, (std::vector<uint64_t>{15, 9}));
+  ASSERT_EQ((*src)->stored(1).chunk, (std::vector<uint64_t>{4, 6, 5}));
+  const std::string d6 = TempDir() + "/rp_d6.h5";
+  auto r = ReshardHere(f.source, PadLayout(3, 2), d6);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << r->Table();
+  EXPECT_EQ(r->chunks_encoded, 0u) << r->Table();
+  auto d = DistCatalog::Open(d6);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  uint64_t stored_chunks = 0;
+  int padded_twice = 0;
+  for (size_t i = 0; i < 2; ++i) {
+    const std::vector<uint64_t>& c = (*src)->stored(i).chunk;
+    const TensorRecord& t = (*d)->tensors()[i];
+    for (const auto& p : (*d)->pieces(i)) {
+      SCOPED_TRACE(t.name + " piece " + DescribeRegion(p.region) + " stored " + DescribeRegion(p.stored));
+      uint64_t n = 1;
+      int dims_padded = 0;
+      for (int k = 0; k < p.region.rank; ++k) {
+        EXPECT_LE(p.stored.start[k], p.region.start[k]);
+        EXPECT_GE(p.stored.stop[k], p.region.stop[k]);
+        EXPECT_EQ(p.stored.start[k] % c[k], 0u);
+        EXPECT_TRUE(p.stored.stop[k] % c[k] == 0 || p.stored.stop[k] == t.shape[k]);
+        EXPECT_LT(p.region.start[k] - p.stored.start[k], c[k]);
+        EXPECT_LT(p.stored.stop[k] - p.region.stop[k], c[k]);
+        dims_padded += p.stored.start[k] < p.region.start[k];
+        n *= (p.stored.stop[k] - p.stored.start[k] + c[k] - 1) / c[k];
+      }
+      EXPECT_LE(p.stored.Count() - p.region.Count(), p.region.Count() / 4);
+      EXPECT_FALSE(SameRegion(p.stored, p.region));
+      padded_twice += dims_padded == 2;
+      stored_chunks += n;
+    }
+  }
+  EXPECT_EQ(r->chunks_copied, stored_chunks);
+  EXPECT_EQ(padded_twice, 2);
+  // Rank 3 (data 1, tensor 1) owns w[80:160, 70:139] and stores [75:165, 63:139].
+  const auto& pw = (*d)->pieces(0);
+  ASSERT_EQ(pw.size(), 6u);
+  EXPECT_EQ(pw[3].rank, 3);
+  EXPECT_EQ(DescribeRegion(pw[3].region), "[80:160, 70:139]");
+  EXPECT_EQ(DescribeRegion(pw[3].stored), "[75:165, 63:139]");
+  ExpectRawSameAsSource(d6, f);
+  // Any box, by the catalog's reader: random boxes (many crossing pieces), single elements,
+  // the corners.
+  std::mt19937_64 rng(42);
+  for (size_t i = 0; i < 2; ++i) {
+    const TensorRecord& t = (*d)->tensors()[i];
+    const size_t es = DTypeSize(t.dtype);
+    for (int q = 0; q < 150; ++q) {
+      std::vector<uint64_t> a(t.shape.size()), b(t.shape.size());
+      for (size_t k = 0; k < t.shape.size(); ++k) {
+        const uint64_t x = rng() % t.shape[k], y = rng() % t.shape[k];
+        a[k] = q % 3 == 0 ? x : std::min(x, y);
+        b[k] = q % 3 == 0 ? x + 1 : std::max(x, y) + 1;
+        if (q == 1) a[k] = 0, b[k] = 1;
+        if (q == 2) a[k] = t.shape[k] - 1, b[k] = t.shape[k];
+      }
+      const Region box = BoxRegion(t.shape, a, b);
+      std::vector<unsigned char> got(box.Count() * es), want;
+      ASSERT_TRUE((*d)->Read(i, box, got.data(), CpuOptions{1}).ok()) << DescribeRegion(box);
+      const std::vector<unsigned char>& all = f.values.at(t.name);
+      for (uint64_t run = 0; run < box.Count() / box.RunLength(); ++run)
+        want.insert(want.end(), all.begin() + box.RunBase(run) * es,
+                    all.begin() + (box.RunBase(run) + box.RunLength()) * es);
+      ASSERT_EQ(got, want) << t.name << " " << DescribeRegion(box);
+    }
+  }
+  // verify: every rank file, and the pieces' fingerprints (padding taken out) add up.
+  const auto rep = (*d)->Verify(CpuOptions{1});
+  for (const auto& p : rep.problems) ADD_FAILURE() << p.status.ToString();
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(rep.fingerprints[i], *(*src)->tensors()[i].fingerprint);
+  // The decoding proof agrees.
+  auto full = ReshardHere(f.source, PadLayout(3, 2), TempDir() + "/rp_d6_full.h5", false, true);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  EXPECT_TRUE(full->ok()) << full->Table();
+  // h5py reads the global tensors through the virtual datasets (owned boxes only).
+  if (const std::string py = PythonWithH5py(); !py.empty()) {
+    Proc p = H5pyCompare(py, f.source, d6);
+    EXPECT_EQ(p.code, 0) << p.out << p.err;
+    EXPECT_NE(p.out.find("h5py-ok 2"), std::string::npos) << p.out << p.err;
+  }
+  // From the padded save: to 2 ranks (rows [0, 120) / [120, 239), on the grid) and
+  // consolidated, every chunk copied from the padded pieces.
+  const std::string d2 = TempDir() + "/rp_d2.h5", c1 = TempDir() + "/rp_c1.h5";
+  auto r2 = ReshardHere(d6, PadLayout(2, 1), d2);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_TRUE(r2->ok()) << r2->Table();
+  EXPECT_EQ(Counts(*r2)["w"], (std::pair<uint64_t, uint64_t>{16 * 16, 0}));
+  ExpectRawSameAsSource(d2, f);
+  auto rc = ReshardHere(d6, "", c1, /*consolidate=*/true);
+  ASSERT_TRUE(rc.ok()) << rc.status().ToString();
+  EXPECT_TRUE(rc->ok()) << rc->Table();
+  EXPECT_EQ(rc->chunks_encoded, 0u) << rc->Table();
+  ExpectRawSameAsSource(c1, f);
+  // A tampered index: a stored box that does not hold its piece, or one the rank file does
+  // not store.
+  const std::string t1 = TempDir() + "/rp_tamper.h5";
+  ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
+  ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [](nlohmann::json& j) {
+    j["tensors"][0]["pieces"][3]["stored"]["start"][0] = 81;
+  }));
+  auto bad = DistCatalog::Open(t1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kCorrupt);
+  EXPECT_NE(bad.status().message().find("bad-index: distributed save '" + t1 + "'"), std::string::npos)
+      << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("stored box [81:165, 63:139] does not hold the piece [80:160, 70:139]"),
+            std::string::npos)
+      << bad.status().ToString();
+  ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
+  ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [](nlohmann::json& j) {
+    j["tensors"][0]["pieces"][3]["stored"]["start"][0] = 60;
+  }));
+  auto other = DistCatalog::Open(t1);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  std::vector<unsigned char> buf(2 * 239 * 139);
+  Status st = (*other)->Read(0, WholeTensor({239, 139}), buf.data(), CpuOptions{1});
+  EXPECT_EQ(st.code(), Code::kCorrupt) << st.ToString();
+  EXPECT_NE(st.message().find("rank-file-corrupt"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("piece [60:165, 63:139] is missing or has another shape"), std::string::npos)
+      << st.ToString();
+  const std::string rank3 = (*d)->rank_files()[3];
+  d->reset();
+  // Padding that differs from what its owners hold (a self-consistent rank file: checksums,
+  // chunk-info and record all match its bytes) is named by verify.
+  {
+    const std::string saved = TempDir() + "/rp_rank3.h5";
+    ASSERT_EQ(Shell("cp " + rank3 + " " + saved).code, 0);
+    const Region sb = BoxRegion({239, 139}, {75, 63}, {165, 139});
+    std::vector<unsigned char> v;
+    const std::vector<unsigned char>& all = f.values.at("w");
+    for (uint64_t run = 0; run < sb.Count() / sb.RunLength(); ++run)
+      v.insert(v.end(), all.begin() + sb.RunBase(run) * 2, all.begin() + (sb.RunBase(run) + sb.RunLength()) * 2);
+    v[0] ^= 1;  // element [75, 63]: padding (rank 0 owns it)
+    WriteOptions wo;
+    wo.chunk_bytes = 512;
+    auto w = StoreWriter::Create(rank3, f.spec.seed, f.spec.generator, wo);
+    ASSERT_TRUE(w.ok());
+    DenseChunking ch;
+    ch.chunk = {15, 9};
+    ch.piece = sb;
+    const std::vector<uint64_t> ext = LocalShape(sb);
+    ASSERT_TRUE((*w)->AddDense("w", ext, DType::kBF16, [&](const Region& b, void* out) {
+                  auto* o = static_cast<unsigned char*>(out);
+                  for (uint64_t run = 0; run < b.Count() / b.RunLength(); ++run, o += b.RunLength() * 2)
+                    std::memcpy(o, v.data() + b.RunBase(run) * 2, b.RunLength() * 2);
+                  return Status::Ok();
+                }, {}, ch).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+    auto dp = DistCatalog::Open(d6);
+    ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+    const auto pr = (*dp)->Verify(CpuOptions{1});
+    ASSERT_EQ(pr.problems.size(), 1u);
+    EXPECT_EQ(pr.problems[0].status.code(), Code::kMismatch);
+    EXPECT_EQ(pr.problems[0].status.message(),
+              "padding-mismatch: distributed save '" + d6 + "' rank 3 file '" + rank3 +
+                  "': tensor 'w' piece [80:160, 70:139] stored as [75:165, 63:139]: its padding "
+                  "differs from the pieces that own those elements");
+    ExpectRawSameAsSource(d6, f);  // what readers see is still the source's
+    ASSERT_EQ(Shell("cp " + saved + " " + rank3).code, 0);
+  }
+  // Corrupt chunks of a padded piece. Chunk 0 of rank 3's w (rows [75, 90), cols [63, 72): its
+  // own elements and padding) is named by verify and by a read of an element it serves; chunk
+  // 10 (rows [90, 105), cols [72, 81), its own) by a reshard that copies it, and the store
+  // already at that reshard's path stays.
+  ASSERT_NO_FATAL_FAILURE(CorruptChunk(rank3, "w", 0));
+  auto dc = DistCatalog::Open(d6);
+  ASSERT_TRUE(dc.ok()) << dc.status().ToString();
+  const auto vr = (*dc)->Verify(CpuOptions{1});
+  ASSERT_FALSE(vr.problems.empty());
+  EXPECT_NE(vr.problems[0].status.message().find("chunk-corrupt: file '" + rank3 + "' tensor 'w' chunk 0"),
+            std::string::npos)
+      << vr.problems[0].status.ToString();
+  std::vector<unsigned char> one(2);
+  st = (*dc)->Read(0, BoxRegion({239, 139}, {85, 70}, {86, 71}), one.data(), CpuOptions{1});
+  EXPECT_NE(st.message().find("rank-file-corrupt: distributed save '" + d6 + "' rank 3 file '" + rank3 +
+                              "': chunk-corrupt"),
+            std::string::npos)
+      << st.ToString();
+  dc->reset();
+  ASSERT_NO_FATAL_FAILURE(CorruptChunk(rank3, "w", 10));
+  const std::string before = Shell("md5sum < " + c1).out;
+  auto rbad = ReshardHere(d6, "", c1, /*consolidate=*/true);
+  ASSERT_FALSE(rbad.ok());
+  EXPECT_NE(rbad.status().message().find("chunk-corrupt: file '" + rank3 + "' tensor 'w' chunk 10"),
+            std::string::npos)
+      << rbad.status().ToString();
+  EXPECT_EQ(Shell("md5sum < " + c1).out, before);
 }
 
 }  // namespace
