@@ -483,19 +483,22 @@ Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Regi
 }
 
 // The proof of one written piece -- global box or flat range `r` of dense tensor i of the
-// output `out` (a store or a distributed save) -- as its fingerprint with global indices. By
-// default from the stored chunks (H5Store::ProveStored: every chunk's stored bytes checked
-// against the chunk-info table, whose fingerprints are the global tensor's), less what a
-// padded piece stores beyond r (decoded: DistCatalog::PaddingFingerprint); with `full`, or
-// for a piece without a table in the global frame, decoded and fingerprinted
-// (ReadBackFingerprint).
-Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o, bool full) {
+// output `out` (a store or a distributed save) -- as its share of the tensor's fingerprint
+// (global indices). By default from the stored chunks (H5Store::ProveStored: every chunk's
+// stored bytes checked against the chunk-info table, whose fingerprints are the global
+// tensor's): with `cells` (every piece of the tensor stores whole cells of one chunk grid),
+// the cells whose first element r holds (DistCatalog::ProveCells); else less what a padded
+// piece stores beyond r (decoded: DistCatalog::PaddingFingerprint). With `full`, or for a
+// piece without a table in the global frame, decoded and fingerprinted (ReadBackFingerprint).
+Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o, bool full,
+                               bool cells) {
   if (!full) {
     if (const auto* s = dynamic_cast<const H5Store*>(&out)) {
       if (!s->chunk_info(i).empty() && !s->tensors()[i].piece) return s->ProveStored(i, o);
     } else if (const auto* d = dynamic_cast<const DistCatalog*>(&out)) {
       for (size_t p = 0; p < d->pieces(i).size(); ++p) {
         if (!SameRegion(d->pieces(i)[p].region, r)) continue;
+        if (cells) return d->ProveCells(i, p, o);
         SEEDSTORE_ASSIGN_OR_RETURN(auto sk, d->PieceStore(i, p));
         const TensorRecord& pr = sk.first->tensors()[sk.second];
         if (sk.first->chunk_info(sk.second).empty() || !pr.piece ||
@@ -908,6 +911,80 @@ Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptio
       return DistError("rank-file-corrupt", st.code(), path_, piece.rank, rank_files_[piece.rank],
                        st.message());
     f.Add(FingerprintOf(records_[i], slab, buf.data(), o));
+  }
+  return f;
+}
+
+Result<std::vector<uint64_t>> DistCatalog::PieceGrid(size_t i, size_t p) const {
+  const Piece& piece = pieces_.at(i).at(p);
+  std::vector<uint64_t> none;
+  const Region& sb = piece.stored;
+  if (sb.flat || sb.rank == 0) return none;
+  SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
+  const TensorRecord& pr = sk.first->tensors()[sk.second];
+  const std::vector<uint64_t>& c = sk.first->stored(sk.second).chunk;
+  if (c.empty() || sk.first->chunk_info(sk.second).empty() || !pr.piece ||
+      pr.fp_seed() != records_[i].fp_seed())
+    return none;
+  for (int d = 0; d < sb.rank; ++d)
+    if (sb.start[d] % c[d] != 0 || (sb.stop[d] % c[d] != 0 && sb.stop[d] != sb.shape[d]))
+      return none;
+  return c;
+}
+
+Result<Fingerprint> DistCatalog::ProveCells(size_t i, size_t p, CpuOptions o) const {
+  const Piece& me = pieces_.at(i).at(p);
+  SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
+  SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
+  const std::vector<uint64_t>& c = sk.first->stored(sk.second).chunk;
+  const std::vector<ChunkInfo>& info = sk.first->chunk_info(sk.second);
+  const int rank = me.stored.rank;
+  // The chunk index, in piece q's grid, of the cell starting at global index x.
+  auto index_in = [&](const Piece& q, const uint64_t* x) {
+    uint64_t j = 0;
+    for (int d = 0; d < rank; ++d)
+      j = j * ((q.stored.stop[d] - q.stored.start[d] + c[d] - 1) / c[d]) +
+          (x[d] - q.stored.start[d]) / c[d];
+    return j;
+  };
+  uint64_t count[kMaxRank], cells = 1;
+  for (int d = 0; d < rank; ++d) {
+    count[d] = (me.stored.stop[d] - me.stored.start[d] + c[d] - 1) / c[d];
+    cells *= count[d];
+  }
+  for (uint64_t j = 0; j < cells; ++j) {
+    uint64_t x[kMaxRank], q = j;
+    bool mine = true;
+    for (int d = rank - 1; d >= 0; --d) {
+      x[d] = me.stored.start[d] + (q % count[d]) * c[d];
+      q /= count[d];
+      mine &= me.region.start[d] <= x[d] && x[d] < me.region.stop[d];
+    }
+    if (mine) continue;
+    // A cell of p's padding: the owner of its first element stores it too.
+    size_t owner = pieces_[i].size();
+    for (size_t k = 0; k < pieces_[i].size() && owner == pieces_[i].size(); ++k) {
+      const Region& g = pieces_[i][k].region;
+      bool in = !g.flat;
+      for (int d = 0; in && d < rank; ++d) in = g.start[d] <= x[d] && x[d] < g.stop[d];
+      if (in) owner = k;
+    }
+    auto mismatch = [&](const std::string& why) {
+      return DistError("padding-mismatch", Code::kMismatch, path_, me.rank, rank_files_[me.rank],
+                       "tensor '" + records_[i].name + "' piece " + DescribeRegion(me.region) +
+                           " stored as " + DescribeRegion(me.stored) + ": chunk " +
+                           std::to_string(j) + " " + why);
+    };
+    if (owner == pieces_[i].size()) return mismatch("starts where no piece is");
+    SEEDSTORE_ASSIGN_OR_RETURN(auto ok, PieceStore(i, owner));
+    const std::vector<ChunkInfo>& oinfo = ok.first->chunk_info(ok.second);
+    const uint64_t oj = index_in(pieces_[i][owner], x);
+    if (ok.first->stored(ok.second).chunk != c || oj >= oinfo.size())
+      return mismatch("is not stored alike by the piece owning its first element");
+    if (oinfo[oj].fingerprint != info[j].fingerprint)
+      return mismatch("differs from the owning piece's (rank " +
+                      std::to_string(pieces_[i][owner].rank) + " chunk " + std::to_string(oj) + ")");
+    f.Sub(info[j].fingerprint);
   }
   return f;
 }
@@ -1331,6 +1408,42 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     if (s.ok()) out = std::move(*s);
   }
   if (st.ok() && out->tensors().size() != n) st = Corrupt("reshard: output has another tensor count");
+  // Per dense tensor of a distributed save: whether every piece stores whole cells of one
+  // chunk grid (then the stored-chunks proof goes by cells: DistCatalog::ProveCells). Each
+  // process looks at the pieces it wrote (PieceGrid; the index lists them in plan order):
+  // first the writer of piece 0 tells its chunk shape, then every process counts its pieces
+  // that store another grid or none.
+  const size_t gw = 1 + kMaxRank;
+  std::vector<uint64_t> ref(n * gw, 0), off(n, 0);
+  std::vector<std::vector<std::vector<uint64_t>>> mine_grid(n);
+  const auto* dout = dynamic_cast<const DistCatalog*>(out.get());
+  const bool try_cells = dout && !o.full_proof;
+  for (size_t i = 0; i < n && st.ok() && try_cells; ++i) {
+    mine_grid[i].resize(plan.shards[i].size());
+    for (size_t k = 0; k < plan.shards[i].size() && st.ok(); ++k) {
+      if (plan.shards[i][k].replicas[0] % np != me) continue;
+      auto c = dout->PieceGrid(i, k);
+      st = c.status();
+      if (!c.ok()) break;
+      mine_grid[i][k] = *c;
+      if (k == 0) {
+        ref[i * gw] = c->empty();
+        for (size_t e = 0; e < c->size(); ++e) ref[i * gw + 1 + e] = (*c)[e];
+      }
+    }
+  }
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "prove: chunk grids"));
+  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(ref.data(), ref.size(), "prove: chunk grids"));
+  for (size_t i = 0; i < n; ++i) {
+    if (!try_cells || plan.shards[i].empty() || ref[i * gw] != 0) {
+      off[i] = 1;
+      continue;
+    }
+    const std::vector<uint64_t> c0(ref.begin() + i * gw + 1, ref.begin() + i * gw + 1 + ts[i].shape.size());
+    for (size_t k = 0; k < plan.shards[i].size(); ++k)
+      if (plan.shards[i][k].replicas[0] % np == me && mine_grid[i][k] != c0) ++off[i];
+  }
+  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(off.data(), off.size(), "prove: chunk grids"));
   for (size_t i = 0; i < n && st.ok(); ++i) {
     const TensorRecord& t = out->tensors()[i];
     if (t.name != ts[i].name || t.shape != ts[i].shape || t.dtype != ts[i].dtype) {
@@ -1359,7 +1472,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
         if (s.replicas[0] % np == me) mine.push_back(s.region);
     }
     for (const Region& r : mine) {
-      auto f = ProvePiece(*out, i, r, o.cpu, o.full_proof);
+      auto f = ProvePiece(*out, i, r, o.cpu, o.full_proof, off[i] == 0);
       if (!f.ok()) {
         st = f.status();
         break;

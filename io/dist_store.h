@@ -72,6 +72,20 @@ class DistCatalog : public Catalog {
   /// the padding of a padded piece, decoded from its rank file (zero for an unpadded piece).
   /// Errors as Read.
   Result<Fingerprint> PaddingFingerprint(size_t i, size_t p, CpuOptions o = {}) const;
+  /// The chunk shape of piece p of dense tensor i when its rank file stores whole cells of
+  /// the tensor's global chunk grid: chunked, with a chunk-info table in the global frame, its
+  /// stored box starting on multiples of the chunk shape and stopping on them or at the
+  /// tensor's end. Empty otherwise (flat pieces included). Errors as Read.
+  Result<std::vector<uint64_t>> PieceGrid(size_t i, size_t p) const;
+  /// The proof of piece p of dense tensor i by cells, when every piece of the tensor stores
+  /// whole cells of one global chunk grid (PieceGrid equal for all; the caller checks): every
+  /// stored chunk's bytes checked against the chunk-info table (H5Store::ProveStored), and the
+  /// sum of the table fingerprints of the chunks whose first element p owns. Those cells,
+  /// over all pieces, are the grid's cells, each once. Each other chunk p stores (a cell its
+  /// padding shares with the piece owning the cell's first element) must have the owner's
+  /// fingerprint for that cell (padding-mismatch otherwise): so every stored copy of every cell
+  /// is proven, without decoding any.
+  Result<Fingerprint> ProveCells(size_t i, size_t p, CpuOptions o = {}) const;
   /// How many rank files have been opened so far (reads open only those they need).
   size_t open_rank_files() const;
   /// The store holding piece p of dense tensor i (its rank file, opened on first use) and the

@@ -636,6 +636,11 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
     EXPECT_EQ(DescribeRegion(pb[0].region), "[0:19, 0:23]");
     EXPECT_EQ(DescribeRegion(pb[0].stored), "[0:20, 0:23]");
     EXPECT_EQ(DescribeRegion(pb[1].stored), "[19:37, 0:23]");
+    // Piece 1 is off the grid, so b's proof cannot go by cells (PieceGrid empty).
+    auto g0 = (*d)->PieceGrid((*d)->Find("b"), 0), g1 = (*d)->PieceGrid((*d)->Find("b"), 1);
+    ASSERT_TRUE(g0.ok() && g1.ok());
+    EXPECT_EQ(*g0, (std::vector<uint64_t>{10, 6}));
+    EXPECT_TRUE(g1->empty());
   }
   ExpectRawSameAsSource(d2);
   // A copied chunk keeps its stored bytes and checksum: rank 1's first chunk of a is the
@@ -1079,6 +1084,20 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   EXPECT_EQ(DescribeRegion(pw[3].region), "[80:160, 70:139]");
   EXPECT_EQ(DescribeRegion(pw[3].stored), "[75:165, 63:139]");
   ExpectRawSameAsSource(d6, f);
+  // Every piece stores whole cells of the source's grid, so the proof goes by cells: each
+  // piece's cells whose first element it owns add up to the tensor (no decoding).
+  for (size_t i = 0; i < 2; ++i) {
+    Fingerprint sum;
+    for (size_t p = 0; p < (*d)->pieces(i).size(); ++p) {
+      auto g = (*d)->PieceGrid(i, p);
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      EXPECT_EQ(*g, (*src)->stored(i).chunk);
+      auto c = (*d)->ProveCells(i, p, CpuOptions{1});
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      sum.Add(*c);
+    }
+    EXPECT_EQ(sum, *(*src)->tensors()[i].fingerprint);
+  }
   // Any box, by the catalog's reader: random boxes (many crossing pieces), single elements,
   // the corners.
   std::mt19937_64 rng(42);
@@ -1196,6 +1215,14 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
                   "': tensor 'w' piece [80:160, 70:139] stored as [75:165, 63:139]: its padding "
                   "differs from the pieces that own those elements");
     ExpectRawSameAsSource(d6, f);  // what readers see is still the source's
+    // The proof by cells finds it without decoding: rank 3's chunk 0 is rank 0's chunk 47
+    // (cell [75:90, 63:72]).
+    auto pc = (*dp)->ProveCells(0, 3, CpuOptions{1});
+    ASSERT_FALSE(pc.ok());
+    EXPECT_EQ(pc.status().message(),
+              "padding-mismatch: distributed save '" + d6 + "' rank 3 file '" + rank3 +
+                  "': tensor 'w' piece [80:160, 70:139] stored as [75:165, 63:139]: chunk 0 "
+                  "differs from the owning piece's (rank 0 chunk 47)");
     ASSERT_EQ(Shell("cp " + saved + " " + rank3).code, 0);
   }
   // Corrupt chunks of a padded piece. Chunk 0 of rank 3's w (rows [75, 90), cols [63, 72): its
