@@ -7,9 +7,12 @@
 //   P                     master: an ordinary store (lazy tensors) + /distributed/index (JSON)
 //                         + /tensors/<escaped> virtual datasets of the dense tensors
 //   P.<id>.rank<r>.h5     rank r's file: ordinary store; its distinct shard of each dense
-//                         tensor as a dense tensor of the same name and the shard's local shape,
+//                         tensor as a dense tensor of the same name and the local shape of the
+//                         shard's stored box (the shard, or padded to the source's chunk grid so
+//                         its chunks are copied, not re-encoded; readers ignore the padding),
 //                         recorded as a piece (TensorRecord::piece: fingerprints in the global
-//                         tensor's frame, so the pieces of any layout add up to the tensor's)
+//                         tensor's frame, so the pieces of any layout add up to the tensor's,
+//                         padding taken out)
 //   P.lock                present only while a writer is saving to P (O_EXCL); holds
 //                         "pid <pid> on <host>" of the writer's rank 0
 //
@@ -181,9 +184,11 @@ struct ReshardReport {
 /// previously at `path` is never touched before the new master is renamed over it).
 /// A fingerprint mismatch is not an error here: inspect the report (ToStatus()).
 ///
-/// Raw chunk copies: when `src` is a store or a distributed save, an output piece that starts
-/// on a chunk boundary of the stored source piece holding its first element (and spans at
-/// least one chunk in every dim) is chunked like the source, and each output chunk whose box
+/// Raw chunk copies: when `src` is a store or a distributed save, an output piece off the
+/// chunk grid of the stored source part owning its first element is first padded to that grid
+/// when that adds at most a quarter of its elements (docs/FORMAT.md 10, "Padded pieces"); a
+/// piece whose stored box then starts on that grid (and spans at least one chunk in every
+/// dim) is chunked like the source, and each output chunk whose box
 /// is exactly a stored source chunk's box, clipped alike (same chunk shape, filter pipeline
 /// and zstd level), is copied as stored: its stored bytes are checked against the source's
 /// chunk-info hash (a corrupt source chunk fails the save, named) and written with their
@@ -192,7 +197,8 @@ struct ReshardReport {
 /// otherwise the chunk is decoded, checked against its checksum and fingerprinted. Other
 /// chunks are decoded and re-encoded. Rank files record their tensors as pieces
 /// (TensorRecord::piece), so their fingerprints add up to the global tensor's. The proof
-/// reads back every written chunk (DistSaveOptions::full_proof says how). A source whose
+/// reads back every written chunk (DistSaveOptions::full_proof says how; padded pieces by
+/// cells where every piece stores whole cells of one grid: DistCatalog::ProveCells). A source whose
 /// records are pieces (a rank file opened alone) is refused (kInvalidArgument).
 Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
                               const std::string& path, const DistSaveOptions& o = {});
