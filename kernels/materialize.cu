@@ -118,6 +118,17 @@ int CudaDeviceCount(std::string* why) {
 
 bool CudaAvailable(std::string* why) { return CudaDeviceCount(why) > 0; }
 
+KernelStatus CudaUseDevice(int device) {
+  std::string why;
+  const int n = CudaDeviceCount(&why);
+  if (n == 0) return KernelStatus{KernelCode::kUnsupported, "no CUDA device: " + why};
+  if (device < 0 || device >= n)
+    return Invalid("CUDA device " + std::to_string(device) + " does not exist (" +
+                   std::to_string(n) + " visible)");
+  SEEDSTORE_CUDA_RETURN(cudaSetDevice(device));
+  return Ok();
+}
+
 KernelStatus MaterializeCuda(const SamplerParams& p, const Region& r, void* d_out,
                              void* stream) {
   SEEDSTORE_KERNEL_TRY(CheckSampler(p));
