@@ -104,12 +104,6 @@ int DefaultThreadsPerRank() {
   return std::max(1, hw / local);
 }
 
-#if !SEEDSTORE_HAVE_NCCL
-Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective>, CollectiveOptions) {
-  return Unsupported("NCCL backend: seedstore was built without CUDA/NCCL");
-}
-#endif
-
 Result<Simulate> ParseSimulate(std::string_view s) {
   if (s == "none") return Simulate::kNone;
   if (s == "unseeded") return Simulate::kUnseeded;
