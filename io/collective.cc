@@ -9,6 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "io/device.h"
+#include "io/gpu_select.h"
 #include "kernels/materialize.h"
 
 namespace seedstore {
@@ -17,14 +19,6 @@ namespace {
 // The kernels library may not be built yet (an interface target): the CUDA paths then
 // report kUnsupported.
 constexpr const char* kNoKernels = "seedstore was built without the CUDA kernels";
-bool KCudaAvailable(std::string* why) {
-#if SEEDSTORE_IO_HAS_KERNELS
-  return CudaAvailable(why);
-#else
-  if (why) *why = kNoKernels;
-  return false;
-#endif
-}
 KernelStatus KMaterializeFingerprintCuda(const SamplerParams& p, const Region& r, uint64_t seed,
                                          Fingerprint* out) {
 #if SEEDSTORE_IO_HAS_KERNELS
@@ -106,20 +100,9 @@ Result<std::unique_ptr<Collective>> OpenCollective(std::string_view backend, Col
 
 int DefaultThreadsPerRank() {
   const int hw = std::max(1u, std::thread::hardware_concurrency());
-  int local = 1;
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_LOCAL_SIZE"})
-    if (const char* s = Env(v)) {
-      local = std::max(1, std::atoi(s));
-      break;
-    }
+  const int local = std::max(1, CurrentNodeLocalRank().size);  // MPI's answer, or the launcher's
   return std::max(1, hw / local);
 }
-
-#if !SEEDSTORE_HAVE_NCCL
-Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective>, CollectiveOptions) {
-  return Unsupported("NCCL backend: seedstore was built without CUDA/NCCL");
-}
-#endif
 
 Result<Simulate> ParseSimulate(std::string_view s) {
   if (s == "none") return Simulate::kNone;
@@ -163,15 +146,11 @@ Result<Fingerprint> LazyFingerprint(const LazyTensor& l, const Region& r, bool c
   return fp;
 }
 
-Result<bool> ResolveDevice(const std::string& device) {
-  if (device == "cpu") return false;
-  if (device == "cuda" || device == "auto") {
-    std::string why;
-    if (KCudaAvailable(&why)) return true;
-    if (device == "auto") return false;
-    return Unsupported("--device cuda: " + why);
-  }
-  return InvalidArgument("--device '" + device + "': expected auto, cpu or cuda");
+// Whether --device means CUDA; on CUDA this thread is bound to the node-local GPU
+// (io/device.h: local rank % visible GPUs), so the ranks of a node spread over its GPUs.
+Result<bool> UseCuda(const std::string& device) {
+  SEEDSTORE_ASSIGN_OR_RETURN(const Device d, ResolveDevice(device));
+  return d == Device::kCuda;
 }
 
 // One rank's shard of tensor i of the catalog, possibly corrupted on purpose (Simulate).
@@ -235,7 +214,7 @@ Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const
     shards[i].recorded = recs[i].fingerprint;
   }
   SEEDSTORE_RETURN_IF_ERROR(CheckSameInputs(comm, layout, shards));
-  SEEDSTORE_ASSIGN_OR_RETURN(const bool cuda, ResolveDevice(o.device));
+  SEEDSTORE_ASSIGN_OR_RETURN(const bool cuda, UseCuda(o.device));
   bool flip_pending = o.simulate == Simulate::kFlip && me == o.simulate_rank;
   for (size_t i = 0; i < recs.size(); ++i) {
     SEEDSTORE_ASSIGN_OR_RETURN(Shard sh, layout.ShardOf(recs[i].name, recs[i].shape, me));

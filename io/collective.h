@@ -1,5 +1,5 @@
 // Collectives: one small interface over MPI (CPU, under mpirun, across nodes), NCCL (GPU
-// buffers; its unique id bootstrapped over MPI) and a world of one -- and the cross-rank
+// buffers; its unique id bootstrapped over MPI or given by the caller) and a world of one -- and the cross-rank
 // verification entry points built on it (store/verify.h has the decision logic).
 //
 // Fault handling. MPI cannot time out a collective, so with a timeout every operation is
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gen/materialize_cpu.h"
+#include "io/nccl_comm.h"
 #include "store/catalog.h"
 #include "store/layout.h"
 #include "store/verify.h"
@@ -62,12 +63,24 @@ std::unique_ptr<Collective> CreateSelfCollective(CollectiveOptions o = {});
 /// without MPI; kIo when MPI fails to initialize.
 Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions o = {});
 
-/// NCCL on this rank's GPU (device = local rank modulo the device count), its unique id
-/// broadcast over `bootstrap` (MPI, or self for a world of one), which the result owns (Abort
-/// goes through it). The interface still takes host pointers: payloads are staged through
-/// device memory and moved by NCCL. Deadlines use a non-blocking communicator and
-/// ncclCommAbort. Errors: kUnsupported (built without CUDA/NCCL, or no GPU), kIo.
+/// NCCL on this rank's GPU, bootstrapped over `bootstrap` (MPI, or self for a world of one),
+/// which the result owns (Abort goes through it): the rank binds its node-local GPU
+/// (BindNodeLocalGpu, io/device.h), the ranks all-gather their GPU claims and refuse two ranks
+/// on one GPU by name (CheckOneRankPerGpu, io/gpu_select.h: NCCL itself would fail or hang
+/// without saying why), rank 0's unique id is broadcast, and the communicator is created from
+/// it (the id overload below). The interface takes host pointers: payloads are staged through
+/// device memory and moved by NCCL (io/nccl_comm.h also takes device pointers). Deadlines use
+/// a non-blocking communicator and ncclCommAbort. Errors (the same on every rank):
+/// kUnsupported (built without CUDA/NCCL, or a rank has no GPU), kInvalidArgument (ranks
+/// sharing a GPU), kIo.
 Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective> bootstrap,
+                                                         CollectiveOptions o = {});
+
+/// NCCL rank `rank` of `nranks` on CUDA device `device`, from a unique id the caller made
+/// (NcclNewUniqueId on one rank) and distributed by its own means; no bootstrap, so Abort
+/// aborts the communicator and exits this process only. Errors: as NcclComm::Create.
+Result<std::unique_ptr<Collective>> CreateNcclCollective(const NcclUniqueId& id, int nranks,
+                                                         int rank, int device,
                                                          CollectiveOptions o = {});
 
 /// Whether this process was started by an MPI launcher (mpirun/mpiexec/srun with PMI/PMIx).

@@ -1,5 +1,6 @@
 // The MPI backend of io/collective.h: non-blocking collectives polled against a deadline.
 #include "io/collective.h"
+#include "io/gpu_select.h"
 
 #if SEEDSTORE_HAVE_MPI
 // The C API only (OpenMPI and MPICH otherwise pull in the deprecated C++ bindings).
@@ -66,6 +67,18 @@ class MpiCollective final : public Collective {
     MPI_Comm_set_errhandler(c->arrive_comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->comm_, &c->rank_);
     MPI_Comm_size(c->comm_, &c->size_);
+    // The node-local rank, for the choice of GPU (io/gpu_select.h): the ranks that share
+    // memory with this one are the ranks of its node.
+    MPI_Comm node = MPI_COMM_NULL;
+    SEEDSTORE_MPI_CHECK(MPI_Comm_split_type(c->comm_, MPI_COMM_TYPE_SHARED, c->rank_,
+                                            MPI_INFO_NULL, &node),
+                        "MPI setup");
+    NodeLocalRank local;
+    MPI_Comm_rank(node, &local.rank);
+    MPI_Comm_size(node, &local.size);
+    local.source = "MPI_Comm_split_type";
+    MPI_Comm_free(&node);
+    SetNodeLocalRank(local);
     return std::unique_ptr<Collective>(std::move(c));
   }
 

@@ -1,217 +1,137 @@
-// The NCCL backend of io/collective.h: GPU-to-GPU collectives, the unique id broadcast over
-// the MPI bootstrap. Compiled into seedstore_io only when CUDA and NCCL are found
-// (io/collective.cmake defines SEEDSTORE_HAVE_NCCL); otherwise this file is empty and
-// io/collective.cc provides a stub that returns kUnsupported.
-#if SEEDSTORE_HAVE_NCCL
-#include <cuda_runtime.h>
-#include <nccl.h>
+// The NCCL backend of io/collective.h: an NcclComm (io/nccl_comm.h) behind the Collective
+// interface. Bootstrapped over another Collective (MPI under mpirun, self for a world of one):
+// every rank binds its node-local GPU, the ranks gather their GPU claims and refuse shared
+// GPUs by name (CheckOneRankPerGpu), rank 0 makes the unique id and broadcasts it, and the
+// communicator is created from that id. Without NCCL the factories return kUnsupported.
+#include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <thread>
+#include <vector>
 
 #include "io/collective.h"
+#include "io/device.h"
+#include "io/nccl_comm.h"
 
 namespace seedstore {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-#define SEEDSTORE_CUDA_CHECK(call, what)                                                  \
-  do {                                                                                    \
-    const cudaError_t _e = (call);                                                        \
-    if (_e != cudaSuccess)                                                                \
-      return IoError(std::string(what) + ": " #call " failed at " __FILE__ ":" +          \
-                     std::to_string(__LINE__) + ": " + cudaGetErrorString(_e));           \
-  } while (0)
-
-#define SEEDSTORE_NCCL_CHECK(call, what)                                                  \
-  do {                                                                                    \
-    const ncclResult_t _r = (call);                                                       \
-    if (_r != ncclSuccess && _r != ncclInProgress)                                        \
-      return IoError(std::string(what) + ": " #call " failed at " __FILE__ ":" +          \
-                     std::to_string(__LINE__) + ": " + ncclGetErrorString(_r));           \
-  } while (0)
-
-int LocalRank(int world_rank) {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK",
-                        "SLURM_LOCALID"})
-    if (const char* s = std::getenv(v); s && *s) return std::atoi(s);
-  return world_rank;
-}
-
 class NcclCollective final : public Collective {
  public:
-  static Result<std::unique_ptr<Collective>> Create(std::unique_ptr<Collective> owned,
-                                                    CollectiveOptions o) {
-    Collective& boot = *owned;
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-      cudaGetLastError();
-      return Unsupported("NCCL backend: no CUDA device");
-    }
-    auto c = std::unique_ptr<NcclCollective>(new NcclCollective(std::move(owned), o));
-    c->rank_ = boot.rank();
-    c->size_ = boot.size();
-    c->device_ = LocalRank(c->rank_) % ndev;
-    SEEDSTORE_CUDA_CHECK(cudaSetDevice(c->device_), "NCCL setup");
-    SEEDSTORE_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking), "NCCL setup");
-    ncclUniqueId id;
-    std::memset(&id, 0, sizeof id);
-    if (c->rank_ == 0) SEEDSTORE_NCCL_CHECK(ncclGetUniqueId(&id), "NCCL setup");
-    SEEDSTORE_RETURN_IF_ERROR(boot.Broadcast(&id, sizeof id, 0, "NCCL unique id"));
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = o.timeout_s > 0 ? 0 : 1;
-    const ncclResult_t init = ncclCommInitRankConfig(&c->comm_, c->size_, id, c->rank_, &cfg);
-    c->has_comm_ = c->comm_ != nullptr;  // aborted by the destructor even when init failed
-    if (init != ncclSuccess && init != ncclInProgress) c->broken_ = true;
-    SEEDSTORE_NCCL_CHECK(init, "NCCL setup");
-    SEEDSTORE_RETURN_IF_ERROR(c->WaitComm("NCCL communicator init", Now()));
-    return std::unique_ptr<Collective>(std::move(c));
+  NcclCollective(std::unique_ptr<NcclComm> comm, std::unique_ptr<Collective> boot,
+                 CollectiveOptions o)
+      : comm_(std::move(comm)), boot_(std::move(boot)) {
+    options_ = o;
   }
 
-  ~NcclCollective() override {
-    if (has_comm_) {
-      if (broken_) ncclCommAbort(comm_);
-      else ncclCommDestroy(comm_);
-    }
-    if (d_buf_) cudaFree(d_buf_);
-    if (stream_) cudaStreamDestroy(stream_);
-  }
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
   const char* backend() const override { return "nccl"; }
 
   Status AllGather(const void* send, size_t bytes, void* recv, const char* what) override {
-    SEEDSTORE_RETURN_IF_ERROR(Reserve(bytes * size_, what));
-    char* d = static_cast<char*>(d_buf_);
-    return Run(what, send, bytes, d + rank_ * bytes, recv, bytes * size_, [&] {
-      return ncclAllGather(d + rank_ * bytes, d, bytes, ncclUint8, comm_, stream_);
-    });
+    return Step(comm().AllGather(send, bytes, recv, Memory::kHost, what));
   }
-
   Status AllReduceSum(uint64_t* data, size_t n, const char* what) override {
-    SEEDSTORE_RETURN_IF_ERROR(Reserve(n * 8, what));
-    return Run(what, data, n * 8, d_buf_, data, n * 8, [&] {
-      return ncclAllReduce(d_buf_, d_buf_, n, ncclUint64, ncclSum, comm_, stream_);
-    });
+    return Step(comm().AllReduceSum(data, n, Memory::kHost, what));
   }
-
-  Status Barrier(const char* what) override {
-    uint64_t one = 1;
-    return AllReduceSum(&one, 1, what);
-  }
-
+  Status Barrier(const char* what) override { return Step(comm().Barrier(what)); }
   Status Broadcast(void* data, size_t bytes, int root, const char* what) override {
-    if (root < 0 || root >= size_)
-      return InvalidArgument(std::string(what) + ": broadcast root out of range");
-    SEEDSTORE_RETURN_IF_ERROR(Reserve(bytes, what));
-    return Run(what, data, bytes, d_buf_, data, bytes, [&] {
-      return ncclBroadcast(d_buf_, d_buf_, bytes, ncclUint8, root, comm_, stream_);
-    });
+    return Step(comm().Broadcast(data, bytes, root, Memory::kHost, what));
   }
 
   // Broken after an NCCL error or timeout, or when the bootstrap is: then the job must abort
   // rather than finalize (tools/cli.cc).
-  bool broken() const override { return broken_ || boot_->broken(); }
+  bool broken() const override { return comm_->broken() || (boot_ && boot_->broken()); }
 
   [[noreturn]] void Abort(int exit_code) override {
-    if (has_comm_) ncclCommAbort(comm_);
-    has_comm_ = false;
-    boot_->Abort(exit_code);
-    std::abort();  // not reached: the bootstrap's Abort does not return
+    comm_->Abort();
+    if (boot_) boot_->Abort(exit_code);  // does not return
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(exit_code);
   }
 
  private:
-  NcclCollective(std::unique_ptr<Collective> boot, CollectiveOptions o) : boot_(std::move(boot)) {
-    options_ = o;
+  Status Step(Status st) {
+    comm_s_ = comm_->comm_seconds();
+    return st;
+  }
+  // Every step reads the deadline, which set_timeout() may have changed.
+  NcclComm& comm() {
+    comm_->set_timeout(options_.timeout_s);
+    return *comm_;
   }
 
-  Status Reserve(size_t bytes, const char* what) {
-    if (bytes <= cap_) return Status::Ok();
-    SEEDSTORE_CUDA_CHECK(cudaSetDevice(device_), what);  // the caller's thread may use another
-    if (d_buf_) cudaFree(d_buf_);
-    d_buf_ = nullptr;
-    cap_ = 0;
-    SEEDSTORE_CUDA_CHECK(cudaMalloc(&d_buf_, bytes), what);
-    cap_ = bytes;
-    return Status::Ok();
-  }
-
-  // Waits until the (non-blocking) communicator has no call in progress.
-  Status WaitComm(const char* what, double t0) {
-    for (;;) {
-      ncclResult_t r;
-      SEEDSTORE_NCCL_CHECK(ncclCommGetAsyncError(comm_, &r), what);
-      if (r == ncclSuccess) return Status::Ok();
-      if (r != ncclInProgress) {
-        broken_ = true;
-        return IoError(std::string(what) + ": NCCL: " + ncclGetErrorString(r));
-      }
-      if (options_.timeout_s > 0 && Now() - t0 > options_.timeout_s) return TimedOut(what);
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
-
-  Status TimedOut(const char* what) {
-    broken_ = true;
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.1f", options_.timeout_s);
-    return IoError("rank " + std::to_string(rank_) + ": NCCL step '" + what +
-                   "' did not complete within " + secs + " s (--timeout): another rank is hung or dead");
-  }
-
-  template <class Launch>
-  Status Run(const char* what, const void* h_in, size_t in_bytes, void* d_in, void* h_out,
-             size_t out_bytes, Launch launch) {
-    if (broken_) return IoError(std::string(what) + ": the communicator is unusable after an "
-                                "earlier failure");
-    const double t0 = Now();
-    SEEDSTORE_CUDA_CHECK(cudaSetDevice(device_), what);
-    SEEDSTORE_CUDA_CHECK(cudaMemcpyAsync(d_in, h_in, in_bytes, cudaMemcpyHostToDevice, stream_), what);
-    SEEDSTORE_NCCL_CHECK(launch(), what);
-    SEEDSTORE_RETURN_IF_ERROR(WaitComm(what, t0));
-    for (;;) {
-      const cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) {
-        broken_ = true;
-        return IoError(std::string(what) + ": CUDA: " + cudaGetErrorString(e));
-      }
-      ncclResult_t r;
-      SEEDSTORE_NCCL_CHECK(ncclCommGetAsyncError(comm_, &r), what);
-      if (r != ncclSuccess && r != ncclInProgress) {
-        broken_ = true;
-        return IoError(std::string(what) + ": NCCL: " + ncclGetErrorString(r));
-      }
-      if (options_.timeout_s > 0 && Now() - t0 > options_.timeout_s) return TimedOut(what);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    SEEDSTORE_CUDA_CHECK(cudaMemcpy(h_out, d_buf_, out_bytes, cudaMemcpyDeviceToHost), what);
-    comm_s_ += Now() - t0;
-    return Status::Ok();
-  }
-
+  std::unique_ptr<NcclComm> comm_;
   std::unique_ptr<Collective> boot_;  // MPI (or self): the unique id's carrier, and Abort
-  int rank_ = 0, size_ = 1, device_ = 0;
-  cudaStream_t stream_ = nullptr;
-  ncclComm_t comm_{};
-  bool has_comm_ = false, broken_ = false;
-  void* d_buf_ = nullptr;
-  size_t cap_ = 0;
 };
+
+std::string HostName() {
+  char host[kClaimHostBytes] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return "?";
+  return host;
+}
 
 }  // namespace
 
+Result<std::unique_ptr<Collective>> CreateNcclCollective(const NcclUniqueId& id, int nranks,
+                                                         int rank, int device,
+                                                         CollectiveOptions o) {
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> comm,
+                             NcclComm::Create(id, nranks, rank, device, o.timeout_s));
+  return std::unique_ptr<Collective>(new NcclCollective(std::move(comm), nullptr, o));
+}
+
 Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective> bootstrap,
                                                          CollectiveOptions o) {
-  return NcclCollective::Create(std::move(bootstrap), o);
+  if (!bootstrap) return InvalidArgument("NCCL backend: no bootstrap collective");
+  if (!NcclBuilt()) return NcclNewUniqueId().status();  // kUnsupported, naming why
+  Collective& boot = *bootstrap;
+  const int me = boot.rank(), n = boot.size();
+  // 1. This rank's GPU (node-local rank % visible GPUs) and its claim; a rank without a GPU
+  //    still takes part in the gather, so that every rank reports the same error.
+  GpuClaim mine;
+  mine.rank = me;
+  mine.device = -1;
+  mine.host = HostName();
+  std::string local_error;
+  Result<int> dev = BindNodeLocalGpu();
+  if (dev.ok()) {
+    Result<GpuClaim> c = LocalGpuClaim(me, *dev);
+    if (c.ok()) mine = *c;
+    else local_error = c.status().message();
+  } else {
+    local_error = dev.status().message();
+  }
+  // 2. Every rank's claim; shared GPUs (or ranks without one) are refused by name.
+  std::vector<unsigned char> all(kGpuClaimBytes * static_cast<size_t>(n));
+  SEEDSTORE_RETURN_IF_ERROR(boot.AllGather(PackGpuClaim(mine).data(), kGpuClaimBytes, all.data(),
+                                           "NCCL GPU claims"));
+  std::vector<GpuClaim> claims;
+  for (int r = 0; r < n; ++r) claims.push_back(UnpackGpuClaim(all.data() + kGpuClaimBytes * r));
+  Status check = CheckOneRankPerGpu(claims);
+  if (!check.ok()) {
+    if (local_error.empty()) return check;
+    return Status(check.code(), check.message() + " (rank " + std::to_string(me) + ": " +
+                                    local_error + ")");
+  }
+  // 3. The unique id, made by rank 0 and broadcast; a failure there is reported to all.
+  NcclUniqueId id;
+  unsigned char failed = 0;
+  Status id_status;
+  if (me == 0) {
+    Result<NcclUniqueId> made = NcclNewUniqueId();
+    if (made.ok()) id = *made;
+    else id_status = made.status(), failed = 1;
+  }
+  SEEDSTORE_RETURN_IF_ERROR(boot.Broadcast(&failed, 1, 0, "NCCL unique id status"));
+  if (failed) return me == 0 ? id_status : IoError("NCCL backend: rank 0 could not make the unique id");
+  SEEDSTORE_RETURN_IF_ERROR(boot.Broadcast(id.bytes.data(), id.bytes.size(), 0, "NCCL unique id"));
+  // 4. The communicator, from the id.
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> comm,
+                             NcclComm::Create(id, n, me, mine.device, o.timeout_s));
+  return std::unique_ptr<Collective>(
+      new NcclCollective(std::move(comm), std::move(bootstrap), o));
 }
 
 }  // namespace seedstore
-#endif  // SEEDSTORE_HAVE_NCCL

@@ -1,5 +1,7 @@
 #include "io/device.h"
 
+#include "io/gpu_select.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -25,9 +27,20 @@ Result<Device> ResolveDevice(Device requested) {
   if (requested == Device::kCpu) return Device::kCpu;
   std::string why;
   const bool ok = CudaAvailable(&why);
-  if (requested == Device::kAuto) return ok ? Device::kCuda : Device::kCpu;
+  if (requested == Device::kAuto && !ok) return Device::kCpu;
   if (!ok) return Unsupported("--device cuda: " + why);
+  SEEDSTORE_RETURN_IF_ERROR(BindNodeLocalGpu().status());
   return Device::kCuda;
+}
+
+Result<int> BindNodeLocalGpu() {
+  std::string why;
+  const int n = CudaDeviceCount(&why);
+  if (n <= 0) return Unsupported("no CUDA device: " + why);
+  const NodeLocalRank local = CurrentNodeLocalRank();
+  SEEDSTORE_ASSIGN_OR_RETURN(const int device, DeviceForLocalRank(local.rank, n));
+  SEEDSTORE_RETURN_IF_ERROR(FromKernel(CudaUseDevice(device)));
+  return device;
 }
 
 Result<Device> ResolveDevice(const std::string& option) {

@@ -15,9 +15,19 @@ const char* DeviceName(Device d);
 
 /// auto -> cuda when CudaAvailable(), else cpu. cuda without a usable GPU -> kUnsupported
 /// naming why ("seedstore was built without CUDA", "no CUDA-capable device is detected").
+/// Resolving to cuda also binds the calling thread to the node-local GPU (BindNodeLocalGpu).
 Result<Device> ResolveDevice(Device requested);
 /// ParseDevice then ResolveDevice: what a `--device` option means.
 Result<Device> ResolveDevice(const std::string& option);
+
+/// Makes the calling thread's current CUDA device this process's GPU on its node:
+/// DeviceForLocalRank(CurrentNodeLocalRank().rank, visible GPUs) (io/gpu_select.h), so that
+/// the ranks of a node under mpirun spread over its GPUs instead of all using GPU 0; with more
+/// ranks than GPUs they share (MPI-only work allows it; the NCCL backend refuses it). Outside
+/// a launcher that is GPU 0. Returns the device. The current device is per thread: a thread
+/// that launches kernels calls this (or ResolveDevice) itself. Errors: kUnsupported (no GPU,
+/// no CUDA build), kIo.
+Result<int> BindNodeLocalGpu();
 
 /// Converts a kernel-layer status (kCuda errors become kIo).
 Status FromKernel(const KernelStatus& s);

@@ -5,6 +5,7 @@
 // chunks that straddle a run, end the region, or are misaligned take the per-element path.
 // No CUDA syntax beyond the SEEDSTORE_HD macros.
 #pragma once
+#include "gen/dispatch.h"
 #include "gen/fingerprint.h"
 #include "gen/sampler.h"
 #include "kernels/run_map.h"
@@ -28,9 +29,6 @@ namespace chunk {
 /// Elements per chunk: 16 bytes of storage.
 template <DType D>
 constexpr int kVec = 16 / static_cast<int>(sizeof(StorageT<D>));
-
-template <Dist X>
-constexpr bool kConstantDist = X == Dist::kConstant || X == Dist::kZeros || X == Dist::kOnes;
 
 /// Whether the generator yields several elements per call (Philox blocks).
 template <Generator G, Dist X>

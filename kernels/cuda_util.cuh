@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "kernels/device_cache.h"
 #include "kernels/materialize.h"
 
 namespace seedstore {
@@ -37,18 +38,24 @@ inline KernelStatus CudaError(cudaError_t e, const char* what, const char* file,
     if (!seedstore_kernel_s_.ok()) return seedstore_kernel_s_; \
   } while (0)
 
+/// Multiprocessors per device, queried once per device (kernels/device_cache.h).
+inline PerDeviceCache<> g_sm_count;
+
 /// Blocks for a grid-stride kernel over `work` items: enough to fill every SM at the
-/// kernel's occupancy, never more than the work needs.
+/// kernel's occupancy, never more than the work needs. The SM count and the kernel's
+/// occupancy are queried once per device (`occupancy` is the launcher's own cache: one per
+/// kernel), not per launch; only the current device is read each time.
 template <class Kernel>
-KernelStatus GridFor(Kernel kernel, uint64_t work, int* blocks) {
+KernelStatus GridFor(Kernel kernel, PerDeviceCache<>& occupancy, uint64_t work, int* blocks) {
   int dev = 0, sms = 0, per_sm = 0;
   SEEDSTORE_CUDA_RETURN(cudaGetDevice(&dev));
-  SEEDSTORE_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  SEEDSTORE_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-  const uint64_t full = static_cast<uint64_t>(sms) * static_cast<uint64_t>(per_sm > 0 ? per_sm : 1);
-  const uint64_t need = (work + kThreads - 1) / kThreads;
-  *blocks = static_cast<int>(need < full ? need : full);
-  if (*blocks < 1) *blocks = 1;
+  SEEDSTORE_CUDA_RETURN(g_sm_count.Get<cudaError_t>(dev, &sms, [](int d, int* v) {
+    return cudaDeviceGetAttribute(v, cudaDevAttrMultiProcessorCount, d);
+  }));
+  SEEDSTORE_CUDA_RETURN(occupancy.Get<cudaError_t>(dev, &per_sm, [&](int, int* v) {
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(v, kernel, kThreads, 0);
+  }));
+  *blocks = GridBlocks(work, kThreads, sms, per_sm);
   return Ok();
 }
 

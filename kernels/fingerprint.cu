@@ -28,8 +28,9 @@ KernelStatus LaunchFingerprint(const Region& r, const void* d_data, uint64_t see
   const RunMap m = MakeRunMap(r);
   constexpr int V = 16 / static_cast<int>(sizeof(T));
   auto kernel = &FingerprintKernel<T>;
+  static PerDeviceCache<> occupancy;  // this kernel's, per device
   int blocks = 0;
-  SEEDSTORE_KERNEL_TRY(GridFor(kernel, m.count / V + 1, &blocks));
+  SEEDSTORE_KERNEL_TRY(GridFor(kernel, occupancy, m.count / V + 1, &blocks));
   const bool vec_ok = reinterpret_cast<uintptr_t>(d_data) % 16 == 0;
   kernel<<<blocks, kThreads, 0, stream>>>(m, static_cast<const T*>(d_data), vec_ok, seed, d_acc);
   SEEDSTORE_CUDA_RETURN(cudaGetLastError());

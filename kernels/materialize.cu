@@ -92,19 +92,42 @@ using namespace cuda_detail;
 
 bool CudaBuilt() { return true; }
 
+// The device count cannot change while the process runs (the runtime reads
+// CUDA_VISIBLE_DEVICES once), and every launcher checks it: queried once (thread-safe static
+// initialization), not per launch.
 int CudaDeviceCount(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
-    (void)cudaGetLastError();  // clear the (non-sticky) error so later calls start clean
-    return 0;
-  }
-  if (n == 0 && why) *why = "cudaGetDeviceCount returned 0 devices";
-  return n;
+  struct Count {
+    int n = 0;
+    std::string why;
+  };
+  static const Count count = [] {
+    Count c;
+    const cudaError_t e = cudaGetDeviceCount(&c.n);
+    if (e != cudaSuccess) {
+      c.n = 0;
+      c.why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+      (void)cudaGetLastError();  // clear the (non-sticky) error so later calls start clean
+    } else if (c.n == 0) {
+      c.why = "cudaGetDeviceCount returned 0 devices";
+    }
+    return c;
+  }();
+  if (count.n == 0 && why) *why = count.why;
+  return count.n;
 }
 
 bool CudaAvailable(std::string* why) { return CudaDeviceCount(why) > 0; }
+
+KernelStatus CudaUseDevice(int device) {
+  std::string why;
+  const int n = CudaDeviceCount(&why);
+  if (n == 0) return KernelStatus{KernelCode::kUnsupported, "no CUDA device: " + why};
+  if (device < 0 || device >= n)
+    return Invalid("CUDA device " + std::to_string(device) + " does not exist (" +
+                   std::to_string(n) + " visible)");
+  SEEDSTORE_CUDA_RETURN(cudaSetDevice(device));
+  return Ok();
+}
 
 KernelStatus MaterializeCuda(const SamplerParams& p, const Region& r, void* d_out,
                              void* stream) {

@@ -45,6 +45,10 @@ int CudaDeviceCount(std::string* why = nullptr);
 /// CudaBuilt() && CudaDeviceCount() > 0: what `--device auto` should use.
 bool CudaAvailable(std::string* why = nullptr);
 
+/// Makes CUDA device `device` current on the calling thread (cudaSetDevice); launchers and
+/// DeviceBuffer then use it. Errors: kInvalidArgument (no such device), kUnsupported, kCuda.
+KernelStatus CudaUseDevice(int device);
+
 /// Writes the region's elements, row-major (box-linear order, as MaterializeCpu), into d_out
 /// (Count() * DTypeSize(p.dtype) bytes of device memory on the current device), enqueued on
 /// `stream`; returns after the launch (asynchronous). Bytes are identical to MaterializeCpu's

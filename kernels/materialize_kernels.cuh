@@ -30,8 +30,9 @@ template <Generator G, Dist X, DType D, bool kAligned, bool kHash>
 KernelStatus LaunchMaterializeKernel(const SamplerParams& p, const RunMap& m, void* d_out,
                                      uint64_t seed, cudaStream_t stream, uint64_t* d_acc) {
   auto kernel = &MaterializeKernel<G, X, D, kAligned, kHash>;
+  static PerDeviceCache<> occupancy;  // this kernel's, per device
   int blocks = 0;
-  SEEDSTORE_KERNEL_TRY(GridFor(kernel, chunk::NumChunks<D>(m.count), &blocks));
+  SEEDSTORE_KERNEL_TRY(GridFor(kernel, occupancy, chunk::NumChunks<D>(m.count), &blocks));
   const bool vec_ok = reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
   kernel<<<blocks, kThreads, 0, stream>>>(p, m, static_cast<StorageT<D>*>(d_out), vec_ok, seed,
                                           d_acc);

@@ -16,6 +16,7 @@ int CudaDeviceCount(std::string* why) {
   return 0;
 }
 bool CudaAvailable(std::string* why) { return CudaDeviceCount(why) > 0; }
+KernelStatus CudaUseDevice(int) { return NoCuda(); }
 
 KernelStatus MaterializeCuda(const SamplerParams&, const Region&, void*, void*) { return NoCuda(); }
 KernelStatus FingerprintCuda(DType, const Region&, const void*, uint64_t, void*, Fingerprint*) {
