@@ -26,9 +26,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Dir() {
-  if (const char* s = std::getenv("SEEDSTORE_SOURCE_DIR")) return std::string(s) + "/tests/golden/v1-2026-11-30";
-  return (fs::path(__FILE__).parent_path() / "v1-2026-11-30").string();
+std::string Dir(const std::string& sub = "v1-2026-11-30") {
+  if (const char* s = std::getenv("SEEDSTORE_SOURCE_DIR")) return std::string(s) + "/tests/golden/" + sub;
+  return (fs::path(__FILE__).parent_path() / sub).string();
 }
 
 std::string ReadText(const std::string& p) {
@@ -38,15 +38,15 @@ std::string ReadText(const std::string& p) {
   return ss.str();
 }
 
-ModelSpec Spec() {
-  auto m = ModelSpec::Parse(ReadText(Dir() + "/spec.json"), "spec.json");
+ModelSpec Spec(const std::string& dir) {
+  auto m = ModelSpec::Parse(ReadText(dir + "/spec.json"), "spec.json");
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return *m;
 }
 
 // Every tensor of `cat` equals the spec's, byte for byte, and its fingerprint is the spec's.
-void ExpectSpecValues(const Catalog& cat) {
-  const ModelSpec spec = Spec();
+void ExpectSpecValues(const Catalog& cat, const std::string& dir = Dir()) {
+  const ModelSpec spec = Spec(dir);
   ASSERT_EQ(cat.tensors().size(), spec.tensors.size());
   for (size_t i = 0; i < spec.tensors.size(); ++i) {
     const TensorSpec& t = spec.tensors[i];
@@ -139,6 +139,71 @@ TEST(V1Files, ReshardFromAnOldSaveWritesPiecesAndProves) {
   ASSERT_TRUE(one.ok());
   ExpectSpecValues(**one);
   EXPECT_TRUE((*one)->Verify(CpuOptions{1}).problems.empty());
+  fs::remove_all(tmp);
+}
+
+// A distributed save with padded pieces (docs/FORMAT.md 10, "Padded pieces"; main at 3a93e65+,
+// 2026-12-01), checked in under tests/golden/v1-2026-12-01-padded/: spec.json's tensors
+// imported from safetensors into dense.h5 with --chunk-bytes 256 (w: [6, 8] chunks, e: [7,
+// 12]), then `seedstore reshard dense.h5 --layout layout.json -o save.h5` (3 ranks along rows).
+// Every piece of w is padded to its grid (the proof goes by cells); e's last piece would need
+// 37% more and is stored alone (the proof subtracts the others' padding). Today's build must
+// read it exactly, verify it and reshard from it.
+TEST(V1Files, PaddedDistributedSaveReadsVerifiesAndReshards) {
+  const std::string dir = Dir("v1-2026-12-01-padded");
+  auto d = DistCatalog::Open(dir + "/save.h5");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ((*d)->world(), 3);
+  ExpectSpecValues(**d, dir);
+  auto describe = [&](size_t i) {
+    std::string s;
+    for (const auto& p : (*d)->pieces(i)) s += DescribeRegion(p.region) + " in " + DescribeRegion(p.stored) + "; ";
+    return s;
+  };
+  EXPECT_EQ(describe((*d)->Find("w")),
+            "[0:32, 0:16] in [0:36, 0:16]; [32:64, 0:16] in [30:66, 0:16]; [64:95, 0:16] in [60:95, 0:16]; ");
+  EXPECT_EQ(describe((*d)->Find("e")),
+            "[0:17, 0:12] in [0:21, 0:12]; [17:34, 0:12] in [14:35, 0:12]; [34:50, 0:12] in [34:50, 0:12]; ");
+  // w by cells; e not (its last piece is off the grid).
+  Fingerprint w;
+  for (size_t p = 0; p < 3; ++p) {
+    auto g = (*d)->PieceGrid((*d)->Find("w"), p);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ(*g, (std::vector<uint64_t>{6, 8}));
+    auto c = (*d)->ProveCells((*d)->Find("w"), p, CpuOptions{1});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    w.Add(*c);
+  }
+  EXPECT_EQ(w, *(*d)->tensors()[(*d)->Find("w")].fingerprint);
+  auto g2 = (*d)->PieceGrid((*d)->Find("e"), 2);
+  ASSERT_TRUE(g2.ok());
+  EXPECT_TRUE(g2->empty());
+  const auto rep = (*d)->Verify(CpuOptions{1});
+  for (const auto& p : rep.problems) ADD_FAILURE() << p.status.ToString();
+  for (size_t i = 0; i < (*d)->tensors().size(); ++i)
+    EXPECT_EQ(rep.fingerprints[i], *(*d)->tensors()[i].fingerprint) << (*d)->tensors()[i].name;
+  // Reshard it to 2 ranks and consolidate it: proven, exact, copying the padded pieces' chunks.
+  char tmpl[] = "/tmp/seedstore-v1p-XXXXXX";
+  const std::string tmp = mkdtemp(tmpl);
+  const std::string l2 = tmp + "/l2.json";
+  std::ofstream(l2) << R"({"mesh": {"axes": ["data"], "shape": [2]},
+ "placements": [{"match": "*", "spec": ["data", null]}]})";
+  auto layout = Layout::Load(l2);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  for (bool consolidate : {false, true}) {
+    SCOPED_TRACE(consolidate ? "consolidated" : "2 ranks");
+    auto comm = CreateSelfCollective();
+    DistSaveOptions o;
+    o.consolidate = consolidate;
+    const std::string out = tmp + (consolidate ? "/one.h5" : "/two.h5");
+    auto r = Reshard(*comm, **d, consolidate ? Layout{} : *layout, out, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->ok()) << r->Table();
+    EXPECT_GT(r->chunks_copied, 0u);
+    auto c = OpenCatalog(out);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ExpectSpecValues(**c, dir);
+  }
   fs::remove_all(tmp);
 }
 
