@@ -14,6 +14,7 @@
 #include "store/layout.h"
 #include "store/presets.h"
 #include "tools/cli.h"
+#include "tools/output.h"
 
 namespace seedstore::cli {
 namespace {
@@ -134,8 +135,8 @@ int Run(const Options& o) {
   const Catalog& c = **cat;
   uint64_t params = 0;
   for (const auto& t : c.tensors()) params += t.NumElements();
-  std::printf("model: %s, %zu tensors, %.3f B parameters, generator %s, seed %llu (lazy: no bytes)\n",
-              o.preset.c_str(), c.tensors().size(), params / 1e9, o.generator.c_str(),
+  std::printf("model: %s, %zu tensors, %s parameters, generator %s, seed %llu (lazy: no bytes)\n",
+              o.preset.c_str(), c.tensors().size(), CountText(params).c_str(), o.generator.c_str(),
               static_cast<unsigned long long>(o.seed));
   struct Named {
     const char* name;

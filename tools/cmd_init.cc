@@ -5,6 +5,7 @@
 #include "io/h5store.h"
 #include "store/presets.h"
 #include "tools/cli.h"
+#include "tools/output.h"
 
 namespace seedstore::cli {
 namespace {
@@ -51,8 +52,8 @@ int Run(const Options& o) {
                         {"fingerprints", !o.no_fingerprints}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("wrote %s: %zu lazy tensors, %.6g B parameters (%.6g GB if dense), seed %llu, %s\n",
-                o.out.c_str(), spec->tensors.size(), params / 1e9, bytes / 1e9,
+    std::printf("wrote %s: %zu lazy tensors, %s parameters (%.6g GB if dense), seed %llu, %s\n",
+                o.out.c_str(), spec->tensors.size(), CountText(params).c_str(), bytes / 1e9,
                 static_cast<unsigned long long>(spec->seed), GeneratorName(spec->generator));
   }
   return 0;

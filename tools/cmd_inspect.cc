@@ -7,6 +7,7 @@
 #include "io/h5store.h"
 #include "io/open.h"
 #include "tools/cli.h"
+#include "tools/output.h"
 
 namespace seedstore::cli {
 namespace {
@@ -98,9 +99,9 @@ int Run(const Options& o) {
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%llu tensors (%llu lazy, %llu dense), %.6g B parameters", 
+    std::printf("%llu tensors (%llu lazy, %llu dense), %s parameters",
                 static_cast<unsigned long long>(lazy + dense), static_cast<unsigned long long>(lazy),
-                static_cast<unsigned long long>(dense), params / 1e9);
+                static_cast<unsigned long long>(dense), CountText(params).c_str());
     if (store)
       std::printf(", file %llu bytes, seed %llu, %s", static_cast<unsigned long long>(store->file_bytes()),
                   static_cast<unsigned long long>(store->root_seed()), GeneratorName(store->generator()));

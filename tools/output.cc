@@ -85,4 +85,13 @@ Status WriteArray(const std::string& path, const std::string& format, DType dtyp
   return Status::Ok();
 }
 
+std::string CountText(uint64_t n) {
+  char buf[32];
+  if (n >= 1000000000ull) std::snprintf(buf, sizeof buf, "%.3g B", n / 1e9);
+  else if (n >= 1000000ull) std::snprintf(buf, sizeof buf, "%.4g M", n / 1e6);
+  else if (n >= 1000ull) std::snprintf(buf, sizeof buf, "%.3g K", n / 1e3);
+  else std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(n));
+  return buf;
+}
+
 }  // namespace seedstore::cli

@@ -1,4 +1,4 @@
-// Writing arrays for the command line: raw little-endian bytes, .npy, or text.
+// Writing arrays for the command line: raw little-endian bytes, .npy, or text; counts as text.
 #pragma once
 #include <string>
 #include <vector>
@@ -7,6 +7,9 @@
 #include "store/status.h"
 
 namespace seedstore::cli {
+
+/// A parameter count for people: "8.03 B", "124.4 M", "52.1 K" or the exact count below 1000.
+std::string CountText(uint64_t n);
 
 /// Writes `bytes` (row-major elements of `dtype`, shape `shape`) to `path` ("" or "-" =
 /// stdout) in `format`: raw, npy (bfloat16 as '<u2': view it with ml_dtypes.bfloat16), text.
