@@ -23,11 +23,6 @@ using gpu_test::FirstDiff;
     if (!CudaAvailable(&why_)) SEEDSTORE_GPU_UNAVAILABLE("no CUDA device: " << why_); \
   } while (0)
 
-#define ASSERT_KOK(expr)                                         \
-  do {                                                           \
-    const KernelStatus s_ = (expr);                              \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message;         \
-  } while (0)
 
 TEST(CudaKat, Threefry2x32_20InKernel) {
   REQUIRE_CUDA_DEVICE();

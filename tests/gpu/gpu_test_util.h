@@ -31,6 +31,13 @@ inline bool GpuRequired() {
     }                                                  \
   } while (0)
 
+// Asserts that a KernelStatus (kernels/materialize.h) is ok, printing its message.
+#define ASSERT_KOK(expr)                                   \
+  do {                                                     \
+    const KernelStatus s_ = (expr);                        \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message;   \
+  } while (0)
+
 constexpr Dist kDists[] = {Dist::kBits, Dist::kUniform, Dist::kNormal, Dist::kTruncatedNormal,
                            Dist::kConstant, Dist::kZeros, Dist::kOnes};
 constexpr DType kDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kU8,

@@ -39,11 +39,6 @@ namespace {
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString();    \
   } while (0)
 
-#define ASSERT_KOK(expr)                                       \
-  do {                                                         \
-    const KernelStatus s_ = (expr);                            \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message;       \
-  } while (0)
 
 std::unique_ptr<NcclComm> OneRank(double timeout_s = 60) {
   Result<NcclUniqueId> id = NcclNewUniqueId();
