@@ -1037,8 +1037,40 @@ std::string PadLayout(int dp, int tp) {
  "placements": [{"match": "w", "spec": ["data", "tensor"]}, {"match": "x", "spec": ["data", null, null]}]})");
 }
 
+const RawFixture& GetPad() {
+  static RawFixture f = MakeRawSource(kPadSpec, "rp_source.h5", 512);
+  return f;
+}
+
+TEST(ReshardPadded, UnderMpirunTheWritersAgreeOnThePadding) {
+  SEEDSTORE_NEED_BIN();
+  const RawFixture& f = GetPad();
+  const std::string out = TempDir() + "/rp_mpi6.h5", here = TempDir() + "/rp_here6.h5";
+  // Two processes write the 6 rank files (3 each) and prove them by cells; the index and
+  // every rank file are the ones one process writes.
+  Proc p = Shell(Mpirun(2) + " " + Bin() + " reshard " + f.source + " --threads 1 --layout " +
+                 PadLayout(3, 2) + " -o " + out + " --json");
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  auto j = nlohmann::json::parse(p.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  EXPECT_EQ(j["writers"], 2);
+  EXPECT_EQ(j["chunks_encoded"], 0);
+  auto r = ReshardHere(f.source, PadLayout(3, 2), here);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(j["chunks_copied"], r->chunks_copied);
+  auto a = DistCatalog::Open(out), b = DistCatalog::Open(here);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ((*a)->pieces(i).size(), (*b)->pieces(i).size());
+    for (size_t k = 0; k < (*a)->pieces(i).size(); ++k)
+      EXPECT_TRUE(SameRegion((*a)->pieces(i)[k].stored, (*b)->pieces(i)[k].stored))
+          << DescribeRegion((*a)->pieces(i)[k].stored) << " vs " << DescribeRegion((*b)->pieces(i)[k].stored);
+  }
+  ExpectRawSameAsSource(out, f);
+}
+
 TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
-  static const RawFixture f = MakeRawSource(kPadSpec, "rp_source.h5", 512);
+  const RawFixture& f = GetPad();
   auto src = H5Store::Open(f.source);
   ASSERT_TRUE(src.ok()) << src.status().ToString();
   ASSERT_EQ((*src)->stored(0).chunk, (std::vector<uint64_t>{15, 9}));
