@@ -266,9 +266,9 @@ class ChunkMatcher {
   // The box an output piece owning the global box `g` stores (docs/FORMAT.md 10, "Padded
   // pieces"): g itself, or g widened in each dim to the chunk grid of the stored source part
   // owning g's first element (clipped to the tensor), when g is off that grid and widening
-  // adds at most a quarter of g's elements -- then every chunk of the piece can be copied from
-  // a source that stores the same grid.
-  Result<Region> Pad(const Region& g) {
+  // adds at most `max_padding` times g's elements -- then every chunk of the piece can be
+  // copied from a source that stores the same grid.
+  Result<Region> Pad(const Region& g, double max_padding) {
     if (g.flat || g.rank == 0 || g.Count() == 0) return g;
     SEEDSTORE_ASSIGN_OR_RETURN(const Stored* s, Holding(g.start));
     if (!s) return g;
@@ -279,7 +279,9 @@ class ChunkMatcher {
       p.start[d] = o + (g.start[d] - o) / c * c;
       p.stop[d] = std::min(g.shape[d], o + (g.stop[d] - o + c - 1) / c * c);
     }
-    if (SameRegion(p, g) || p.Count() - g.Count() > g.Count() / 4) return g;
+    if (SameRegion(p, g) ||
+        static_cast<double>(p.Count() - g.Count()) > max_padding * static_cast<double>(g.Count()))
+      return g;
     return p;
   }
 
@@ -388,12 +390,13 @@ class ChunkMatcher {
 
 // Pads the plan's box pieces to the chunk grid of the source's stored parts where that lets
 // their chunks be copied (ChunkMatcher::Pad). Deterministic: every process computes the same.
-Status PadPieces(const Catalog& src, const WriteOptions& wo, Plan* plan) {
+Status PadPieces(const Catalog& src, const WriteOptions& wo, double max_padding, Plan* plan) {
+  if (!(max_padding > 0)) return Status::Ok();
   for (size_t i = 0; i < plan->shards.size(); ++i) {
     if (plan->shards[i].empty()) continue;
     ChunkMatcher m(src, i, wo);
     for (size_t k = 0; k < plan->shards[i].size(); ++k) {
-      SEEDSTORE_ASSIGN_OR_RETURN(plan->stored[i][k], m.Pad(plan->shards[i][k].region));
+      SEEDSTORE_ASSIGN_OR_RETURN(plan->stored[i][k], m.Pad(plan->shards[i][k].region, max_padding));
     }
   }
   return Status::Ok();
@@ -1267,7 +1270,9 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   if (!o.consolidate) {
     auto p = MakePlan(src, layout);
     Status ps = p.status();
-    if (ps.ok()) ps = PadPieces(src, o.write, &*p);
+    if (ps.ok() && !(o.max_padding >= 0))
+      ps = InvalidArgument("reshard: max padding must be >= 0, not " + std::to_string(o.max_padding));
+    if (ps.ok()) ps = PadPieces(src, o.write, o.max_padding, &*p);
     SEEDSTORE_RETURN_IF_ERROR(Agree(comm, ps, "plan"));
     plan = std::move(*p);
   } else {

@@ -136,6 +136,10 @@ struct DistSaveOptions {
   /// are summed -- no decoding (H5Store::ProveStored). true: every written chunk is decoded,
   /// checked against its checksum and fingerprinted anew (what `verify` does).
   bool full_proof = false;
+  /// Padded pieces (docs/FORMAT.md 10): a piece off its source's chunk grid is stored padded
+  /// to it when that adds at most this fraction of its elements (then its chunks are copied,
+  /// not re-encoded). 0: never pad. Must be >= 0 (kInvalidArgument).
+  double max_padding = 0.25;
 };
 
 /// One row of the proof: the output tensor's fingerprint, read back from what was written,
@@ -186,7 +190,8 @@ struct ReshardReport {
 ///
 /// Raw chunk copies: when `src` is a store or a distributed save, an output piece off the
 /// chunk grid of the stored source part owning its first element is first padded to that grid
-/// when that adds at most a quarter of its elements (docs/FORMAT.md 10, "Padded pieces"); a
+/// when that adds at most o.max_padding (a quarter) of its elements (docs/FORMAT.md 10,
+/// "Padded pieces"); a
 /// piece whose stored box then starts on that grid (and spans at least one chunk in every
 /// dim) is chunked like the source, and each output chunk whose box
 /// is exactly a stored source chunk's box, clipped alike (same chunk shape, filter pipeline

@@ -16,7 +16,7 @@ namespace {
 struct ReshardOptions {
   std::string source, layout, output, backend = "auto", simulate = "none";
   bool consolidate = false, json = false, quiet = false, full_proof = false;
-  double timeout = 600;
+  double timeout = 600, max_padding = 0.25;
   int threads = 0, zstd_level = 1, simulate_rank = 1;
 };
 
@@ -46,6 +46,7 @@ int Run(const ReshardOptions& o) {
   so.simulate = *sim;
   so.simulate_rank = o.simulate_rank;
   so.full_proof = o.full_proof;
+  so.max_padding = o.max_padding;
   auto rep = Reshard(c, **cat, layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
   if (me == 0) {
@@ -104,6 +105,11 @@ Register reg({"reshard",
                "stored bytes against the chunk-info table and sum the recorded fingerprints)");
   AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
   app.add_option("--zstd-level", o->zstd_level, "zstd level of written chunks");
+  app.add_option("--max-padding", o->max_padding,
+                 "Store a piece off the source's chunk grid padded to it (its chunks then copied, "
+                 "not re-encoded) when that adds at most this fraction of its elements; 0: never "
+                 "(default 0.25)")
+      ->check(CLI::NonNegativeNumber);
   AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
   return [o] { return Run(*o); };
 }});

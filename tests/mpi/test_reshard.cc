@@ -1042,6 +1042,59 @@ const RawFixture& GetPad() {
   return f;
 }
 
+// DistSaveOptions::max_padding (--max-padding): b's rows [19, 37) need 50% more to reach its
+// 10-row grid ([10, 37)): stored alone by default (0.25), padded at 0.5; at 0 nothing is padded,
+// b's rows [0, 19) included (the behaviour before padded pieces: 4 chunks copied, 5 encoded).
+TEST(ReshardPadded, MaxPaddingBoundsThePadding) {
+  const RawFixture& f = GetRaw();
+  using P = std::pair<uint64_t, uint64_t>;
+  auto run = [&](double max_padding, const std::string& out) -> Result<ReshardReport> {
+    auto comm = CreateSelfCollective();
+    SEEDSTORE_ASSIGN_OR_RETURN(auto cat, OpenCatalog(f.source));
+    SEEDSTORE_ASSIGN_OR_RETURN(Layout l, Layout::Load(RowsLayout(2)));
+    DistSaveOptions o;
+    o.max_padding = max_padding;
+    o.cpu.threads = o.write.threads = 2;
+    return Reshard(*comm, *cat, l, out, o);
+  };
+  struct Case {
+    double max_padding;
+    P counts;
+    const char* stored0;
+    const char* stored1;
+  };
+  for (const Case& c : {Case{0.5, P{20, 0}, "[0:20, 0:23]", "[10:37, 0:23]"},
+                        Case{0.25, P{8, 1}, "[0:20, 0:23]", "[19:37, 0:23]"},
+                        Case{0.0, P{4, 5}, "[0:19, 0:23]", "[19:37, 0:23]"}}) {
+    SCOPED_TRACE("max_padding " + std::to_string(c.max_padding));
+    const std::string out = TempDir() + "/rp_max.h5";
+    auto r = run(c.max_padding, out);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->ok()) << r->Table();
+    EXPECT_EQ(Counts(*r)["b"], c.counts);
+    auto d = DistCatalog::Open(out);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    const auto& pb = (*d)->pieces((*d)->Find("b"));
+    EXPECT_EQ(DescribeRegion(pb[0].stored), c.stored0);
+    EXPECT_EQ(DescribeRegion(pb[1].stored), c.stored1);
+    ExpectRawSameAsSource(out);
+  }
+  auto bad = run(-0.1, TempDir() + "/rp_max_bad.h5");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  if (!Bin().empty()) {
+    Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rp_max_cli.h5 --max-padding 0.5 --json");
+    ASSERT_EQ(p.code, 0) << p.out << p.err;
+    auto j = nlohmann::json::parse(p.out);
+    EXPECT_EQ(j["tensors"][1]["name"], "b");
+    EXPECT_EQ(j["tensors"][1]["chunks_copied"], 20);
+    EXPECT_EQ(j["tensors"][1]["chunks_encoded"], 0);
+    Proc neg = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rp_max_cli2.h5 --max-padding -1");
+    EXPECT_NE(neg.code, 0);
+    EXPECT_NE((neg.out + neg.err).find("max-padding"), std::string::npos) << neg.out << neg.err;
+  }
+}
+
 TEST(ReshardPadded, UnderMpirunTheWritersAgreeOnThePadding) {
   SEEDSTORE_NEED_BIN();
   const RawFixture& f = GetPad();
