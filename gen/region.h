@@ -117,6 +117,42 @@ inline std::vector<uint64_t> LocalShape(const Region& r) {
   return s;
 }
 
+/// The cells of a chunk grid (cells of shape `chunk`, the grid anchored at `anchor`, which
+/// must not lie after `r` in any dim) that meet box `r`, each clipped to `r`, in row-major
+/// order of the cells: Count() of them, Tile(q) the q-th. For reading or hashing a box one
+/// stored chunk at a time.
+class GridTiles {
+ public:
+  GridTiles(const Region& r, const uint64_t* anchor, const std::vector<uint64_t>& chunk)
+      : r_(r), rank_(r.rank) {
+    for (int d = 0; d < rank_; ++d) {
+      anchor_[d] = anchor[d];
+      chunk_[d] = chunk[d];
+      first_[d] = (r.start[d] - anchor[d]) / chunk[d];
+      count_[d] = r.stop[d] > r.start[d] ? (r.stop[d] - 1 - anchor[d]) / chunk[d] + 1 - first_[d] : 0;
+      n_ *= count_[d];
+    }
+  }
+  uint64_t Count() const { return n_; }
+  Region Tile(uint64_t q) const {
+    Region t = r_;
+    for (int d = rank_ - 1; d >= 0; --d) {
+      const uint64_t at = anchor_[d] + (first_[d] + q % count_[d]) * chunk_[d];
+      t.start[d] = at > r_.start[d] ? at : r_.start[d];
+      t.stop[d] = at + chunk_[d] < r_.stop[d] ? at + chunk_[d] : r_.stop[d];
+      q /= count_[d];
+    }
+    return t;
+  }
+
+ private:
+  Region r_;
+  int rank_ = 0;
+  uint64_t anchor_[kMaxRank] = {}, chunk_[kMaxRank] = {}, first_[kMaxRank] = {},
+           count_[kMaxRank] = {};
+  uint64_t n_ = 1;
+};
+
 /// Box `outer` minus box `inner` (which it must contain) as disjoint, non-empty boxes in the
 /// frame of `outer`: in dim d, the slabs below and above `inner`, spanning inner's extent in
 /// the dims before d and outer's in the dims after. Empty when they are the same box.

@@ -457,24 +457,13 @@ Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Regi
     }
   }
   if (chunk.empty()) return out.FingerprintRegion(i, r, o);
-  uint64_t first[kMaxRank], count[kMaxRank], tiles = 1;
-  for (int d = 0; d < r.rank; ++d) {
-    first[d] = (r.start[d] - grid.start[d]) / chunk[d];
-    count[d] = (r.stop[d] - 1 - grid.start[d]) / chunk[d] + 1 - first[d];
-    tiles *= count[d];
-  }
-  const int threads = ThreadCount(o.threads, tiles);
+  const GridTiles tiles(r, grid.start, chunk);
+  const int threads = ThreadCount(o.threads, tiles.Count());
   std::vector<Fingerprint> parts(threads);
   std::vector<std::vector<unsigned char>> bufs(threads);
   const size_t es = DTypeSize(t.dtype);
-  SEEDSTORE_RETURN_IF_ERROR(ParallelFor(tiles, threads, false, [&](uint64_t q, int th) -> Status {
-    Region tile = r;
-    for (int d = r.rank - 1; d >= 0; --d) {
-      const uint64_t at = grid.start[d] + (first[d] + q % count[d]) * chunk[d];
-      tile.start[d] = std::max(r.start[d], at);
-      tile.stop[d] = std::min(r.stop[d], at + chunk[d]);
-      q /= count[d];
-    }
+  SEEDSTORE_RETURN_IF_ERROR(ParallelFor(tiles.Count(), threads, false, [&](uint64_t q, int th) -> Status {
+    const Region tile = tiles.Tile(q);
     bufs[th].resize(tile.Count() * es);
     SEEDSTORE_RETURN_IF_ERROR(out.Read(i, tile, bufs[th].data(), CpuOptions{1}));
     parts[th].Add(FingerprintOf(t, tile, bufs[th].data(), CpuOptions{1}));
@@ -893,27 +882,44 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
   return c;
 }
 
-Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptions o) const {
+Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptions o,
+                                                    bool from_owners) const {
   const Piece& piece = pieces_.at(i).at(p);
   const Region &g = piece.region, &sb = piece.stored;
   Fingerprint f;
   if (SameRegion(g, sb)) return f;
-  SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(piece.rank));
-  const int k = s->Find(records_[i].name);  // checked by RankStore
+  SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
+  const H5Store* s = sk.first;
+  const size_t k = sk.second;
+  std::vector<uint64_t> chunk = s->stored(k).chunk;
+  if (chunk.empty()) chunk = LocalShape(sb);
   const std::vector<uint64_t> lshape = LocalShape(sb);
-  std::vector<unsigned char> buf;
+  const size_t es = DTypeSize(records_[i].dtype);
   for (const Region& slab : BoxDifference(sb, g)) {
-    std::vector<uint64_t> ls(g.rank), lp(g.rank);
-    for (int e = 0; e < g.rank; ++e) {
-      ls[e] = slab.start[e] - sb.start[e];
-      lp[e] = slab.stop[e] - sb.start[e];
-    }
-    buf.resize(slab.Count() * DTypeSize(records_[i].dtype));
-    Status st = s->Read(k, BoxRegion(lshape, ls, lp), buf.data(), o);
-    if (!st.ok())
-      return DistError("rank-file-corrupt", st.code(), path_, piece.rank, rank_files_[piece.rank],
-                       st.message());
-    f.Add(FingerprintOf(records_[i], slab, buf.data(), o));
+    const GridTiles tiles(slab, sb.start, chunk);
+    const int threads = ThreadCount(o.threads, tiles.Count());
+    std::vector<Fingerprint> parts(threads);
+    std::vector<std::vector<unsigned char>> bufs(threads);
+    SEEDSTORE_RETURN_IF_ERROR(ParallelFor(tiles.Count(), threads, false, [&](uint64_t q, int th) -> Status {
+      const Region tile = tiles.Tile(q);
+      bufs[th].resize(tile.Count() * es);
+      if (from_owners) {
+        SEEDSTORE_RETURN_IF_ERROR(Read(i, tile, bufs[th].data(), CpuOptions{1}));
+      } else {
+        std::vector<uint64_t> ls(g.rank), lp(g.rank);
+        for (int e = 0; e < g.rank; ++e) {
+          ls[e] = tile.start[e] - sb.start[e];
+          lp[e] = tile.stop[e] - sb.start[e];
+        }
+        Status st = s->Read(k, BoxRegion(lshape, ls, lp), bufs[th].data(), CpuOptions{1});
+        if (!st.ok())
+          return DistError("rank-file-corrupt", st.code(), path_, piece.rank, rank_files_[piece.rank],
+                           st.message());
+      }
+      parts[th].Add(FingerprintOf(records_[i], tile, bufs[th].data(), CpuOptions{1}));
+      return Status::Ok();
+    }));
+    for (const Fingerprint& x : parts) f.Add(x);
   }
   return f;
 }
@@ -1068,13 +1074,12 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
           // A padded piece: less its padding, which must hold what the pieces owning those
           // elements hold (a later reshard may copy it).
           auto pad = PaddingFingerprint(i, q, o);
-          Fingerprint owners;
           Status st = pad.status();
-          for (const Region& slab : BoxDifference(p.stored, p.region)) {
-            if (!st.ok()) break;
-            auto f = FingerprintRegion(i, slab, o);
+          Fingerprint owners;
+          if (st.ok()) {
+            auto f = PaddingFingerprint(i, q, o, /*from_owners=*/true);
             st = f.status();
-            if (f.ok()) owners.Add(*f);
+            if (f.ok()) owners = *f;
           }
           if (st.ok() && *pad != owners)
             st = DistError("padding-mismatch", Code::kMismatch, path_, r, rank_files_[r],

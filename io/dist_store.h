@@ -72,9 +72,11 @@ class DistCatalog : public Catalog {
   const std::vector<std::string>& rank_files() const { return rank_files_; }  // full paths
   const Layout& layout() const { return layout_; }
   /// The fingerprint (global frame) of what piece p of dense tensor i stores beyond its region:
-  /// the padding of a padded piece, decoded from its rank file (zero for an unpadded piece).
-  /// Errors as Read.
-  Result<Fingerprint> PaddingFingerprint(size_t i, size_t p, CpuOptions o = {}) const;
+  /// the padding of a padded piece, decoded from its rank file -- or, with `from_owners`, the
+  /// same elements as the pieces owning them hold (zero for an unpadded piece). Read one
+  /// chunk of p's grid at a time (memory: a chunk per thread). Errors as Read.
+  Result<Fingerprint> PaddingFingerprint(size_t i, size_t p, CpuOptions o = {},
+                                         bool from_owners = false) const;
   /// The chunk shape of piece p of dense tensor i when its rank file stores whole cells of
   /// the tensor's global chunk grid: chunked, with a chunk-info table in the global frame, its
   /// stored box starting on multiples of the chunk shape and stopping on them or at the

@@ -425,5 +425,51 @@ TEST(BoxDifference, CoversOuterMinusInnerExactlyOnce) {
   }
 }
 
+// GridTiles (gen/region.h): the tiles cover the box exactly once, each inside one grid cell.
+TEST(GridTiles, CoverTheBoxOnceOneCellEach) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int rank = 1 + trial % 3;
+    std::vector<uint64_t> shape(rank), a(rank), b(rank), chunk(rank);
+    uint64_t anchor[kMaxRank] = {};
+    for (int d = 0; d < rank; ++d) {
+      shape[d] = 1 + rng() % 20;
+      anchor[d] = rng() % shape[d];
+      a[d] = anchor[d] + rng() % (shape[d] - anchor[d]);
+      b[d] = a[d] + rng() % (shape[d] - a[d] + 1);  // empty boxes too
+      chunk[d] = 1 + rng() % 6;
+    }
+    const Region r = BoxRegion(shape, a, b);
+    const GridTiles tiles(r, anchor, chunk);
+    uint64_t total = 0;
+    std::vector<int> hits(r.Count(), 0);
+    for (uint64_t q = 0; q < tiles.Count(); ++q) {
+      const Region t = tiles.Tile(q);
+      ASSERT_GT(t.Count(), 0u) << DescribeRegion(r) << " tile " << q;
+      total += t.Count();
+      for (int d = 0; d < rank; ++d) {
+        ASSERT_GE(t.start[d], r.start[d]);
+        ASSERT_LE(t.stop[d], r.stop[d]);
+        ASSERT_EQ((t.start[d] - anchor[d]) / chunk[d], (t.stop[d] - 1 - anchor[d]) / chunk[d]);  // one cell
+      }
+      for (uint64_t e = 0; e < t.Count(); ++e) {  // mark each element in r's row-major order
+        uint64_t x = e, idx = 0, stride = 1;
+        std::vector<uint64_t> at(rank);
+        for (int d = rank - 1; d >= 0; --d) {
+          at[d] = t.start[d] + x % (t.stop[d] - t.start[d]);
+          x /= t.stop[d] - t.start[d];
+        }
+        for (int d = rank - 1; d >= 0; --d) {
+          idx += (at[d] - r.start[d]) * stride;
+          stride *= r.stop[d] - r.start[d];
+        }
+        ++hits[idx];
+      }
+    }
+    EXPECT_EQ(total, r.Count()) << DescribeRegion(r);
+    for (int h : hits) ASSERT_EQ(h, 1) << DescribeRegion(r);
+  }
+}
+
 }  // namespace
 }  // namespace seedstore
