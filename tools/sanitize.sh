@@ -15,10 +15,9 @@
 # into Python; the tests start the seedstore binary (ASan + UBSan) as child processes, whose
 # reports land in $BUILD/sanitizer-logs like every other. The script says so when it runs them.
 #
-# Last run, 'kat|unit|cli|golden|mpi' (2026-12-01 session 5, AMD EPYC VM, main at ca66d72 and
-# the golden + mpi tiers again at this script's commit): all pass, no sanitizer report --
-# kat|unit|cli|golden 113, golden 8 (with the padded-save files), mpi 58 (MpiLive and
-# MpiLocalRank with use_tls=0, see below).
+# Last run, 'unit|golden|mpi' (2026-12-01 session 5, AMD EPYC VM, main at 5a0c3c4 + this
+# comment): all pass, no sanitizer report -- unit|golden 106, mpi 55 + 5 (MpiLive and
+# MpiLocalRank with use_tls=0, see below). 'kat|unit|cli|golden' at ca66d72: 113, clean.
 # Run before, 'kat|unit|cli|golden|mpi' (2026-12-01, AMD EPYC VM, main at 4feeaf8): all pass, no
 # sanitizer report -- kat|unit|cli|golden 97 (py.test_h5_* included; 1 more disabled); mpi 55
 # (54 + the MpiWorker helper) in 182 s. Before (main at 6704d69): 95 + 55, same result.
