@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gen/checksum.h"
 #include "gen/materialize_cpu_isa.h"
 
 namespace seedstore {
@@ -106,6 +107,24 @@ const char* CpuIsaName() {
     default: return "generic";
   }
 }
+
+// A function-local static, not a namespace-scope one: a checksum taken during another
+// translation unit's static initialization must not see null pointers.
+static const ChecksumFns& Checksum() {
+  static const ChecksumFns f = [] {
+    switch (kIsa) {
+      case Isa::kAvx512: return cpu_avx512::PickChecksum();
+      case Isa::kAvx2: return cpu_avx2::PickChecksum();
+      default: return cpu_generic::PickChecksum();
+    }
+  }();
+  return f;
+}
+
+uint64_t Checksum64(const void* data, size_t n) { return Checksum().one_shot(data, n); }
+void Checksum64Stream::Reset() { Checksum().reset(state_); }
+void Checksum64Stream::Update(const void* data, size_t n) { Checksum().update(state_, data, n); }
+uint64_t Checksum64Stream::Digest() const { return Checksum().digest(state_); }
 
 void MaterializeCpu(const SamplerParams& p, const Region& r, void* out, CpuOptions o) {
   const FillFn fill = PickFill(p);

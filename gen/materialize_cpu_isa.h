@@ -1,5 +1,5 @@
 // Private to the CPU materializer: the per-instruction-set inner loops (see
-// materialize_cpu_kernels.inc) and what the run-time dispatcher picks from.
+// materialize_cpu_kernels.inc, checksum_kernels.inc) and what the run-time dispatcher picks from.
 #pragma once
 #include "gen/fingerprint.h"
 #include "gen/sampler.h"
@@ -12,10 +12,20 @@ using FillFn = void (*)(const SamplerParams& p, uint64_t i, uint64_t n, void* ou
 /// Fingerprint of n elements at global flat indices [i, i+n) stored in data.
 using HashFn = Fingerprint (*)(uint64_t i, uint64_t n, const void* data, uint64_t seed);
 
+/// XXH3-64 (gen/checksum.h) compiled for one instruction set; the stream functions take a
+/// Checksum64Stream's state bytes.
+struct ChecksumFns {
+  uint64_t (*one_shot)(const void* data, size_t n);
+  void (*reset)(void* state);
+  void (*update)(void* state, const void* data, size_t n);
+  uint64_t (*digest)(const void* state);
+};
+
 #define SEEDSTORE_DECLARE_CPU_ISA(NS)                 \
   namespace NS {                                      \
   FillFn PickFill(const SamplerParams& p);            \
   HashFn PickHash(int element_size);                  \
+  ChecksumFns PickChecksum();                         \
   }
 SEEDSTORE_DECLARE_CPU_ISA(cpu_generic)
 SEEDSTORE_DECLARE_CPU_ISA(cpu_avx2)

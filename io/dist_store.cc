@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "gen/checksum.h"
 #include "gen/materialize_cpu.h"
 #include "io/atomic_file.h"
 
@@ -575,7 +575,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     if (g.id < 0 || d.id < 0) return IoError("cannot create " + std::string(kIndexPath));
     if (H5Dwrite(d.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
       return IoError("cannot write " + std::string(kIndexPath));
-    const uint64_t h = XXH3_64bits(text.data(), text.size());
+    const uint64_t h = Checksum64(text.data(), text.size());
     H as(H5Screate(H5S_SCALAR), H5Sclose);
     H a(H5Acreate2(d.id, "seedstore.xxh3", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
         H5Aclose);
@@ -815,7 +815,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
     uint64_t h = 0;
     H a(H5Aopen(d.id, "seedstore.xxh3", H5P_DEFAULT), H5Aclose);
     if (a.id < 0 || H5Aread(a.id, H5T_NATIVE_UINT64, &h) < 0) return bad("no seedstore.xxh3");
-    if (h != XXH3_64bits(text.data(), text.size())) return bad("checksum mismatch");
+    if (h != Checksum64(text.data(), text.size())) return bad("checksum mismatch");
   }
   try {
     const json j = json::parse(text);

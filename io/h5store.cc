@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-#include <xxhash.h>
 #include <zstd.h>
 
 #if defined(__x86_64__)
@@ -24,6 +23,7 @@
 #include <set>
 #include <thread>
 
+#include "gen/checksum.h"
 #include "io/atomic_file.h"
 
 namespace seedstore {
@@ -433,8 +433,7 @@ ZstdCtx& ThreadZstd() {
 struct ChunkScratch {
   std::vector<uint8_t> raw, tmp, chunk;  // stored bytes; intermediate stages; a whole chunk
   alignas(64) uint8_t block[16384];      // one L1-sized block of decoded bytes
-  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> hash{XXH3_createState(),
-                                                                        XXH3_freeState};
+  Checksum64Stream hash;
 };
 
 namespace {
@@ -547,12 +546,11 @@ void Unshuffle(const uint8_t* in, uint8_t* out, size_t nbytes, size_t es) {
 
 // The last decoding pass, fused: unshuffles (when `shuffled`) the decoded chunk at `src`
 // (`bytes` bytes, row-major over extents `cext`) one L1-sized block at a time, hashes each
-// block with streaming XXH3-64 (equal to the one-shot hash of the whole chunk) and scatters it
-// into the sink while it is in L1. Returns the chunk's XXH3-64.
+// block with streaming XXH3-64 (gen/checksum.h; equal to the one-shot hash of the whole
+// chunk) and scatters it into the sink while it is in L1. Returns the chunk's XXH3-64.
 uint64_t EmitChunk(const uint8_t* src, size_t bytes, size_t es, bool shuffled, int rank,
                    const uint64_t* cs, const uint64_t* cext, const ChunkSink& k, ChunkScratch& s) {
-  XXH3_state_t* st = s.hash.get();
-  XXH3_64bits_reset(st);
+  s.hash.Reset();
   const uint64_t n = bytes / es, step = sizeof(s.block) / es;
   for (uint64_t e0 = 0; e0 < n; e0 += step) {
     const uint64_t e1 = std::min(n, e0 + step);
@@ -561,11 +559,11 @@ uint64_t EmitChunk(const uint8_t* src, size_t bytes, size_t es, bool shuffled, i
       UnshuffleRange(src, n, e0, e1, es, s.block);
       blk = s.block;
     }
-    XXH3_64bits_update(st, blk, (e1 - e0) * es);
+    s.hash.Update(blk, (e1 - e0) * es);
     ScatterElems(blk, e0, e1, rank, cs, cext, es, k);
   }
   StreamFence();
-  return XXH3_64bits_digest(st);
+  return s.hash.Digest();
 }
 
 // One zstd frame with its content size (the HDF5 Zstandard plugin's chunk encoding). At level
@@ -815,7 +813,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
                          w + ": /seedstore/index cannot be read: " + H5ErrorText());
     SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> sum,
                                ReadU64Attr(d.get(), "seedstore.xxh3", w + " /seedstore/index"));
-    const uint64_t computed = XXH3_64bits(text.data(), text.size());
+    const uint64_t computed = Checksum64(text.data(), text.size());
     if (sum.size() != 1 || sum[0] != computed)
       return StoreStatus(StoreError::kBadIndex,
                          w + ": /seedstore/index checksum mismatch (stored " +
@@ -1169,7 +1167,7 @@ static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, in
 // Checks the stored bytes in s.raw against the chunk-info table's hash of chunk j.
 static Status CheckStoredHash(const std::string& path, const TensorRecord& t, const Grid& g, uint64_t j,
                               const ChunkScratch& s, uint64_t expected) {
-  const uint64_t h = XXH3_64bits(s.raw.data(), s.raw.size());
+  const uint64_t h = Checksum64(s.raw.data(), s.raw.size());
   if (h == expected) return Status::Ok();
   return ChunkError(path, t, g, j,
                     "stored bytes hash mismatch (chunk-info " + Hex64(expected) + ", computed " + Hex64(h) + ")");
@@ -1299,7 +1297,7 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
     status = DecodeChunk(i, j, &out->data, s, true, &mask);
   }
   if (status.ok()) {
-    out->stored_hash = info ? info->stored_hash : XXH3_64bits(s.raw.data(), s.raw.size());
+    out->stored_hash = info ? info->stored_hash : Checksum64(s.raw.data(), s.raw.size());
     out->fingerprint.reset();
     if (from_table) out->fingerprint = info->fingerprint;
     out->bytes.swap(s.raw);  // the pool keeps the other buffer
@@ -1708,7 +1706,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
                        box.start, box.stop, rank, es);
       chunk = &chunk_buf;
     }
-    sums[j] = XXH3_64bits(chunk->data(), chunk_bytes);
+    sums[j] = Checksum64(chunk->data(), chunk_bytes);
     infos[j].stored_hash = sums[j];  // contiguous data is stored as is (chunked: set below)
     if (g.chunked()) {
       const uint8_t* src = chunk->data();
@@ -1720,7 +1718,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
       comp.resize(ZSTD_compressBound(chunk_bytes));
       const size_t c = CompressChunk(comp.data(), comp.size(), src, chunk_bytes, m.opt.zstd_level);
       if (ZSTD_isError(c)) return Internal(tw + ": zstd: " + ZSTD_getErrorName(c));
-      infos[j].stored_hash = XXH3_64bits(comp.data(), c);
+      infos[j].stored_hash = Checksum64(comp.data(), c);
       {
         H5Guard gl;
         if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, 0, off, c, comp.data()) < 0)
@@ -1841,7 +1839,7 @@ Status StoreWriter::Commit() {
     if (!d.ok() || H5Dwrite(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
       return SEEDSTORE_H5_ERROR("writing /seedstore/index");
     SEEDSTORE_RETURN_IF_ERROR(
-        WriteU64Attr(d.get(), "seedstore.xxh3", {XXH3_64bits(text.data(), text.size())}, true));
+        WriteU64Attr(d.get(), "seedstore.xxh3", {Checksum64(text.data(), text.size())}, true));
   }
   {
     H5Guard gl;
