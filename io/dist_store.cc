@@ -426,7 +426,11 @@ Status AddPiece(StoreWriter& w, const WriteOptions& wo, const Catalog& src, size
   SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking chunking, matcher.For(g));
   if (as_piece) chunking.piece = g;
   const StoreWriter::ChunkCounts before = w.chunk_counts();
-  SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
+  if (const void* whole = src.HostData(i, g)) {  // a live job's own shard buffer
+    SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, whole, {}, chunking));
+  } else {
+    SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
+  }
   const StoreWriter::ChunkCounts after = w.chunk_counts();
   *copied += after.copied - before.copied;
   *encoded += after.encoded - before.encoded;
@@ -732,6 +736,9 @@ class BufferCatalog : public Catalog {
     }
     CopyBox(data_[i], sext, off, static_cast<unsigned char*>(out), ext, nullptr, ext, r.rank, es);
     return Status::Ok();
+  }
+  const void* HostData(size_t i, const Region& r) const override {
+    return SameRegion(r, shards_.at(i)) ? data_[i] : nullptr;
   }
 
  private:

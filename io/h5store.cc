@@ -1582,6 +1582,30 @@ Status StoreWriter::AddLazy(const TensorSpec& t, const Fingerprint* fingerprint,
 Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
                              const BoxSource& source, std::function<void(uint64_t)> progress,
                              const DenseChunking& chunking) {
+  return AddDenseFrom(name, shape, dtype, source, nullptr, std::move(progress), chunking);
+}
+
+Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
+                             const void* data, std::function<void(uint64_t)> progress,
+                             const DenseChunking& chunking) {
+  const auto* whole = static_cast<const uint8_t*>(data);
+  if (whole == nullptr && std::find(shape.begin(), shape.end(), 0) == shape.end())
+    return InvalidArgument("tensor '" + name + "': no data (a null pointer)");
+  const BoxSource copy = [whole, shape, es = DTypeSize(dtype)](const Region& box, void* out) {
+    const int rank = static_cast<int>(shape.size());
+    uint64_t origin[kMaxRank] = {}, ext[kMaxRank];
+    for (int d = 0; d < rank; ++d) ext[d] = box.stop[d] - box.start[d];
+    CopyIntersection(whole, origin, shape.data(), static_cast<uint8_t*>(out), box.start, ext,
+                     box.start, box.stop, rank, es);
+    return Status::Ok();
+  };
+  return AddDenseFrom(name, shape, dtype, copy, whole, std::move(progress), chunking);
+}
+
+Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint64_t>& shape,
+                                 DType dtype, const BoxSource& source, const uint8_t* whole,
+                                 std::function<void(uint64_t)> progress,
+                                 const DenseChunking& chunking) {
   Impl& m = *impl_;
   SEEDSTORE_RETURN_IF_ERROR(m.CheckName(name));
   const std::string tw = "tensor '" + name + "'";
@@ -1693,23 +1717,30 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
       done();
       return Status::Ok();
     }
-    box_buf.resize(n * es);
-    if (n > 0) SEEDSTORE_RETURN_IF_ERROR(source(box, box_buf.data()).WithContext(tw));
-    infos[j].fingerprint = FingerprintOf(frame, box, box_buf.data(), CpuOptions{1});
+    // The box's elements, row-major: where they lie in `whole` when contiguous there.
+    const uint8_t* elems;
+    if (whole && n > 0 && box.RunLength() == n) {
+      elems = whole + box.RunBase(0) * es;
+    } else {
+      box_buf.resize(n * es);
+      if (n > 0) SEEDSTORE_RETURN_IF_ERROR(source(box, box_buf.data()).WithContext(tw));
+      elems = box_buf.data();
+    }
+    infos[j].fingerprint = FingerprintOf(frame, box, elems, CpuOptions{1});
     parts[th].Add(infos[j].fingerprint);
-    const std::vector<uint8_t>* chunk = &box_buf;
+    const uint8_t* chunk = elems;
     if (g.chunked() && n != g.ChunkElems()) {
       chunk_buf.assign(chunk_bytes, 0);  // edge chunk: zero outside the tensor
       uint64_t ext[kMaxRank];
       for (int d = 0; d < rank; ++d) ext[d] = box.stop[d] - box.start[d];
-      CopyIntersection(box_buf.data(), box.start, ext, chunk_buf.data(), box.start, g.chunk.data(),
+      CopyIntersection(elems, box.start, ext, chunk_buf.data(), box.start, g.chunk.data(),
                        box.start, box.stop, rank, es);
-      chunk = &chunk_buf;
+      chunk = chunk_buf.data();
     }
-    sums[j] = Checksum64(chunk->data(), chunk_bytes);
+    sums[j] = Checksum64(chunk, chunk_bytes);
     infos[j].stored_hash = sums[j];  // contiguous data is stored as is (chunked: set below)
     if (g.chunked()) {
-      const uint8_t* src = chunk->data();
+      const uint8_t* src = chunk;
       if (do_shuffle) {
         shuf.resize(chunk_bytes);
         Shuffle(src, shuf.data(), chunk_bytes, es);
@@ -1728,7 +1759,7 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
       m.StartWriteback(c);
     } else if (chunk_bytes > 0) {
       H5Guard gl;
-      if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, chunk->data()) < 0)
+      if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, chunk) < 0)
         return SEEDSTORE_H5_ERROR(tw + ": writing data");
       stored += chunk_bytes;
     }

@@ -56,6 +56,14 @@ class Catalog {
   /// Fingerprint of region `r` of tensor `i`. Lazy: generated and hashed without a full buffer.
   virtual Result<Fingerprint> FingerprintRegion(size_t i, const Region& r,
                                                 CpuOptions o = {}) const;
+  /// Region `r` of tensor `i` where the catalog holds exactly its elements row-major in host
+  /// memory (valid while the catalog lives), so a writer may encode them in place; else
+  /// null, and Read copies them. By default null.
+  virtual const void* HostData(size_t i, const Region& r) const {
+    (void)i;
+    (void)r;
+    return nullptr;
+  }
   /// Index of the tensor called `name`, or -1.
   int Find(const std::string& name) const;
 };

@@ -150,6 +150,80 @@ TEST(H5Store, DenseRoundTripRandomBoxesEveryDtype) {
   }
 }
 
+// AddDense from a whole tensor in memory (chunks that are contiguous there are encoded in
+// place) stores exactly the bytes AddDense from a BoxSource stores: contiguous and strided
+// chunks, edge chunks, 0-d, one element, empty and prime shapes, every element size.
+TEST(H5Store, DenseFromMemoryStoresTheSameBytesAsFromABoxSource) {
+  TempDir dir;
+  struct Case {
+    Shape shape;
+    Shape chunk;  // empty: the writer's rule
+  };
+  const std::vector<Case> cases = {
+      {{}, {}},          {{1}, {}},           {{0, 5}, {}},        {{4999}, {}},
+      {{37, 53}, {}},    {{7, 11, 13}, {2, 11, 13}},  // contiguous, edge chunk in dim 0
+      {{7, 11, 13}, {2, 3, 13}},                         // rows of 13: strided in `data`
+      {{7, 11, 13}, {3, 4, 5}},                          // strided, edges in every dim
+      {{1, 1, 997}, {1, 1, 100}}};
+  std::mt19937_64 g(11);
+  for (bool shuffle : {true, false}) {
+    WriteOptions wo;
+    wo.chunk_bytes = 512;
+    wo.shuffle = shuffle;
+    wo.threads = 2;
+    const std::string pa = dir / "box.h5", pb = dir / "mem.h5";
+    auto wa = StoreWriter::Create(pa, 7, Generator::kThreefry, wo);
+    auto wb = StoreWriter::Create(pb, 7, Generator::kThreefry, wo);
+    ASSERT_TRUE(wa.ok() && wb.ok());
+    std::vector<std::vector<uint8_t>> data;
+    data.reserve(64);
+    for (DType dt : {DType::kBF16, DType::kF32, DType::kU8, DType::kF64}) {
+      for (size_t k = 0; k < cases.size(); ++k) {
+        const Case& c = cases[k];
+        const std::string name = std::string(DTypeName(dt)) + "/t" + std::to_string(k);
+        data.push_back(RandomBytes(Numel(c.shape) * DTypeSize(dt), g()));
+        DenseChunking ch;
+        ch.chunk = c.chunk;
+        ASSERT_TRUE((*wa)->AddDense(name, c.shape, dt, FromWhole(&data.back(), c.shape, DTypeSize(dt)), {}, ch).ok());
+        const void* p = data.back().empty() ? nullptr : data.back().data();
+        const Status s = (*wb)->AddDense(name, c.shape, dt, p, {}, ch);
+        ASSERT_TRUE(s.ok()) << name << ": " << s.ToString();
+      }
+    }
+    ASSERT_TRUE((*wa)->Commit().ok());
+    ASSERT_TRUE((*wb)->Commit().ok());
+    auto a = H5Store::Open(pa);
+    auto b = H5Store::Open(pb);
+    ASSERT_TRUE(a.ok() && b.ok());
+    uint64_t chunks = 0;
+    for (size_t i = 0; i < data.size(); ++i) {
+      const TensorRecord& t = (*b)->tensors()[i];
+      ASSERT_EQ(t.fingerprint, (*a)->tensors()[i].fingerprint) << t.name;
+      std::vector<uint8_t> whole(t.NumBytes());
+      ASSERT_TRUE((*b)->Read(i, WholeTensor(t.shape), whole.data()).ok());
+      ASSERT_EQ(whole, data[i]) << t.name;
+      const auto& info = (*b)->chunk_info(i);
+      ASSERT_EQ(info.size(), (*a)->chunk_info(i).size());
+      for (uint64_t j = 0; j < info.size() && !(*b)->stored(i).chunk.empty(); ++j, ++chunks) {
+        EXPECT_EQ(info[j].stored_hash, (*a)->chunk_info(i)[j].stored_hash);
+        EXPECT_EQ(info[j].fingerprint, (*a)->chunk_info(i)[j].fingerprint);
+        StoredChunk ca, cb;
+        ASSERT_TRUE((*a)->ReadStoredChunk(i, j, &ca, false).ok());
+        ASSERT_TRUE((*b)->ReadStoredChunk(i, j, &cb, false).ok());
+        ASSERT_EQ(cb.bytes, ca.bytes) << t.name << " chunk " << j;
+      }
+    }
+    EXPECT_GT(chunks, 100u);
+    EXPECT_TRUE((*b)->Verify().problems.empty());
+  }
+  auto w = StoreWriter::Create(dir / "null.h5", 7);
+  ASSERT_TRUE(w.ok());
+  const Status s = (*w)->AddDense("w", Shape{3}, DType::kF32, static_cast<const void*>(nullptr));
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("tensor 'w'"), std::string::npos) << s.ToString();
+  EXPECT_TRUE((*w)->AddDense("empty", Shape{4, 0}, DType::kF32, static_cast<const void*>(nullptr)).ok());
+}
+
 TEST(H5Store, FlatRangeToBoxesIsExact) {
   std::mt19937_64 g(3);
   for (int it = 0; it < 300; ++it) {
