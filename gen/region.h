@@ -84,6 +84,18 @@ inline bool SameRegion(const Region& a, const Region& b) {
   return true;
 }
 
+/// Whether the region's elements are consecutive global flat indices (one run): a flat range,
+/// or a box that is full in every dim after some dim d and one element wide in every dim
+/// before d. Its first element is then RunBase(0).
+inline bool IsContiguous(const Region& r) {
+  if (r.flat || r.rank == 0) return true;
+  int d = r.rank - 1;
+  while (d > 0 && r.start[d] == 0 && r.stop[d] == r.shape[d]) --d;
+  for (int k = 0; k < d; ++k)
+    if (r.stop[k] - r.start[k] != 1) return false;
+  return true;
+}
+
 /// The box [start, stop) of a tensor of `shape` (preconditions: equal ranks, start <= stop <= shape).
 inline Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
                         const std::vector<uint64_t>& stop) {

@@ -1719,7 +1719,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
     }
     // The box's elements, row-major: where they lie in `whole` when contiguous there.
     const uint8_t* elems;
-    if (whole && n > 0 && box.RunLength() == n) {
+    if (whole && n > 0 && IsContiguous(box)) {
       elems = whole + box.RunBase(0) * es;
     } else {
       box_buf.resize(n * es);

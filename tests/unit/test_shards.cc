@@ -425,6 +425,31 @@ TEST(BoxDifference, CoversOuterMinusInnerExactlyOnce) {
   }
 }
 
+// IsContiguous (gen/region.h) against the box's flat indices themselves, on random boxes of
+// small shapes (full, one-wide and partial dims in every combination, 0-d included).
+TEST(IsContiguous, TrueExactlyWhenTheFlatIndicesAreConsecutive) {
+  std::mt19937_64 rng(8);
+  int yes = 0, no = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int rank = trial % 5;
+    std::vector<uint64_t> shape(rank), a(rank), b(rank);
+    for (int d = 0; d < rank; ++d) {
+      shape[d] = 1 + rng() % 4;
+      a[d] = rng() % shape[d];
+      b[d] = a[d] + 1 + rng() % (shape[d] - a[d]);  // non-empty
+      if (rng() % 3 == 0) a[d] = 0, b[d] = shape[d];
+    }
+    const Region r = BoxRegion(shape, a, b);
+    bool consecutive = true;
+    for (uint64_t q = 0; q + 1 < r.Count() / r.RunLength(); ++q)
+      consecutive &= r.RunBase(q) + r.RunLength() == r.RunBase(q + 1);
+    ASSERT_EQ(IsContiguous(r), consecutive) << DescribeRegion(r);
+    (consecutive ? yes : no)++;
+  }
+  EXPECT_GT(yes, 300);
+  EXPECT_GT(no, 300);
+}
+
 // GridTiles (gen/region.h): the tiles cover the box exactly once, each inside one grid cell.
 TEST(GridTiles, CoverTheBoxOnceOneCellEach) {
   std::mt19937_64 rng(5);
