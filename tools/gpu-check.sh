@@ -13,8 +13,9 @@
 # and test logs, SASS, PTX, the peers' timings); intermediate files live in $BUILD/check.
 # Usage: tools/gpu-check.sh [--prepare] [--dry-run] [--quick] [--build-only]
 #   --prepare  here, before the run: copy GoogleTest's sources (/usr/src/googletest, Debian's
-#              googletest package) and NCCL's header (/usr/local/cuda/include/nccl.h, with any
-#              nccl*.h it includes) into .gpu-deps/ (ignored by git) for the call to carry:
+#              googletest package), NCCL's header (/usr/local/cuda/include/nccl.h, with any
+#              nccl*.h it includes) and xxHash's header (/usr/include/xxhash.h, for gen/'s
+#              checksum loops) into .gpu-deps/ (ignored by git) for the call to carry:
 #              the GPU machine has CUDA but no GoogleTest, HDF5, ... (/work/.library/device).
 #              Then: run(command="tools/gpu-check.sh", carry=[".gpu-deps"], timeout_s=540).
 #   --dry-run  no GPU needed: check tools, configure, parse an existing SASS dump if any, and
@@ -43,6 +44,10 @@ done
 if [ "$PREPARE" = 1 ]; then
   [ -d /usr/src/googletest/googletest/src ] || { echo "gpu-check: /usr/src/googletest missing (apt-get install googletest)"; exit 1; }
   rm -rf .gpu-deps && mkdir -p .gpu-deps && cp -r /usr/src/googletest .gpu-deps/
+  # xxHash's header: gen/'s per-ISA loops compile it (gen/checksum_kernels.inc); the GPU
+  # machine may have no libxxhash-dev. The one the CPU build uses, so the bits are the same.
+  [ -f /usr/include/xxhash.h ] || { echo "gpu-check: /usr/include/xxhash.h missing (apt-get install libxxhash-dev)"; exit 1; }
+  mkdir -p .gpu-deps/xxhash && cp /usr/include/xxhash.h .gpu-deps/xxhash/
   # NCCL's header (the GPU machine has libnccl.so.2 through PyTorch's wheels, maybe no header).
   # nccl.h includes CUDA's own headers (cuda_runtime.h, cuda_fp16.h, ...), which the GPU
   # machine's toolkit has; NCCL headers it includes (nccl*.h) are copied with it.
@@ -178,7 +183,8 @@ build_standalone() {
   for f in "$ROOT"/gen/*.cc; do  # the CPU reference path (gen/CMakeLists.txt's flags)
     local o="$sb/$(basename "$f").o" fl2=()
     case "$f" in *avx2*) fl2=(-mavx2 -mfma -mbmi -mbmi2) ;; *avx512*) fl2=(-mavx512f -mavx512vl -mavx512bw -mavx512dq -mavx2 -mfma -mbmi -mbmi2 -mprefer-vector-width=512) ;; esac
-    g++ -std=c++20 -O2 -ffp-contract=off -fno-math-errno -fno-trapping-math "${fl2[@]}" -I"$ROOT" -c "$f" -o "$o" > "$o.log" 2>&1 & pids+=($!)
+    g++ -std=c++20 -O2 -ffp-contract=off -fno-math-errno -fno-trapping-math "${fl2[@]}" -I"$ROOT" \
+        -I"$ROOT/.gpu-deps/xxhash" -c "$f" -o "$o" > "$o.log" 2>&1 & pids+=($!)
     extra+=("$o")
   done
   local gt="" gtinc=() gtlib=()
