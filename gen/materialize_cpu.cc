@@ -40,11 +40,16 @@ Isa PickIsa() {
   }
   return isa;
 }
-const Isa kIsa = PickIsa();
+// A function-local static, not a namespace-scope one: code run by another translation unit's
+// static initializers must see the CPU's ISA too, not a zero-initialized kGeneric.
+Isa TheIsa() {
+  static const Isa isa = PickIsa();
+  return isa;
+}
 
 // The loops themselves live in materialize_cpu_kernels.inc, compiled once per ISA.
 FillFn PickFill(const SamplerParams& p) {
-  switch (kIsa) {
+  switch (TheIsa()) {
     case Isa::kAvx512: return cpu_avx512::PickFill(p);
     case Isa::kAvx2: return cpu_avx2::PickFill(p);
     default: return cpu_generic::PickFill(p);
@@ -53,7 +58,7 @@ FillFn PickFill(const SamplerParams& p) {
 
 HashFn PickHash(DType dtype) {
   const int size = DTypeSize(dtype);
-  switch (kIsa) {
+  switch (TheIsa()) {
     case Isa::kAvx512: return cpu_avx512::PickHash(size);
     case Isa::kAvx2: return cpu_avx2::PickHash(size);
     default: return cpu_generic::PickHash(size);
@@ -101,18 +106,18 @@ void Parallel(uint64_t count, CpuOptions o, F&& f) {
 }  // namespace
 
 const char* CpuIsaName() {
-  switch (kIsa) {
+  switch (TheIsa()) {
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx2: return "avx2";
     default: return "generic";
   }
 }
 
-// A function-local static, not a namespace-scope one: a checksum taken during another
-// translation unit's static initialization must not see null pointers.
+// Function-local static, as TheIsa: a checksum taken during another translation unit's
+// static initialization must not see null pointers.
 static const ChecksumFns& Checksum() {
   static const ChecksumFns f = [] {
-    switch (kIsa) {
+    switch (TheIsa()) {
       case Isa::kAvx512: return cpu_avx512::PickChecksum();
       case Isa::kAvx2: return cpu_avx2::PickChecksum();
       default: return cpu_generic::PickChecksum();

@@ -215,8 +215,10 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
 /// io/collective.h, host pointers only) and the job writes a distributed save at `path` in
 /// parallel -- each rank its own file, replica index 0 only -- then proves it as Reshard does
 /// (the reference being the sum of the owners' buffer fingerprints). Every rank must pass the
-/// same names, shapes and dtypes in the same order. Errors: kInvalidArgument (layout world
-/// size != comm.size(), a buffer of the wrong size, null data, a device buffer), as Reshard.
+/// same names, shapes and dtypes in the same order. The buffers must not change until it
+/// returns (each rank's own shard is encoded in place, StoreWriter::AddDense from memory).
+/// Errors: kInvalidArgument (layout world size != comm.size(), a buffer of the wrong size,
+/// null data, a device buffer), as Reshard.
 Result<ReshardReport> SaveBuffers(Exchange& comm, const std::vector<ParamBuffer>& params,
                                   const Layout& layout, const std::string& path,
                                   const DistSaveOptions& o = {});

@@ -285,7 +285,8 @@ class StoreWriter {
   /// are contiguous in `data` (1-D tensors and flat ranges, or chunks of whole trailing rows)
   /// are fingerprinted, checksummed and compressed where they lie, without the copy a
   /// BoxSource makes (1-D bf16: writes 4% faster); others are gathered as from a BoxSource.
-  /// The stored bytes are the same either way.
+  /// The stored bytes are the same either way. `data` must not change during the call (it is
+  /// read several times: fingerprint, checksum, compression); any alignment is fine.
   Status AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
                   const void* data, std::function<void(uint64_t)> progress = {},
                   const DenseChunking& chunking = {});
