@@ -15,8 +15,9 @@
 # into Python; the tests start the seedstore binary (ASan + UBSan) as child processes, whose
 # reports land in $BUILD/sanitizer-logs like every other. The script says so when it runs them.
 #
-# Last run, 'kat|unit|cli|golden|mpi' (2026-12-01 session 6, AMD EPYC VM, main at 2db4b27):
-# all pass, no sanitizer report -- kat|unit|cli|golden 120, mpi 55 + 5, in 218 s.
+# Last run, 'kat|unit|cli|golden|mpi' (2026-12-01 session 6, AMD EPYC VM, main at 0afedf2):
+# all pass, no sanitizer report -- kat|unit|cli|golden 122, mpi 55 + 5, in 216 s (at
+# 2db4b27, before the review fixes: 120 + 55 + 5, clean).
 # Run before, 'unit|golden|mpi' (2026-12-01 session 5, AMD EPYC VM, main at 0c89043 + this
 # comment): all pass, no sanitizer report -- unit|golden 106, mpi 55 + 5 (MpiLive and
 # MpiLocalRank with use_tls=0, see below). 'kat|unit|cli|golden' at ca66d72: 113, clean.
