@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode
 #include <zstd.h>
 
 #if defined(__x86_64__)
@@ -569,7 +570,11 @@ uint64_t EmitChunk(const uint8_t* src, size_t bytes, size_t es, bool shuffled, i
 // One zstd frame with its content size (the HDF5 Zstandard plugin's chunk encoding). At level
 // 1 the match finder is narrowed (hashLog 6, minMatch 7): shuffled weights are mostly
 // literals, and spurious short matches in the mantissa bytes cost time and ratio (bf16 N(0,
-// 0.02): 0.5 -> 1.1 GB/s per core, ratio 1.69 -> 1.73). Any zstd decoder reads the frames.
+// 0.02): 0.5 -> 1.1 GB/s per core, ratio 1.69 -> 1.73). It also skips ahead faster where it
+// finds no match (targetLength 8, zstd's "acceleration"), which alone would turn literal
+// compression off, so that is forced back on: +8-10% on a shuffled bf16 or f32 chunk at the
+// same ratio; long runs of exact repeats (an int64 arange) compress less well (811x -> 214x).
+// docs/PERF.md, session 7. Any zstd decoder reads the frames.
 size_t CompressChunk(void* dst, size_t cap, const void* src, size_t n, int level) {
   ZSTD_CCtx* cc = ThreadZstd().c;
   ZSTD_CCtx_reset(cc, ZSTD_reset_session_and_parameters);
@@ -577,6 +582,8 @@ size_t CompressChunk(void* dst, size_t cap, const void* src, size_t n, int level
   if (level == 1) {
     ZSTD_CCtx_setParameter(cc, ZSTD_c_hashLog, 6);
     ZSTD_CCtx_setParameter(cc, ZSTD_c_minMatch, 7);
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_targetLength, 8);
+    ZSTD_CCtx_setParameter(cc, ZSTD_c_literalCompressionMode, ZSTD_ps_enable);
   }
   ZSTD_CCtx_setParameter(cc, ZSTD_c_contentSizeFlag, 1);
   return ZSTD_compress2(cc, dst, cap, src, n);
