@@ -1039,26 +1039,6 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   return s;
 }
 
-namespace {
-// Checks that `r` lies inside `t` (box or flat range).
-Status CheckRegionIn(const TensorRecord& t, const Region& r) {
-  const std::string w = "tensor '" + t.name + "'";
-  if (r.rank != static_cast<int>(t.shape.size()))
-    return InvalidArgument(w + ": region has rank " + std::to_string(r.rank) + ", tensor has " +
-                           std::to_string(t.shape.size()));
-  for (int d = 0; d < r.rank; ++d) {
-    if (r.shape[d] != t.shape[d]) return InvalidArgument(w + ": region shape differs at dim " + std::to_string(d));
-    if (!r.flat && (r.start[d] > r.stop[d] || r.stop[d] > t.shape[d]))
-      return InvalidArgument(w + ": region dim " + std::to_string(d) + " [" + std::to_string(r.start[d]) +
-                             ":" + std::to_string(r.stop[d]) + "] is outside [0:" +
-                             std::to_string(t.shape[d]) + "]");
-  }
-  if (r.flat && (r.begin > r.end || r.end > t.NumElements()))
-    return InvalidArgument(w + ": flat range is outside the tensor");
-  return Status::Ok();
-}
-}  // namespace
-
 // Where chunk j (grid origin `off`) of a chunked dataset is stored; size 0 when the chunk is
 // missing. Takes the HDF5 lock.
 struct ChunkLoc {

@@ -39,46 +39,6 @@ struct Item {
   uint64_t bytes;
 };
 
-// A safetensors file opened for box reads (pread of each contiguous run).
-class SafetensorsBoxReader {
- public:
-  static Result<std::shared_ptr<SafetensorsBoxReader>> Open(const std::string& path) {
-    SEEDSTORE_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
-    auto r = std::shared_ptr<SafetensorsBoxReader>(new SafetensorsBoxReader(std::move(f)));
-    r->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (r->fd_ < 0) return NotFound("safetensors file '" + path + "': cannot open");
-    unsigned char len[8];
-    SEEDSTORE_RETURN_IF_ERROR(PreadExact(r->fd_, len, 8, 0, path));
-    uint64_t hl = 0;
-    for (int i = 7; i >= 0; --i) hl = (hl << 8) | len[i];
-    r->data_start_ = 8 + hl;
-    return r;
-  }
-  ~SafetensorsBoxReader() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  const SafetensorsFile& file() const { return file_; }
-  Status ReadBox(const SafetensorsEntry& e, const Region& box, void* out) const {
-    const size_t es = DTypeSize(e.dtype);
-    const uint64_t n = box.Count();
-    if (n == 0) return Status::Ok();
-    const uint64_t run = box.RunLength();
-    auto* p = static_cast<uint8_t*>(out);
-    for (uint64_t q = 0; q * run < n; ++q) {
-      const uint64_t base = box.RunBase(q);
-      SEEDSTORE_RETURN_IF_ERROR(
-          PreadExact(fd_, p + q * run * es, run * es, data_start_ + e.begin + base * es, file_.path()));
-    }
-    return Status::Ok();
-  }
-
- private:
-  explicit SafetensorsBoxReader(SafetensorsFile f) : file_(std::move(f)) {}
-  SafetensorsFile file_;
-  int fd_ = -1;
-  uint64_t data_start_ = 0;
-};
-
 }  // namespace
 
 Result<uint64_t> ParseByteSize(const std::string& text) {
@@ -199,71 +159,124 @@ Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const 
   return names;
 }
 
+namespace {
+
+// The safetensors files `path` stands for: itself, or those its index's weight_map names
+// (sorted), each with the tensor names the index assigns to it.
+Status ListSafetensorsFiles(const std::string& path, std::vector<std::string>* files,
+                            std::map<std::string, std::vector<std::string>>* indexed) {
+  if (!EndsWith(path, ".json")) {
+    files->push_back(path);
+    return Status::Ok();
+  }
+  std::ifstream in(path);
+  if (!in) return NotFound("index file '" + path + "': cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    return InvalidArgument("index file '" + path + "': not a safetensors index (no weight_map)");
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it->is_string())
+      return InvalidArgument("index file '" + path + "': weight_map['" + it.key() + "'] is not a file name");
+    const std::string f = it->get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      return InvalidArgument("index file '" + path + "': file name '" + f + "' must be local");
+    const std::string p = DirName(path) + f;
+    if (std::find(files->begin(), files->end(), p) == files->end()) files->push_back(p);
+    (*indexed)[p].push_back(it.key());
+  }
+  std::sort(files->begin(), files->end());  // model-00001-of-N, model-00002-of-N, ...
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsSafetensorsSource(const std::string& path) {
+  if (EndsWith(path, ".safetensors")) return true;
+  if (!EndsWith(path, ".json")) return false;
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const json j = json::parse(ss.str(), nullptr, false);
+  return !j.is_discarded() && j.is_object() && j.contains("weight_map") && j["weight_map"].is_object();
+}
+
+Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::string& path) {
+  std::vector<std::string> files;
+  std::map<std::string, std::vector<std::string>> indexed;
+  SEEDSTORE_RETURN_IF_ERROR(ListSafetensorsFiles(path, &files, &indexed));
+  auto c = std::unique_ptr<SafetensorsCatalog>(new SafetensorsCatalog());
+  c->origin_ = path;
+  std::map<std::string, size_t> seen;  // tensor name -> file index
+  for (const std::string& f : files) {
+    SEEDSTORE_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(f));
+    for (const std::string& name : indexed[f])
+      if (!file.Find(name))
+        return NotFound("index file '" + path + "': tensor '" + name + "' is mapped to '" + f +
+                        "', which does not hold it");
+    std::vector<SafetensorsEntry> v = file.entries();
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    const size_t k = c->files_.size();
+    for (SafetensorsEntry& e : v) {
+      if (auto it = seen.find(e.name); it != seen.end())
+        return InvalidArgument("safetensors tensor '" + e.name + "' is held by both '" +
+                               c->files_[it->second].path() + "' and '" + f + "'");
+      seen[e.name] = k;
+      TensorRecord t;
+      t.name = e.name;
+      t.shape = e.shape;
+      t.dtype = e.dtype;
+      c->records_.push_back(std::move(t));
+      c->where_.emplace_back(k, std::move(e));
+    }
+    c->files_.push_back(std::move(file));
+  }
+  return c;
+}
+
+Status SafetensorsCatalog::Read(size_t i, const Region& r, void* out, CpuOptions) const {
+  if (i >= records_.size())
+    return InvalidArgument("'" + origin_ + "': tensor index " + std::to_string(i) + " out of range");
+  const TensorRecord& t = records_[i];
+  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r).WithContext("'" + file_of(i) + "'"));
+  const auto& [k, e] = where_[i];
+  if (!r.flat) return files_[k].ReadBox(e, r, out);
+  auto* p = static_cast<uint8_t*>(out);
+  for (const Region& b : FlatRangeToBoxes(t.shape, r.begin, r.end)) {
+    SEEDSTORE_RETURN_IF_ERROR(files_[k].ReadBox(e, b, p));
+    p += b.Count() * DTypeSize(t.dtype);
+  }
+  return Status::Ok();
+}
+
 Result<int> ImportSafetensors(const std::string& source, const std::string& store,
                               const ImportOptions& o, std::function<void(uint64_t)> progress) {
-  // The files to read, and which tensors to take from each (in file order).
-  std::vector<std::string> files;
-  if (EndsWith(source, ".json")) {
-    std::ifstream in(source);
-    if (!in) return NotFound("index file '" + source + "': cannot open");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    json j = json::parse(ss.str(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      return InvalidArgument("index file '" + source + "': not a safetensors index (no weight_map)");
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it->is_string()) return InvalidArgument("index file '" + source + "': weight_map['" + it.key() + "'] is not a file name");
-      const std::string f = it->get<std::string>();
-      if (f.find('/') != std::string::npos || f == ".." )
-        return InvalidArgument("index file '" + source + "': file name '" + f + "' must be local");
-      const std::string p = DirName(source) + f;
-      if (std::find(files.begin(), files.end(), p) == files.end()) files.push_back(p);
-    }
-    std::sort(files.begin(), files.end());  // model-00001-of-N, model-00002-of-N, ...
-  } else {
-    files.push_back(source);
-  }
-  std::vector<std::shared_ptr<SafetensorsBoxReader>> readers;
-  for (const auto& f : files) {
-    SEEDSTORE_ASSIGN_OR_RETURN(auto r, SafetensorsBoxReader::Open(f));
-    readers.push_back(r);
-  }
-  // Tensors in the order of their bytes in each file (the writer's order), not by name.
-  auto ordered = [](const SafetensorsFile& f) {
-    std::vector<SafetensorsEntry> v = f.entries();
-    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-    return v;
+  SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<SafetensorsCatalog> src, SafetensorsCatalog::Open(source));
+  const std::vector<TensorRecord>& ts = src->tensors();
+  auto source_of = [src](size_t i) {
+    return BoxSource([src, i](const Region& box, void* out) { return src->Read(i, box, out); });
   };
-  auto source_of = [&](const std::shared_ptr<SafetensorsBoxReader>& r, const SafetensorsEntry& e) {
-    return BoxSource([r, e](const Region& box, void* out) { return r->ReadBox(e, box, out); });
-  };
-  int n = 0;
   if (!o.update) {
     SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, o.seed, Generator::kThreefry, o.write));
-    for (const auto& r : readers) {
-      for (const auto& e : ordered(r->file())) {
-        SEEDSTORE_RETURN_IF_ERROR(w->AddDense(e.name, e.shape, e.dtype, source_of(r, e), progress)
-                                      .WithContext("importing '" + r->file().path() + "'"));
-        ++n;
-      }
-    }
+    for (size_t i = 0; i < ts.size(); ++i)
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, ts[i].shape, ts[i].dtype, source_of(i), progress)
+                                    .WithContext("importing '" + src->file_of(i) + "'"));
     SEEDSTORE_RETURN_IF_ERROR(w->Commit());
-    return n;
+    return static_cast<int>(ts.size());
   }
   // Update: check shapes and dtypes against the store, then rewrite it.
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> st, H5Store::Open(store));
   std::map<std::string, BoxSource> values;
-  for (const auto& r : readers) {
-    for (const auto& e : ordered(r->file())) {
-      const int i = st->Find(e.name);
-      const std::string w = "'" + r->file().path() + "' tensor '" + e.name + "'";
-      if (i < 0) return NotFound(w + ": the store '" + store + "' has no such tensor");
-      const TensorRecord& t = st->tensors()[i];
-      if (t.shape != e.shape || t.dtype != e.dtype)
-        return InvalidArgument(w + ": shape/dtype differ from the store's (" + DTypeName(t.dtype) + ")");
-      values[e.name] = source_of(r, e);
-      ++n;
-    }
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const int k = st->Find(ts[i].name);
+    const std::string w = "'" + src->file_of(i) + "' tensor '" + ts[i].name + "'";
+    if (k < 0) return NotFound(w + ": the store '" + store + "' has no such tensor");
+    const TensorRecord& t = st->tensors()[k];
+    if (t.shape != ts[i].shape || t.dtype != ts[i].dtype)
+      return InvalidArgument(w + ": shape/dtype differ from the store's (" + DTypeName(t.dtype) + ")");
+    values[ts[i].name] = source_of(i);
   }
   SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, st->root_seed(), st->generator(), o.write));
   for (size_t i = 0; i < st->tensors().size(); ++i) {
@@ -276,7 +289,7 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
     }
   }
   SEEDSTORE_RETURN_IF_ERROR(w->Commit());
-  return n;
+  return static_cast<int>(ts.size());
 }
 
 }  // namespace seedstore

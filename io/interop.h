@@ -8,6 +8,7 @@
 
 #include "io/export.h"
 #include "io/h5store.h"
+#include "io/safetensors.h"
 
 namespace seedstore {
 
@@ -27,6 +28,34 @@ Result<std::vector<std::string>> ExportSafetensorsFiles(
 /// Parses a size such as "5GB", "500MB", "2GiB", "1048576" (decimal units are powers of 1000,
 /// binary ones of 1024, as huggingface_hub). Error names the text.
 Result<uint64_t> ParseByteSize(const std::string& text);
+
+/// The dense tensors of a .safetensors file, or of every file that a Hugging Face
+/// model.safetensors.index.json names (its `weight_map`; files in the index's folder), as one
+/// read-only Catalog. Any box or flat range is read on demand (one pread per contiguous run),
+/// never a whole file. Tensors are listed file by file, files in name order
+/// (model-00001-of-N, ...), each file's tensors in the order of their bytes. Errors name the
+/// file and the tensor: a tensor held by two files, an index entry whose file lacks it, a
+/// file name that is not local to the index's folder.
+class SafetensorsCatalog : public Catalog {
+ public:
+  static Result<std::unique_ptr<SafetensorsCatalog>> Open(const std::string& path);
+  const std::vector<TensorRecord>& tensors() const override { return records_; }
+  std::string origin() const override { return origin_; }
+  Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
+  /// The file holding tensor i (for messages).
+  const std::string& file_of(size_t i) const { return files_[where_[i].first].path(); }
+  size_t num_files() const { return files_.size(); }
+
+ private:
+  std::string origin_;
+  std::vector<SafetensorsFile> files_;
+  std::vector<TensorRecord> records_;
+  std::vector<std::pair<size_t, SafetensorsEntry>> where_;  // per record: file index, entry
+};
+
+/// True when `path` names safetensors: a ".safetensors" file, or a JSON file holding a
+/// `weight_map` object (a Hugging Face index). A JSON spec is not.
+bool IsSafetensorsSource(const std::string& path);
 
 struct ImportOptions {
   WriteOptions write;

@@ -2,10 +2,15 @@
 
 #include "io/dist_store.h"
 #include "io/h5store.h"
+#include "io/interop.h"
 
 namespace seedstore {
 
 Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
+  if (IsSafetensorsSource(path)) {  // a .safetensors file or a Hugging Face index
+    SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCatalog> c, SafetensorsCatalog::Open(path));
+    return std::unique_ptr<Catalog>(std::move(c));
+  }
   const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (json) {
     SEEDSTORE_ASSIGN_OR_RETURN(ModelSpec spec, ModelSpec::Load(path));

@@ -1,4 +1,5 @@
-// Opening any model source as a Catalog: a JSON spec file, or a seedstore store file.
+// Opening any model source as a Catalog: a JSON spec, a seedstore store or distributed save,
+// safetensors (a file or a Hugging Face index).
 #pragma once
 #include <memory>
 #include <string>
@@ -7,7 +8,9 @@
 
 namespace seedstore {
 
-/// Opens `path`: a spec (".json") or a seedstore HDF5 store. Errors name the file.
+/// Opens `path`: a spec (".json"), a seedstore HDF5 store or distributed save, a
+/// ".safetensors" file or a Hugging Face model.safetensors.index.json (read-only, dense).
+/// Errors name the file.
 Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path);
 
 }  // namespace seedstore

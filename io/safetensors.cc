@@ -164,4 +164,16 @@ Status SafetensorsFile::Read(const SafetensorsEntry& e, void* dst) const {
   return PreadExact(fd_, dst, e.end - e.begin, data_start_ + e.begin, path_);
 }
 
+Status SafetensorsFile::ReadBox(const SafetensorsEntry& e, const Region& box, void* dst) const {
+  const size_t es = DTypeSize(e.dtype);
+  const uint64_t n = box.Count();
+  if (n == 0) return Status::Ok();
+  const uint64_t run = box.RunLength();
+  auto* p = static_cast<uint8_t*>(dst);
+  for (uint64_t q = 0; q * run < n; ++q)
+    SEEDSTORE_RETURN_IF_ERROR(PreadExact(fd_, p + q * run * es, run * es,
+                                         data_start_ + e.begin + box.RunBase(q) * es, path_));
+  return Status::Ok();
+}
+
 }  // namespace seedstore

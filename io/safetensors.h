@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gen/dtype.h"
+#include "gen/region.h"
 #include "store/status.h"
 
 namespace seedstore {
@@ -54,6 +55,9 @@ class SafetensorsFile {
   const SafetensorsEntry* Find(const std::string& name) const;
   /// Reads the tensor's bytes into dst (entry.end - entry.begin bytes).
   Status Read(const SafetensorsEntry& e, void* dst) const;
+  /// Reads box `box` of the tensor (its own indices; must lie inside it) into dst, row-major:
+  /// one pread per contiguous run.
+  Status ReadBox(const SafetensorsEntry& e, const Region& box, void* dst) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -50,6 +50,23 @@ Fingerprint FingerprintOf(const TensorRecord& t, const Region& r, const void* da
   return f;
 }
 
+Status CheckRegionIn(const TensorRecord& t, const Region& r) {
+  const std::string w = "tensor '" + t.name + "'";
+  if (r.rank != static_cast<int>(t.shape.size()))
+    return InvalidArgument(w + ": region has rank " + std::to_string(r.rank) + ", tensor has " +
+                           std::to_string(t.shape.size()));
+  for (int d = 0; d < r.rank; ++d) {
+    if (r.shape[d] != t.shape[d]) return InvalidArgument(w + ": region shape differs at dim " + std::to_string(d));
+    if (!r.flat && (r.start[d] > r.stop[d] || r.stop[d] > t.shape[d]))
+      return InvalidArgument(w + ": region dim " + std::to_string(d) + " [" + std::to_string(r.start[d]) +
+                             ":" + std::to_string(r.stop[d]) + "] is outside [0:" +
+                             std::to_string(t.shape[d]) + "]");
+  }
+  if (r.flat && (r.begin > r.end || r.end > t.NumElements()))
+    return InvalidArgument(w + ": flat range is outside the tensor");
+  return Status::Ok();
+}
+
 Result<Fingerprint> Catalog::FingerprintRegion(size_t i, const Region& r, CpuOptions o) const {
   const TensorRecord& t = tensors().at(i);
   if (t.lazy) return t.lazy->FingerprintRegion(r, o);

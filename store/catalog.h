@@ -44,6 +44,9 @@ struct TensorRecord {
 /// indices), in t's frame (TensorRecord::FrameRegions).
 Fingerprint FingerprintOf(const TensorRecord& t, const Region& r, const void* data, CpuOptions o = {});
 
+/// Checks that `r` (a box or a flat range) lies inside tensor `t`; the error names the tensor.
+Status CheckRegionIn(const TensorRecord& t, const Region& r);
+
 class Catalog {
  public:
   virtual ~Catalog() = default;

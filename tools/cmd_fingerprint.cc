@@ -61,7 +61,7 @@ int Run(const Options& o) {
 Register reg({"fingerprint", "Print each tensor's fingerprint (or one rank's shard's)",
               [](CLI::App& app) {
   auto o = std::make_shared<Options>();
-  app.add_option("source", o->source, "Spec (.json) or store file")->required();
+  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON: fingerprint one rank's shards");
   app.add_option("--rank", o->rank, "Rank (with --layout)");
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");

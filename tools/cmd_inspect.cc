@@ -5,6 +5,7 @@
 
 #include "io/dist_store.h"
 #include "io/h5store.h"
+#include "io/interop.h"
 #include "io/open.h"
 #include "tools/cli.h"
 #include "tools/output.h"
@@ -28,6 +29,7 @@ int Run(const Options& o) {
   if (!cat.ok()) return Fail(cat.status());
   const auto* store = dynamic_cast<const H5Store*>(cat->get());
   const auto* dist = dynamic_cast<const DistCatalog*>(cat->get());
+  const auto* safetensors = dynamic_cast<const SafetensorsCatalog*>(cat->get());
   const auto& ts = (*cat)->tensors();
   nlohmann::json rows = nlohmann::json::array();
   uint64_t params = 0, lazy = 0, dense = 0, on_disk = 0;
@@ -44,7 +46,7 @@ int Run(const Options& o) {
     const TensorRecord& t = ts[i];
     if (!GlobMatch(o.tensors, t.name)) continue;
     const bool is_dense = store ? store->stored(i).dense : !t.lazy;  // other catalogs: no spec = dense
-    uint64_t disk = store ? store->stored(i).stored_bytes : 0;
+    uint64_t disk = store ? store->stored(i).stored_bytes : safetensors ? t.NumBytes() : 0;
     uint64_t chunks = store ? store->stored(i).num_chunks : 0;
     if (dist && is_dense) {  // a distributed save: its pieces in the rank files
       for (size_t p = 0; p < dist->pieces(i).size(); ++p) {
@@ -92,6 +94,8 @@ int Run(const Options& o) {
       j["file_bytes"] = store->file_bytes();
       j["seed"] = store->root_seed();
       j["generator"] = GeneratorName(store->generator());
+    } else if (safetensors) {
+      j["files"] = safetensors->num_files();
     } else if (dist) {
       j["world"] = dist->world();
       j["seed"] = dist->root_seed();
@@ -105,6 +109,8 @@ int Run(const Options& o) {
     if (store)
       std::printf(", file %llu bytes, seed %llu, %s", static_cast<unsigned long long>(store->file_bytes()),
                   static_cast<unsigned long long>(store->root_seed()), GeneratorName(store->generator()));
+    if (safetensors)
+      std::printf(", safetensors in %zu file%s", safetensors->num_files(), safetensors->num_files() == 1 ? "" : "s");
     if (dist)
       std::printf(", distributed save over %d rank files, %llu bytes on disk in them, seed %llu, %s",
                   dist->world(), static_cast<unsigned long long>(on_disk),
@@ -117,7 +123,7 @@ int Run(const Options& o) {
 Register reg({"inspect", "List the tensors of a store: shape, dtype, lazy/dense, size, fingerprint",
               [](CLI::App& app) {
   auto o = std::make_shared<Options>();
-  app.add_option("source", o->source, "Store file (or spec .json)")->required();
+  app.add_option("source", o->source, "Store, distributed save, spec (.json) or safetensors (file or index.json)")->required();
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return Run(*o); };

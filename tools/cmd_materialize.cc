@@ -37,7 +37,7 @@ int Run(const Options& o) {
 
 Register reg({"materialize", "Write one rank's shards to a safetensors file", [](CLI::App& app) {
   auto o = std::make_shared<Options>();
-  app.add_option("source", o->source, "Spec (.json) or store file")->required();
+  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
   app.add_option("--rank", o->rank, "Rank whose shards to write")->required();
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");

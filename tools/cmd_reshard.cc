@@ -94,7 +94,7 @@ Register reg({"reshard",
               "store), proving every tensor's fingerprint",
               [](CLI::App& app) {
   auto o = std::make_shared<ReshardOptions>();
-  app.add_option("source", o->source, "Spec (.json), store, or distributed save")->required();
+  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Output layout JSON (mesh + placements)");
   app.add_option("-o,--output", o->output, "Output path (the master file)")->required();
   app.add_flag("--consolidate", o->consolidate, "Write one ordinary store instead");

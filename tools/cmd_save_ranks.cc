@@ -71,7 +71,7 @@ Register reg({"save-ranks",
               "distributed save), proven against the ranks' fingerprints",
               [](CLI::App& app) {
   auto o = std::make_shared<SaveRanksOptions>();
-  app.add_option("source", o->source, "Spec (.json), store, or distributed save")->required();
+  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON; its world size must be the job's")
       ->required();
   app.add_option("-o,--output", o->output, "Output path (the master file)")->required();

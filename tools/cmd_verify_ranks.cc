@@ -70,7 +70,7 @@ Register reg({"verify-ranks",
               "each tensor",
               [](CLI::App& app) {
   auto o = std::make_shared<VerifyRanksOptions>();
-  app.add_option("source", o->source, "Spec (.json) or store file")->required();
+  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
   app.add_flag("--json", o->json, "Print the report as JSON (rank 0)");
   app.add_flag("--problems-only", o->problems_only, "Print only tensors with a problem");

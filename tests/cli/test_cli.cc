@@ -175,6 +175,48 @@ TEST(Cli, FingerprintsOfRanksComposeAndShardsReassemble) {
   for (const auto& [name, fp] : want) EXPECT_EQ(FingerprintHex(got[name]), FingerprintHex(fp)) << name;
 }
 
+// `diff` across every kind of source holding the same weights: the spec, its safetensors
+// export, that file imported as a dense store, the store and the file each resharded into a
+// distributed save under the 8-rank layout (pieces in rank files); with and without --recorded. Then one rank's
+// shards (materialize) against the whole spec: only the tensors that rank holds whole agree.
+TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
+  const std::string spec = Write("spec.json", kSpec);
+  const std::string layout = Write("layout.json", kLayout);
+  const std::string dir = TempDir();
+  const std::string st = dir + "/all.safetensors", dense = dir + "/dense.h5", save = dir + "/save.h5";
+  ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
+  ASSERT_EQ(Exec("import " + st + " -o " + dense + " --chunk-bytes 64").code, 0);
+  const Proc rs = Exec("reshard " + dense + " --layout " + layout + " -o " + save);
+  ASSERT_EQ(rs.code, 0) << rs.err;
+  const std::string from_st = dir + "/from_st.h5";  // a safetensors file resharded straight away
+  const Proc rs2 = Exec("reshard " + st + " --layout " + layout + " -o " + from_st);
+  ASSERT_EQ(rs2.code, 0) << rs2.err;
+  for (const std::string& pair : {spec + " " + st, st + " " + dense, dense + " " + save, spec + " " + save,
+                                  save + " " + spec + " --recorded", dense + " " + save + " --recorded",
+                                  from_st + " " + save + " --recorded"}) {
+    const Proc d = Exec("diff " + pair + " --json");
+    ASSERT_EQ(d.code, 0) << pair << "\n" << d.out << d.err;
+    const auto j = nlohmann::json::parse(d.out);
+    EXPECT_TRUE(j["identical"].get<bool>()) << pair;
+    EXPECT_EQ(j["counts"]["identical"].get<int>(), 4) << pair;
+  }
+  // Rank 0's shards hold every tensor but in pieces (act, layers.0.w, flat.w) or whole (norm,
+  // replicated): a shard has another shape, so only `norm` is identical.
+  const std::string r0 = dir + "/rank0.safetensors";
+  ASSERT_EQ(Exec("materialize " + spec + " --layout " + layout + " --rank 0 -o " + r0).code, 0);
+  const Proc d = Exec("diff " + spec + " " + r0 + " --all");
+  EXPECT_EQ(d.code, 7) << d.out << d.err;
+  EXPECT_NE(d.out.find("4 compared: 1 identical, 0 values differ, 3 shape differs"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("identical     norm"), std::string::npos) << d.out;
+  EXPECT_NE(d.err.find("differ in 3 of 4 tensors"), std::string::npos) << d.err;
+  // --tensors narrows the comparison to what agrees.
+  EXPECT_EQ(Exec("diff " + spec + " " + r0 + " --tensors norm").code, 0);
+  // A missing source is named.
+  const Proc m = Exec("diff " + spec + " " + dir + "/nope.safetensors");
+  EXPECT_EQ(m.code, 3) << m.err;
+  EXPECT_NE(m.err.find("nope.safetensors"), std::string::npos) << m.err;
+}
+
 TEST(Cli, SelfTestPasses) {
   const Proc r = Exec("selftest");
   EXPECT_EQ(r.code, 0) << r.out;

@@ -290,3 +290,83 @@ def run_export(store, tmp_path):
     out = tmp_path / "again.safetensors"
     run("export", store, "-o", out)
     return out
+
+
+def test_diff_proves_package_files_equal_and_names_each_difference(source_file, dense_store, tmp_path):
+    """`seedstore diff` on files the safetensors package wrote: a file, an HF-style split with
+    its index, the store imported from them -- identical by fingerprints -- and a copy with one
+    bit flipped (in a 0-d tensor and in the last element of a 300 x 700 one), a tensor dropped,
+    one added, one reinterpreted as another dtype and one reshaped: each named, exit 7."""
+    path, arrays = source_file
+    store, _ = dense_store
+    j = json.loads(run("diff", path, store, "--json").stdout)
+    assert j["identical"] and j["counts"]["identical"] == len(arrays)
+    assert all(t["a"]["fingerprint"] == t["b"]["fingerprint"] for t in j["tensors"])
+    # The fingerprints of the package's file are those the store recorded when importing it.
+    recorded = {t["name"]: t["fingerprint"] for t in json.loads(run("inspect", store, "--json").stdout)["tensors"]}
+    of_file = {t["name"]: t["fingerprint"] for t in json.loads(run("fingerprint", path, "--json").stdout)}
+    assert of_file == recorded
+    # A Hugging Face style split: two files and an index, all written here.
+    names = sorted(arrays)
+    d = tmp_path / "hf"
+    d.mkdir()
+    parts = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    weight_map = {}
+    for k, part in enumerate(parts):
+        chunk = names[k::2]
+        write_st(d / part, {n: arrays[n] for n in chunk})
+        weight_map.update({n: part for n in chunk})
+    (d / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": sum(a.nbytes for a in arrays.values())}, "weight_map": weight_map}))
+    p = run("diff", store, d / "model.safetensors.index.json")
+    assert f"{len(arrays)} compared: {len(arrays)} identical" in p.stdout
+    # The modified copy.
+    mod = dict(arrays)
+    want = {}
+    for name in ["f32/t6.weight", "bf16/t0.weight"]:
+        a = arrays[name].copy()
+        a.reshape(-1).view(np.uint8)[-1] ^= 0x01  # one bit of the last element's last byte
+        mod[name] = a
+        want[name] = "values-differ"
+    del mod["i8/t4.weight"]
+    want["i8/t4.weight"] = "only-in-a"
+    mod["extra.bias"] = np.zeros(3, np.float32)
+    want["extra.bias"] = "only-in-b"
+    mod["u32/t5.weight"] = arrays["u32/t5.weight"].view(np.int32)  # the same bytes as int32
+    want["u32/t5.weight"] = "dtype-differs"
+    mod["f64/t5.weight"] = arrays["f64/t5.weight"].reshape(67, 31)
+    want["f64/t5.weight"] = "shape-differs"
+    write_st(tmp_path / "mod.safetensors", mod)
+    p = run("diff", store, tmp_path / "mod.safetensors", "--json", ok=False)
+    assert p.returncode == 7, p.stderr
+    j = json.loads(p.stdout)
+    assert not j["identical"]
+    got = {t["name"]: t["result"] for t in j["tensors"] if t["result"] != "identical"}
+    assert got == want
+    assert j["counts"]["identical"] == len(arrays) - 5
+    p = run("diff", store, tmp_path / "mod.safetensors", ok=False)
+    assert p.returncode == 7 and "differ in 6 of" in p.stderr
+    listed = {tuple(line.split()[:2]) for line in p.stdout.splitlines()}
+    for name, result in want.items():
+        assert (result, name) in listed, name
+
+
+def test_diff_lazy_store_against_a_trained_checkpoint(tmp_path):
+    """The story of a lazy checkpoint: a lazy preset store, its weights written out by the
+    safetensors package (as a training job's checkpoint would be) -- identical to the spec --
+    then one "training step" on one tensor: that tensor, and only it, is named."""
+    store = tmp_path / "m.h5"
+    run("init", "--preset", "tiny-gpt2", "-o", store)
+    exported = tmp_path / "all.safetensors"
+    run("export", store, "-o", exported)
+    base, _ = read_st(str(exported))
+    ckpt = tmp_path / "ckpt.safetensors"
+    write_st(ckpt, base)
+    j = json.loads(run("diff", store, ckpt, "--json").stdout)
+    assert j["identical"] and {t["a"]["kind"] for t in j["tensors"]} == {"lazy"}
+    base["h.1.mlp.c_fc.weight"] = base["h.1.mlp.c_fc.weight"] - np.float32(1e-3)
+    write_st(ckpt, base)
+    p = run("diff", store, ckpt, "--json", ok=False)
+    assert p.returncode == 7
+    got = {t["name"]: t["result"] for t in json.loads(p.stdout)["tensors"] if t["result"] != "identical"}
+    assert got == {"h.1.mlp.c_fc.weight": "values-differ"}

@@ -1,0 +1,158 @@
+// Safetensors files (one, or a Hugging Face index over several) as a Catalog: random boxes and
+// flat ranges read back exactly (0-d, empty, one-element, prime-sized tensors), whole-tensor
+// fingerprints equal to those of the same bytes in a store, and malformed indexes refused with
+// the file and tensor named. (The Python side: tests/py/test_h5_interop.py, files written by
+// the safetensors package.)
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "io/interop.h"
+#include "io/open.h"
+#include "tests/store_test_util.h"
+
+namespace seedstore {
+namespace {
+
+using Shape = std::vector<uint64_t>;
+using testutil::Numel;
+using testutil::RandomBytes;
+
+struct Item {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  std::vector<uint8_t> bytes;
+};
+
+void WriteFile(const std::string& path, const std::vector<Item>& items) {
+  SafetensorsWriter w;
+  for (const Item& it : items)
+    w.Add(it.name, it.dtype, it.shape, [&it](void* dst) {
+      std::memcpy(dst, it.bytes.data(), it.bytes.size());
+      return Status::Ok();
+    });
+  ASSERT_TRUE(w.Write(path, {}).ok());
+}
+
+// Element q of `box` (row-major in the box) is element `flat` of the tensor.
+uint64_t FlatOf(const Shape& shape, const Region& box, uint64_t q) {
+  uint64_t flat = 0, stride = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    const uint64_t ext = box.stop[d] - box.start[d];
+    flat += (box.start[d] + q % ext) * stride;
+    q /= ext;
+    stride *= shape[d];
+  }
+  return flat;
+}
+
+TEST(SafetensorsCatalog, BoxesAndFlatRangesReadExactlyAcrossAnIndex) {
+  testutil::TempDir dir("seedstore-stcat");
+  std::mt19937_64 g(3);
+  const std::vector<std::pair<Shape, DType>> kinds = {
+      {{}, DType::kBF16},        {{0}, DType::kF32},       {{1}, DType::kU8},
+      {{3, 0, 2}, DType::kF16},  {{997}, DType::kI64},     {{31, 67}, DType::kF32},
+      {{5, 6, 7, 3}, DType::kBF16}, {{2, 257}, DType::kBool}};
+  std::vector<Item> items;
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const auto& [shape, dt] = kinds[k];
+    std::vector<uint8_t> b = RandomBytes(Numel(shape) * DTypeSize(dt), g());
+    if (dt == DType::kBool)
+      for (auto& x : b) x &= 1;
+    items.push_back({"t" + std::to_string(k), shape, dt, std::move(b)});
+  }
+  // Two files and the index that maps each tensor to its file.
+  const std::vector<Item> first(items.begin(), items.begin() + 3), second(items.begin() + 3, items.end());
+  WriteFile(dir / "m-00001-of-00002.safetensors", first);
+  WriteFile(dir / "m-00002-of-00002.safetensors", second);
+  nlohmann::json map = nlohmann::json::object();
+  for (size_t k = 0; k < items.size(); ++k)
+    map[items[k].name] = k < 3 ? "m-00001-of-00002.safetensors" : "m-00002-of-00002.safetensors";
+  std::ofstream(dir / "m.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+  ASSERT_TRUE(IsSafetensorsSource(dir / "m.safetensors.index.json"));
+  auto opened = OpenCatalog(dir / "m.safetensors.index.json");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const Catalog& c = **opened;
+  ASSERT_EQ(c.tensors().size(), items.size());
+  for (size_t k = 0; k < items.size(); ++k) {
+    const TensorRecord& t = c.tensors()[k];
+    const Item& it = items[k];
+    ASSERT_EQ(t.name, it.name);
+    ASSERT_EQ(t.shape, it.shape);
+    ASSERT_EQ(t.dtype, it.dtype);
+    ASSERT_FALSE(t.lazy);
+    const size_t es = DTypeSize(it.dtype);
+    for (int trial = 0; trial < 40; ++trial) {
+      Region r = WholeTensor(it.shape);
+      if (trial % 2 && !it.shape.empty()) {
+        for (size_t d = 0; d < it.shape.size(); ++d) {
+          const uint64_t a = g() % (it.shape[d] + 1), b = g() % (it.shape[d] + 1);
+          r.start[d] = std::min(a, b);
+          r.stop[d] = std::max(a, b);
+        }
+      } else if (trial % 4 == 2 && Numel(it.shape) > 0) {
+        const uint64_t n = Numel(it.shape), a = g() % (n + 1), b = g() % (n + 1);
+        r = FlatRegion(it.shape, std::min(a, b), std::max(a, b));
+      }
+      std::vector<uint8_t> got(r.Count() * es, 0xAB), want(r.Count() * es);
+      for (uint64_t q = 0; q < r.Count(); ++q) {
+        const uint64_t flat = r.flat ? r.begin + q : FlatOf(it.shape, r, q);
+        std::memcpy(want.data() + q * es, it.bytes.data() + flat * es, es);
+      }
+      ASSERT_TRUE(c.Read(k, r, got.data()).ok()) << it.name << " " << DescribeRegion(r);
+      ASSERT_EQ(got, want) << it.name << " " << DescribeRegion(r);
+    }
+    // The fingerprint is that of the same bytes as a dense tensor anywhere (docs/FORMAT.md 3).
+    auto f = c.FingerprintRegion(k, WholeTensor(it.shape));
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(*f, FingerprintOf(t, WholeTensor(it.shape), it.bytes.data())) << it.name;
+  }
+  // A region outside the tensor is refused with the file and tensor named.
+  Region bad = WholeTensor(items[5].shape);
+  bad.stop[0] += 1;
+  std::vector<uint8_t> sink(bad.Count() * 4);
+  const Status s = c.Read(5, bad, sink.data());
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("m-00002-of-00002.safetensors"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("tensor 't5'"), std::string::npos) << s.ToString();
+}
+
+TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
+  testutil::TempDir dir("seedstore-stcat");
+  const Item a{"a", {4}, DType::kF32, std::vector<uint8_t>(16, 1)};
+  const Item b{"b", {2}, DType::kF32, std::vector<uint8_t>(8, 2)};
+  WriteFile(dir / "x.safetensors", {a, b});
+  WriteFile(dir / "y.safetensors", {b});
+  auto index = [&](const std::string& name, nlohmann::json map) {
+    std::ofstream(dir / name) << nlohmann::json{{"weight_map", map}}.dump();
+    return dir / name;
+  };
+  struct Case {
+    std::string path, needle;
+    Code code;
+  };
+  const std::vector<Case> cases = {
+      {index("dup.index.json", {{"a", "x.safetensors"}, {"b", "y.safetensors"}}),
+       "tensor 'b' is held by both", Code::kInvalidArgument},
+      {index("lacks.index.json", {{"a", "y.safetensors"}}), "tensor 'a' is mapped to", Code::kNotFound},
+      {index("far.index.json", {{"a", "../x.safetensors"}}), "must be local", Code::kInvalidArgument},
+      {index("gone.index.json", {{"a", "z.safetensors"}}), "z.safetensors", Code::kNotFound},
+  };
+  for (const Case& k : cases) {
+    auto c = SafetensorsCatalog::Open(k.path);
+    ASSERT_FALSE(c.ok()) << k.path;
+    EXPECT_EQ(c.status().code(), k.code) << c.status().ToString();
+    EXPECT_NE(c.status().message().find(k.needle), std::string::npos) << c.status().ToString();
+  }
+  // A JSON spec is not an index; a good index opens.
+  std::ofstream(dir / "spec.json") << R"({"seedstore": 1, "tensors": []})";
+  EXPECT_FALSE(IsSafetensorsSource(dir / "spec.json"));
+  EXPECT_TRUE(SafetensorsCatalog::Open(index("ok.index.json", {{"a", "x.safetensors"}, {"b", "x.safetensors"}})).ok());
+}
+
+}  // namespace
+}  // namespace seedstore
