@@ -31,6 +31,11 @@ void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank
   app.add_option("--simulate-rank", *simulate_rank, "Testing: the process that hangs/dies");
 }
 
+void AddThreadsAndDeviceOptions(CLI::App& app, int* threads, std::string* device) {
+  app.add_option("--threads", *threads, "CPU threads (0 = all cores)");
+  app.add_option("--device", *device, "auto (CUDA when a GPU is present), cpu or cuda");
+}
+
 int SaveStepFailure(Collective& c, const Status& st) {
   if (st.ok()) return 0;
   if (c.rank() == 0 || st.message().find("another rank") == std::string::npos) Fail(st);

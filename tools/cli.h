@@ -61,6 +61,10 @@ void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank
 /// (verify-ranks, save-ranks, reshard); see OpenCollective in io/collective.h.
 void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, int* threads);
 
+/// --threads N (CPU threads, 0 = all cores) and --device auto|cpu|cuda of the single-process
+/// commands that generate or hash tensors (gen, materialize, fingerprint, diff).
+void AddThreadsAndDeviceOptions(CLI::App& app, int* threads, std::string* device);
+
 /// The name of the running subcommand (for messages).
 extern std::string g_command;
 

@@ -175,8 +175,7 @@ Register reg({"diff", "Whether two checkpoints hold the same weights: tensor by 
                "them) instead of recomputing them: O(#tensors)");
   app.add_flag("--all", o->all, "List identical tensors too");
   app.add_flag("--json", o->json, "JSON output");
-  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
-  app.add_option("--device", o->device, "auto (CUDA when a GPU is present), cpu or cuda");
+  AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
   return [o] { return Run(*o); };
 }});
 

@@ -66,8 +66,7 @@ Register reg({"fingerprint", "Print each tensor's fingerprint (or one rank's sha
   app.add_option("--rank", o->rank, "Rank (with --layout)");
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_flag("--json", o->json, "JSON output");
-  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
-  app.add_option("--device", o->device, "auto (CUDA when a GPU is present), cpu or cuda");
+  AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
   return [o] { return Run(*o); };
 }});
 

@@ -102,8 +102,7 @@ Register reg({"gen", "Generate one lazily described tensor (or one box of it)", 
       ->check(CLI::IsMember({"raw", "npy", "text"}));
   app.add_option("-o,--output", o->out, "Output file (default: stdout)");
   app.add_option("--name", o->name, "Tensor name (only affects fingerprints)");
-  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
-  app.add_option("--device", o->device, "auto (CUDA when a GPU is present), cpu or cuda");
+  AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
   return [o] { return Run(*o); };
 }});
 

@@ -42,8 +42,7 @@ Register reg({"materialize", "Write one rank's shards to a safetensors file", []
   app.add_option("--rank", o->rank, "Rank whose shards to write")->required();
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_option("-o,--output", o->out, "Output .safetensors file")->required();
-  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
-  app.add_option("--device", o->device, "auto (CUDA when a GPU is present), cpu or cuda");
+  AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
   return [o] { return Run(*o); };
 }});
 
