@@ -1129,6 +1129,34 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
   return rep;
 }
 
+namespace {
+// Region `local` of tensor k of rank file `s` (a file from before piece records, whose
+// fingerprints are in its own frame) read and hashed as region `global` of tensor `t`.
+Result<Fingerprint> ReadAndFingerprint(const H5Store& s, int k, const Region& local, const TensorRecord& t,
+                                       const Region& global, CpuOptions o) {
+  std::vector<unsigned char> tmp(local.Count() * DTypeSize(t.dtype));
+  SEEDSTORE_RETURN_IF_ERROR(s.Read(k, local, tmp.data(), o));
+  return FingerprintOf(t, global, tmp.data(), o);
+}
+
+// The part of `box` (global indices) that box piece `p` serves, as a region of its rank
+// file's tensor (the stored box's local indices); lo/hi get the part in global indices.
+// False when the box does not meet the piece.
+bool PiecePart(const DistCatalog::Piece& p, const Region& box, Region* local, uint64_t* lo, uint64_t* hi) {
+  const Region& g = p.region;
+  std::vector<uint64_t> ls(box.rank), lp(box.rank);
+  for (int d = 0; d < box.rank; ++d) {
+    lo[d] = std::max(box.start[d], g.start[d]);
+    hi[d] = std::min(box.stop[d], g.stop[d]);
+    if (hi[d] <= lo[d]) return false;
+    ls[d] = lo[d] - p.stored.start[d];
+    lp[d] = hi[d] - p.stored.start[d];
+  }
+  *local = BoxRegion(LocalShape(p.stored), ls, lp);
+  return true;
+}
+}  // namespace
+
 Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const {
   const TensorRecord& t = records_[i];
   const size_t es = DTypeSize(t.dtype);
@@ -1148,27 +1176,16 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
     };
     if (!g.flat) {
       uint64_t lo[kMaxRank], hi[kMaxRank];
-      bool empty = false;
-      for (int d = 0; d < rank; ++d) {
-        lo[d] = std::max(box.start[d], g.start[d]);
-        hi[d] = std::min(box.stop[d], g.stop[d]);
-        if (hi[d] <= lo[d]) empty = true;
-      }
-      if (empty) continue;
-      // Local indices in the rank file's tensor: the stored box's.
-      const std::vector<uint64_t> lshape = LocalShape(p.stored);
-      std::vector<uint64_t> ls(rank), lp(rank);
+      Region local;
+      if (!PiecePart(p, box, &local, lo, hi)) continue;
       uint64_t ext[kMaxRank], dext[kMaxRank], off[kMaxRank];
       bool whole = true;
       for (int d = 0; d < rank; ++d) {
-        ls[d] = lo[d] - p.stored.start[d];
-        lp[d] = hi[d] - p.stored.start[d];
         ext[d] = hi[d] - lo[d];
         dext[d] = box.stop[d] - box.start[d];
         off[d] = lo[d] - box.start[d];
         whole &= ext[d] == dext[d];
       }
-      const Region local = BoxRegion(lshape, ls, lp);
       if (whole) {
         SEEDSTORE_RETURN_IF_ERROR(read_local(local, out));
         continue;
@@ -1194,6 +1211,61 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
     }
   }
   return Status::Ok();
+}
+
+Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, CpuOptions o) const {
+  const TensorRecord& t = records_.at(i);
+  if (t.lazy) return t.lazy->FingerprintRegion(r, o);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r).WithContext("distributed save '" + path_ + "'"));
+  const size_t es = DTypeSize(t.dtype);
+  Fingerprint f;
+  for (const Region& box : r.flat ? FlatRangeToBoxes(t.shape, r.begin, r.end) : std::vector<Region>{r}) {
+    if (box.Count() == 0) continue;
+    for (const Piece& p : pieces_[i]) {
+      if (!p.region.flat) {
+        // The rank file hashes its part chunk by chunk, in the global frame (its piece record).
+        uint64_t lo[kMaxRank], hi[kMaxRank];
+        Region local;
+        if (!PiecePart(p, box, &local, lo, hi)) continue;
+        SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank));
+        const int k = s->Find(t.name);
+        auto pf = s->tensors()[k].piece
+                      ? s->FingerprintRegion(k, local, o)
+                      : ReadAndFingerprint(*s, k, local, t, BoxRegion(t.shape, {lo, lo + box.rank}, {hi, hi + box.rank}), o);
+        if (!pf.ok())
+          return DistError("rank-file-corrupt", pf.status().code(), path_, p.rank, rank_files_[p.rank],
+                           pf.status().message());
+        f.Add(*pf);
+        continue;
+      }
+      // A flat piece [b, e): its rank file's tensor is 1-D, element k at global flat index
+      // b + k. A contiguous box's part is one range of it, hashed there chunk by chunk; other
+      // boxes read the span they touch once and hash it run by run at the global indices.
+      const uint64_t L = box.RunLength(), runs = box.Count() / L, b = p.region.begin;
+      const uint64_t s0 = std::max(box.RunBase(0), b), s1 = std::min(box.RunBase(runs - 1) + L, p.region.end);
+      if (s1 <= s0) continue;
+      SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank));
+      const int k = s->Find(t.name);
+      const Region local = BoxRegion({p.region.end - b}, {s0 - b}, {s1 - b});
+      auto corrupt = [&](const Status& st) {
+        return DistError("rank-file-corrupt", st.code(), path_, p.rank, rank_files_[p.rank], st.message());
+      };
+      if (IsContiguous(box)) {
+        auto pf = s->tensors()[k].piece ? s->FingerprintRegion(k, local, o)
+                                        : ReadAndFingerprint(*s, k, local, t, FlatRegion(t.shape, s0, s1), o);
+        if (!pf.ok()) return corrupt(pf.status());
+        f.Add(*pf);
+        continue;
+      }
+      std::vector<unsigned char> tmp(local.Count() * es);
+      if (Status st = s->Read(k, local, tmp.data(), o); !st.ok()) return corrupt(st);
+      for (uint64_t q = 0; q < runs; ++q) {
+        const uint64_t x0 = std::max(box.RunBase(q), s0), x1 = std::min(box.RunBase(q) + L, s1);
+        if (x0 < x1) f.Add(FingerprintOf(t, FlatRegion(t.shape, x0, x1), tmp.data() + (x0 - s0) * es, CpuOptions{1}));
+      }
+    }
+  }
+  return f;
 }
 
 Status DistCatalog::Read(size_t i, const Region& r, void* out, CpuOptions o) const {

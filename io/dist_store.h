@@ -65,6 +65,10 @@ class DistCatalog : public Catalog {
   const std::vector<TensorRecord>& tensors() const override { return records_; }
   std::string origin() const override { return path_; }
   Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
+  /// Fingerprint of a box or flat range, from the data: each box piece's part is hashed by its
+  /// rank file's store chunk by chunk (H5Store::FingerprintRegion; no buffer of the region's
+  /// size); a flat piece's part is read and hashed. Errors as Read.
+  Result<Fingerprint> FingerprintRegion(size_t i, const Region& r, CpuOptions o = {}) const override;
 
   /// The non-empty pieces of dense tensor i (empty for lazy tensors).
   const std::vector<Piece>& pieces(size_t i) const { return pieces_.at(i); }

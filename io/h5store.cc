@@ -1328,19 +1328,11 @@ Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
   return f;
 }
 
-Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const {
-  const TensorRecord& t = records_[i];
+Status H5Store::ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
+                               const std::function<Status(uint64_t j, const uint64_t* is,
+                                                          const uint64_t* ie, ChunkScratch& s, int th)>& f) const {
   const StoredTensor& st = stored_[i];
-  const Grid g = Grid::Make(t.shape, st.chunk);
-  if (box.Count() == 0) return Status::Ok();
-  uint64_t b_ext[kMaxRank];
-  for (int d = 0; d < g.rank; ++d) b_ext[d] = box.stop[d] - box.start[d];
-  if (!g.chunked()) {
-    ChunkScratch scratch;
-    const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, box.start, box.stop};
-    return LoadChunk(path_, t, st, dsets_[i], fd_, g, 0, checksums_[i][0], sink, scratch);
-  }
-  // The chunks intersecting the box; each is decoded straight into its part of `out`.
+  const Grid g = Grid::Make(records_[i].shape, st.chunk);
   uint64_t lo[kMaxRank], n_in[kMaxRank];
   uint64_t total = 1;
   for (int d = 0; d < g.rank; ++d) {
@@ -1357,7 +1349,7 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
     return g.Linear(c);
   };
   const int threads = ThreadCount(o.threads, total);
-  const int hint = HintFd(g.ChunkElems() * DTypeSize(t.dtype));
+  const int hint = HintFd(g.ChunkElems() * DTypeSize(records_[i].dtype));
   std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
   // The first chunks are asked for all at once; then each chunk handed out asks for the one
   // kPrefetchAhead per thread ahead of it.
@@ -1376,11 +1368,67 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
       is[d] = std::max(c[d] * g.chunk[d], box.start[d]);
       ie[d] = std::min(c[d] * g.chunk[d] + g.chunk[d], box.stop[d]);
     }
-    const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, is, ie};
-    return LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, *scratch[th]);
+    return f(j, is, ie, *scratch[th], th);
   });
   scratch_.Return(std::move(scratch));
   return status;
+}
+
+Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const {
+  const TensorRecord& t = records_[i];
+  const StoredTensor& st = stored_[i];
+  const Grid g = Grid::Make(t.shape, st.chunk);
+  if (box.Count() == 0) return Status::Ok();
+  uint64_t b_ext[kMaxRank];
+  for (int d = 0; d < g.rank; ++d) b_ext[d] = box.stop[d] - box.start[d];
+  if (!g.chunked()) {
+    ChunkScratch scratch;
+    const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, box.start, box.stop};
+    return LoadChunk(path_, t, st, dsets_[i], fd_, g, 0, checksums_[i][0], sink, scratch);
+  }
+  // The chunks intersecting the box; each is decoded straight into its part of `out`.
+  return ForEachChunkIn(i, box, o, [&](uint64_t j, const uint64_t* is, const uint64_t* ie, ChunkScratch& s, int) {
+    const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, is, ie};
+    return LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, s);
+  });
+}
+
+Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOptions o) const {
+  if (i >= records_.size()) return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
+  const TensorRecord& t = records_[i];
+  if (t.lazy) return t.lazy->FingerprintRegion(r, o);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
+  const StoredTensor& st = stored_[i];
+  const Grid g = Grid::Make(t.shape, st.chunk);
+  if (!g.chunked()) return Catalog::FingerprintRegion(i, r, o);  // one small contiguous dataset
+  const std::vector<Region> boxes = r.flat ? FlatRangeToBoxes(t.shape, r.begin, r.end) : std::vector<Region>{r};
+  const int threads = std::max(1, ThreadCount(o.threads, g.num));
+  std::vector<std::vector<uint8_t>> bufs(threads);
+  std::vector<Fingerprint> parts(threads);
+  const size_t es = DTypeSize(t.dtype);
+  for (const Region& box : boxes) {
+    if (box.Count() == 0) continue;
+    // Each intersecting chunk's part of the box is decoded packed into the thread's buffer
+    // (L2-sized, reused) and hashed there: no buffer of the region's size.
+    SEEDSTORE_RETURN_IF_ERROR(ForEachChunkIn(i, box, o, [&](uint64_t j, const uint64_t* is, const uint64_t* ie,
+                                                             ChunkScratch& s, int th) -> Status {
+      Region part = box;
+      uint64_t ext[kMaxRank];
+      for (int d = 0; d < g.rank; ++d) {
+        part.start[d] = is[d];
+        part.stop[d] = ie[d];
+        ext[d] = ie[d] - is[d];
+      }
+      bufs[th].resize(part.Count() * es);
+      const ChunkSink sink{bufs[th].data(), is, ext, is, ie};
+      SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, s));
+      parts[th].Add(FingerprintOf(t, part, bufs[th].data(), CpuOptions{1}));
+      return Status::Ok();
+    }));
+  }
+  Fingerprint f;
+  for (const Fingerprint& p : parts) f.Add(p);
+  return f;
 }
 
 H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {

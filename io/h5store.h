@@ -156,6 +156,11 @@ class H5Store : public Catalog {
   /// verified on the way (chunk-corrupt names tensor and chunk; after an error the contents
   /// of `out` are unspecified). Lazy: materialized.
   Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
+  /// Fingerprint of a box or flat range, computed from the data. Dense: every intersecting
+  /// chunk is read, its checksum verified, and its part of the region decoded into a
+  /// per-thread buffer and hashed there (`o.threads` chunks at a time; memory O(threads x
+  /// chunk), not O(region)). Lazy: generated.
+  Result<Fingerprint> FingerprintRegion(size_t i, const Region& r, CpuOptions o = {}) const override;
 
   const StoredTensor& stored(size_t i) const { return stored_.at(i); }
   uint64_t root_seed() const { return seed_; }
@@ -213,6 +218,12 @@ class H5Store : public Catalog {
  private:
   H5Store() = default;
   Status ReadDense(size_t i, const Region& box, void* out, CpuOptions o) const;
+  // Calls f for every chunk of chunked dense tensor i that intersects `box` (non-empty, inside
+  // the tensor), o.threads chunks at a time, with the intersection [is, ie) in tensor
+  // indices, a scratch and the thread's index; prefetches ahead. The first error stops it.
+  Status ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
+                        const std::function<Status(uint64_t j, const uint64_t* is, const uint64_t* ie,
+                                                   ChunkScratch& s, int th)>& f) const;
   // Decodes chunk j of dense tensor i (its box clipped to the tensor, packed row-major) into
   // `out`, checking its checksum and, with `check_info`, its chunk-info stored hash; s.raw
   // keeps the stored bytes, *mask (when not null) their filter mask.

@@ -117,6 +117,16 @@ void ExpectSameAsSource(const std::string& path, bool bias_lazy = true) {
     std::vector<unsigned char> got(want.size());
     ASSERT_TRUE((*cat)->Read(i, WholeTensor(t.shape), got.data(), CpuOptions{1}).ok());
     EXPECT_EQ(got, want);
+    // Fingerprints computed where the data lies (per chunk, per piece) equal those of the
+    // bytes read; for the box and flat range below too.
+    auto expect_fingerprint = [&](const Region& r, const std::vector<unsigned char>& bytes) {
+      for (int threads : {1, 2}) {
+        auto fp = (*cat)->FingerprintRegion(i, r, CpuOptions{threads});
+        ASSERT_TRUE(fp.ok()) << fp.status().ToString();
+        EXPECT_EQ(*fp, FingerprintOf(t, r, bytes.data())) << DescribeRegion(r);
+      }
+    };
+    expect_fingerprint(WholeTensor(t.shape), want);
     // A box and a flat range that straddle pieces.
     if (t.shape.size() >= 2) {
       Region b = WholeTensor(t.shape);
@@ -133,6 +143,7 @@ void ExpectSameAsSource(const std::string& path, bool bias_lazy = true) {
         exp.insert(exp.end(), want.begin() + base * es, want.begin() + (base + b.RunLength()) * es);
       }
       EXPECT_EQ(part, exp);
+      expect_fingerprint(b, exp);
     }
     if (t.NumElements() > 3) {
       Region r = WholeTensor(t.shape);
@@ -143,6 +154,7 @@ void ExpectSameAsSource(const std::string& path, bool bias_lazy = true) {
       ASSERT_TRUE((*cat)->Read(i, r, part.data(), CpuOptions{1}).ok());
       const size_t es = DTypeSize(t.dtype);
       EXPECT_EQ(part, std::vector<unsigned char>(want.begin() + es, want.end() - 2 * es));
+      expect_fingerprint(r, part);
     }
   }
 }
@@ -159,6 +171,50 @@ void ExpectProven(const Proc& p, size_t tensors) {
   for (const auto& t : j["tensors"]) {
     EXPECT_EQ(t["source"], t["output"]) << t.dump();
     EXPECT_TRUE(t["ok"].get<bool>());
+  }
+}
+
+// FSDP-style flat shards of multi-dimensional tensors (uneven over 3 ranks): the fingerprint
+// of any box -- whose rows cross the flat pieces' boundaries -- and of any flat range equals
+// that of the bytes read.
+TEST(Reshard, FingerprintsOfBoxesOverFlatPiecesAreThoseOfTheirBytes) {
+  const std::string spec = Write("rs_fsdp.json", R"({"seedstore": 1, "seed": 3, "tensors": [
+   {"name": "w", "shape": [7, 13], "dtype": "bfloat16", "init": {"dist": "normal"}},
+   {"name": "c", "shape": [3, 5, 11], "dtype": "float32", "init": {"dist": "uniform"}}]})");
+  const std::string layout = Write("rs_fsdp_layout.json", R"({"mesh": {"axes": ["data"], "shape": [3]},
+   "placements": [{"match": "*", "flat": ["data"]}]})");
+  const std::string st = TempDir() + "/rs_fsdp.safetensors", src = TempDir() + "/rs_fsdp_src.h5",
+                    out = TempDir() + "/rs_fsdp_save.h5";
+  ASSERT_EQ(Shell(Bin() + " export " + spec + " -o " + st).code, 0);
+  ASSERT_EQ(Shell(Bin() + " import " + st + " -o " + src + " --chunk-bytes 64").code, 0);
+  const Proc p = Reshard(src, "--layout " + layout + " -o " + out);
+  ASSERT_EQ(p.code, 0) << p.out << p.err;
+  auto d = DistCatalog::Open(out);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  std::mt19937_64 rng(9);
+  for (size_t i = 0; i < (*d)->tensors().size(); ++i) {
+    const TensorRecord& t = (*d)->tensors()[i];
+    ASSERT_EQ((*d)->pieces(i).size(), 3u);
+    ASSERT_TRUE((*d)->pieces(i)[0].region.flat);
+    const size_t es = DTypeSize(t.dtype);
+    for (int q = 0; q < 60; ++q) {
+      Region r = WholeTensor(t.shape);
+      if (q % 2) {
+        const uint64_t n = t.NumElements(), a = rng() % (n + 1), b = rng() % (n + 1);
+        r = FlatRegion(t.shape, std::min(a, b), std::max(a, b));
+      } else {
+        for (size_t k = 0; k < t.shape.size(); ++k) {
+          const uint64_t x = rng() % (t.shape[k] + 1), y = rng() % (t.shape[k] + 1);
+          r.start[k] = std::min(x, y);
+          r.stop[k] = std::max(x, y);
+        }
+      }
+      std::vector<unsigned char> got(r.Count() * es);
+      ASSERT_TRUE((*d)->Read(i, r, got.data(), CpuOptions{1}).ok());
+      auto fp = (*d)->FingerprintRegion(i, r, CpuOptions{2});
+      ASSERT_TRUE(fp.ok()) << fp.status().ToString();
+      ASSERT_EQ(*fp, FingerprintOf(t, r, got.data())) << t.name << " " << DescribeRegion(r);
+    }
   }
 }
 
@@ -1206,6 +1262,9 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
         want.insert(want.end(), all.begin() + box.RunBase(run) * es,
                     all.begin() + (box.RunBase(run) + box.RunLength()) * es);
       ASSERT_EQ(got, want) << t.name << " " << DescribeRegion(box);
+      auto fp = (*d)->FingerprintRegion(i, box, CpuOptions{2});
+      ASSERT_TRUE(fp.ok()) << fp.status().ToString();
+      ASSERT_EQ(*fp, FingerprintOf(t, box, got.data())) << t.name << " " << DescribeRegion(box);  // padding never counted
     }
   }
   // verify: every rank file, and the pieces' fingerprints (padding taken out) add up.

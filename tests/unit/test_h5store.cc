@@ -133,6 +133,10 @@ TEST(H5Store, DenseRoundTripRandomBoxesEveryDtype) {
         ASSERT_TRUE((*st)->Read(i, box, got.data(), CpuOptions{threads}).ok());
         Extract(data[i], t.shape, box, es, want.data());
         ASSERT_EQ(got, want) << t.name << " box " << rep;
+        // FingerprintRegion hashes each chunk's part where it is decoded: the same sum.
+        auto fb = (*st)->FingerprintRegion(i, box, CpuOptions{threads});
+        ASSERT_TRUE(fb.ok()) << fb.status().ToString();
+        ASSERT_EQ(*fb, FingerprintOf(t, box, want.data())) << t.name << " box " << rep;
         const uint64_t n = t.NumElements();
         uint64_t a = g() % (n + 1), b = g() % (n + 1);
         if (a > b) std::swap(a, b);
@@ -143,7 +147,13 @@ TEST(H5Store, DenseRoundTripRandomBoxesEveryDtype) {
         std::vector<uint8_t> fgot((b - a) * es);
         ASSERT_TRUE((*st)->Read(i, flat, fgot.data()).ok());
         ASSERT_TRUE(std::equal(fgot.begin(), fgot.end(), data[i].begin() + a * es)) << t.name;
+        auto ff = (*st)->FingerprintRegion(i, flat, CpuOptions{threads});
+        ASSERT_TRUE(ff.ok()) << ff.status().ToString();
+        ASSERT_EQ(*ff, FingerprintOf(t, flat, fgot.data())) << t.name << " flat " << a << ":" << b;
       }
+      auto fw = (*st)->FingerprintRegion(i, WholeTensor(t.shape), CpuOptions{threads});
+      ASSERT_TRUE(fw.ok());
+      EXPECT_EQ(*fw, *t.fingerprint) << t.name;
     }
     auto rep = (*st)->Verify();
     EXPECT_TRUE(rep.problems.empty()) << rep.problems[0].status.ToString();
@@ -378,10 +388,14 @@ TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
   EXPECT_EQ(s.code(), Code::kCorrupt);
   EXPECT_NE(s.message().find("chunk-corrupt"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("tensor 'w' chunk 5"), std::string::npos) << s.message();
+  auto f = (*st)->FingerprintRegion(0, WholeTensor({256, 64}));
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("tensor 'w' chunk 5"), std::string::npos) << f.status().ToString();
   // A box that avoids the chunk still reads.
   Region ok = WholeTensor({256, 64});
   ok.stop[0] = 16;
   EXPECT_TRUE((*st)->Read(0, ok, out.data()).ok());
+  EXPECT_TRUE((*st)->FingerprintRegion(0, ok).ok());
   auto rep = (*st)->Verify();
   ASSERT_EQ(rep.problems.size(), 1u);
   EXPECT_EQ(rep.problems[0].chunk, 5);
