@@ -161,33 +161,14 @@ Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const 
 
 namespace {
 
-// The safetensors files `path` stands for: itself, or those its index's weight_map names
-// (sorted), each with the tensor names the index assigns to it.
-Status ListSafetensorsFiles(const std::string& path, std::vector<std::string>* files,
-                            std::map<std::string, std::vector<std::string>>* indexed) {
-  if (!EndsWith(path, ".json")) {
-    files->push_back(path);
-    return Status::Ok();
-  }
+// The safetensors files `path` stands for: itself, or those its index names.
+Result<SafetensorsIndex> ListSafetensorsFiles(const std::string& path) {
+  if (!EndsWith(path, ".json")) return SafetensorsIndex{{path}, {}};
   std::ifstream in(path);
   if (!in) return NotFound("index file '" + path + "': cannot open");
   std::stringstream ss;
   ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    return InvalidArgument("index file '" + path + "': not a safetensors index (no weight_map)");
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!it->is_string())
-      return InvalidArgument("index file '" + path + "': weight_map['" + it.key() + "'] is not a file name");
-    const std::string f = it->get<std::string>();
-    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-      return InvalidArgument("index file '" + path + "': file name '" + f + "' must be local");
-    const std::string p = DirName(path) + f;
-    if (std::find(files->begin(), files->end(), p) == files->end()) files->push_back(p);
-    (*indexed)[p].push_back(it.key());
-  }
-  std::sort(files->begin(), files->end());  // model-00001-of-N, model-00002-of-N, ...
-  return Status::Ok();
+  return ParseSafetensorsIndex(ss.str(), path);
 }
 
 }  // namespace
@@ -204,15 +185,13 @@ bool IsSafetensorsSource(const std::string& path) {
 }
 
 Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::string& path) {
-  std::vector<std::string> files;
-  std::map<std::string, std::vector<std::string>> indexed;
-  SEEDSTORE_RETURN_IF_ERROR(ListSafetensorsFiles(path, &files, &indexed));
+  SEEDSTORE_ASSIGN_OR_RETURN(SafetensorsIndex index, ListSafetensorsFiles(path));
   auto c = std::unique_ptr<SafetensorsCatalog>(new SafetensorsCatalog());
   c->origin_ = path;
   std::map<std::string, size_t> seen;  // tensor name -> file index
-  for (const std::string& f : files) {
+  for (const std::string& f : index.files) {
     SEEDSTORE_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(f));
-    for (const std::string& name : indexed[f])
+    for (const std::string& name : index.tensors[f])
       if (!file.Find(name))
         return NotFound("index file '" + path + "': tensor '" + name + "' is mapped to '" + f +
                         "', which does not hold it");

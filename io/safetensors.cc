@@ -160,6 +160,26 @@ const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
   return nullptr;
 }
 
+Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    return InvalidArgument("index file '" + path + "': not a safetensors index (no weight_map object)");
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  SafetensorsIndex idx;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it->is_string())
+      return InvalidArgument("index file '" + path + "': weight_map['" + it.key() + "'] is not a file name");
+    const std::string f = it->get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f.find('\0') != std::string::npos || f == "." || f == "..")
+      return InvalidArgument("index file '" + path + "': weight_map['" + it.key() + "'] file name '" + f +
+                             "' must be a file in the index's folder");
+    idx.tensors[dir + f].push_back(it.key());
+  }
+  for (const auto& [file, names] : idx.tensors) idx.files.push_back(file);  // sorted: a std::map
+  return idx;
+}
+
 Status SafetensorsFile::Read(const SafetensorsEntry& e, void* dst) const {
   return PreadExact(fd_, dst, e.end - e.begin, data_start_ + e.begin, path_);
 }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gen/dtype.h"
@@ -23,6 +24,17 @@ struct SafetensorsEntry {
   std::vector<uint64_t> shape;
   uint64_t begin = 0, end = 0;  // byte offsets relative to the data section
 };
+
+/// A Hugging Face model.safetensors.index.json: the files its `weight_map` names (paths in the
+/// index's folder, sorted -- model-00001-of-N, ... -- each once) and, per file, the tensor
+/// names the index maps to it. `path` is the index's own path (for the folder and messages).
+/// Errors name the index and the entry: not JSON, no `weight_map` object, a file name that is
+/// not a string or not local to the folder.
+struct SafetensorsIndex {
+  std::vector<std::string> files;
+  std::map<std::string, std::vector<std::string>> tensors;  // file -> tensor names
+};
+Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path);
 
 /// Streams tensors into a new safetensors file. Each tensor's bytes come from a callback
 /// that fills a caller-sized buffer, so memory is O(largest tensor), not O(file).

@@ -44,7 +44,17 @@ struct Row {
   const TensorRecord* a = nullptr;
   const TensorRecord* b = nullptr;
   std::optional<Fingerprint> fa, fb;
+  bool by_spec = false;  // both lazy with the same resolved spec: equal without generating
 };
+
+// Both lazy, and every element is the same pure function of its index: the same init rule,
+// key, generator, dtype and shape (the fingerprint seed follows from name, dtype and shape).
+bool SameLazySpec(const TensorRecord& a, const TensorRecord& b) {
+  if (!a.lazy || !b.lazy) return false;
+  const TensorSpec &x = a.lazy->spec, &y = b.lazy->spec;
+  return a.lazy->key == b.lazy->key && x.generator == y.generator && x.dtype == y.dtype &&
+         x.shape == y.shape && x.init.ToJson() == y.init.ToJson();
+}
 
 int Run(const Options& o) {
   auto device = ResolveDevice(o.device);
@@ -87,6 +97,8 @@ int Run(const Options& o) {
         r.verdict = Verdict::kShape;
       } else if (r.b->dtype != ta.dtype) {
         r.verdict = Verdict::kDType;
+      } else if (SameLazySpec(ta, *r.b)) {
+        r.by_spec = true;
       } else {
         auto fa = fingerprint(A, i);
         if (!fa.ok()) return Fail(fa.status());
@@ -109,7 +121,11 @@ int Run(const Options& o) {
     bar.Advance(tb.NumBytes());
   }
   std::map<Verdict, int> count;
-  for (const Row& r : rows) ++count[r.verdict];
+  int by_spec = 0;
+  for (const Row& r : rows) {
+    ++count[r.verdict];
+    by_spec += r.by_spec;
+  }
   const int differing = static_cast<int>(rows.size()) - count[Verdict::kIdentical];
   if (o.json) {
     auto side = [](const TensorRecord* t, const std::optional<Fingerprint>& f) {
@@ -120,7 +136,11 @@ int Run(const Options& o) {
     };
     nlohmann::json ts = nlohmann::json::array();
     for (const Row& r : rows)
-      ts.push_back({{"name", r.name}, {"result", VerdictName(r.verdict)}, {"a", side(r.a, r.fa)}, {"b", side(r.b, r.fb)}});
+      ts.push_back({{"name", r.name},
+                    {"result", VerdictName(r.verdict)},
+                    {"by", r.by_spec ? "spec" : r.fa ? "fingerprint" : "shape/dtype/name"},
+                    {"a", side(r.a, r.fa)},
+                    {"b", side(r.b, r.fb)}});
     nlohmann::json counts = nlohmann::json::object();
     for (Verdict v : {Verdict::kIdentical, Verdict::kValues, Verdict::kShape, Verdict::kDType, Verdict::kOnlyA, Verdict::kOnlyB})
       counts[VerdictName(v)] = count[v];
@@ -133,7 +153,7 @@ int Run(const Options& o) {
       if (r.verdict == Verdict::kIdentical && !o.all) continue;
       std::string what;
       switch (r.verdict) {
-        case Verdict::kIdentical: what = FingerprintHex(*r.fa); break;
+        case Verdict::kIdentical: what = r.by_spec ? "same spec" : FingerprintHex(*r.fa); break;
         case Verdict::kValues: what = "a " + FingerprintHex(*r.fa) + "  b " + FingerprintHex(*r.fb); break;
         case Verdict::kShape:
         case Verdict::kDType: what = "a " + desc(r.a) + "  b " + desc(r.b); break;
@@ -149,6 +169,8 @@ int Run(const Options& o) {
                 rows.size(), o.recorded ? " (recorded fingerprints where present)" : "",
                 count[Verdict::kIdentical], count[Verdict::kValues], count[Verdict::kShape],
                 count[Verdict::kDType], count[Verdict::kOnlyA], count[Verdict::kOnlyB]);
+    if (by_spec)
+      std::printf("%d identical by spec: lazy on both sides with the same init rule, key and generator\n", by_spec);
   }
   if (differing == 0) return 0;
   const Status verdict = Mismatch("'" + o.a + "' and '" + o.b + "' differ in " + std::to_string(differing) +
@@ -163,7 +185,8 @@ Register reg({"diff", "Whether two checkpoints hold the same weights: tensor by 
       "Compares two checkpoints tensor by tensor -- names, shapes, dtypes and layout-independent "
       "fingerprints (docs/FORMAT.md 3) -- whatever each one is: a spec (.json), a store, a "
       "distributed save under any layout, a .safetensors file or a model.safetensors.index.json. "
-      "Lazy tensors are generated from their spec, dense ones read; no bytes move between the two. "
+      "Two lazy tensors with the same init rule, key and generator are identical by their spec; "
+      "other lazy tensors are generated, dense ones read; no bytes move between the two. "
       "Lists what differs (--all: every tensor); exit 0 when every tensor is identical, 7 when any "
       "differs. Fingerprints are 128-bit sums of per-element XXH3 hashes: they catch accidental "
       "differences, not a forger's.");

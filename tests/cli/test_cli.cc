@@ -200,6 +200,24 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
     EXPECT_TRUE(j["identical"].get<bool>()) << pair;
     EXPECT_EQ(j["counts"]["identical"].get<int>(), 4) << pair;
   }
+  // Lazy on both sides with the same resolved spec: identical by the spec, nothing generated.
+  // Another key for one tensor: that one is generated on both sides, and differs.
+  const std::string lazy = dir + "/lazy.h5";
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + lazy).code, 0);
+  {
+    const Proc d = Exec("diff " + spec + " " + lazy + " --json");
+    ASSERT_EQ(d.code, 0) << d.err;
+    for (const auto& t : nlohmann::json::parse(d.out)["tensors"]) EXPECT_EQ(t["by"], "spec") << t.dump();
+    std::string other = kSpec;
+    const std::string key43 = "\"seed\": 43";
+    other.replace(other.find(key43), key43.size(), "\"seed\": 44");
+    const Proc e = Exec("diff " + lazy + " " + Write("spec44.json", other) + " --json");
+    EXPECT_EQ(e.code, 7) << e.err;
+    for (const auto& t : nlohmann::json::parse(e.out)["tensors"]) {
+      EXPECT_EQ(t["by"], t["name"] == "act" ? "fingerprint" : "spec") << t.dump();
+      EXPECT_EQ(t["result"], t["name"] == "act" ? "values-differ" : "identical") << t.dump();
+    }
+  }
   // Rank 0's shards hold every tensor but in pieces (act, layers.0.w, flat.w) or whole (norm,
   // replicated): a shard has another shape, so only `norm` is identical.
   const std::string r0 = dir + "/rank0.safetensors";

@@ -1,7 +1,8 @@
 // libFuzzer harness for the parsers that read untrusted text: spec files, layout files, box
-// arguments, fingerprints, dtype/distribution names, regions (pieces), and safetensors headers
+// arguments, fingerprints, dtype/distribution names, regions (pieces), safetensors indexes and headers
 // (seedstore.shards metadata included). Bad input must give an error Status, never a crash, leak or UB (ASan + UBSan).
-// The target is chosen by $SEEDSTORE_FUZZ_TARGET: spec, layout, box, misc, safetensors.
+// The target is chosen by $SEEDSTORE_FUZZ_TARGET: spec, layout, box, misc, index (Hugging Face
+// safetensors index), safetensors.
 // Build and run (bounded): tests/fuzz/run_fuzz.sh [seconds-per-target]
 #include <unistd.h>
 
@@ -83,6 +84,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (r->start[d] > r->stop[d] || r->stop[d] > s[d]) std::abort();
         (void)LocalShape(*r);
       }
+    }
+  } else if (target == "index") {
+    // A Hugging Face model.safetensors.index.json: what it accepts names files in its folder,
+    // sorted and each once, and maps every tensor to one of them.
+    auto idx = ParseSafetensorsIndex(text, "/models/m/model.safetensors.index.json");
+    if (idx.ok()) {
+      for (size_t k = 0; k < idx->files.size(); ++k) {
+        const std::string& f = idx->files[k];
+        if (f.rfind("/models/m/", 0) != 0 || f.find('/', 10) != std::string::npos) std::abort();
+        if (k > 0 && !(idx->files[k - 1] < f)) std::abort();
+        if (!idx->tensors.count(f)) std::abort();
+      }
+      if (idx->tensors.size() != idx->files.size()) std::abort();
     }
   } else if (target == "safetensors") {
     // The header parser works on files: write the input to a private temp file.

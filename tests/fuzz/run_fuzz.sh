@@ -16,7 +16,7 @@ if [ ! -x "$OUT/fuzz_parsers" ] || [ -n "$(find "${SRCS[@]}" -newer "$OUT/fuzz_p
 fi
 # Seed corpora.
 C="$OUT/corpus"
-mkdir -p "$C"/{spec,layout,box,misc,safetensors}
+mkdir -p "$C"/{spec,layout,box,misc,index,safetensors}
 cat > "$C/spec/1.json" <<'J'
 {"seedstore": 1, "seed": 3, "generator": "threefry", "tensors": [
  {"name": "a", "shape": [4, 5], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.02}},
@@ -33,6 +33,7 @@ printf '0:2,1:3' > "$C/box/1"; printf ':,:' > "$C/box/2"
 printf 'bfloat16' > "$C/misc/1"; printf '{"dist":"uniform","minval":-1,"maxval":1}' > "$C/misc/2"
 printf '0123456789abcdef0123456789abcdef' > "$C/misc/3"
 printf '{"start": [0, 1], "stop": [3, 4]}' > "$C/misc/4"; printf '{"flat": [2, 9]}' > "$C/misc/5"
+printf '{"metadata": {"total_size": 24}, "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"}}' > "$C/index/1"
 python3 - "$C/safetensors/1" <<'P'
 import json, struct, sys
 h = json.dumps({"__metadata__": {"seedstore.shards": json.dumps({"a": {"global_shape": [4], "flat": [0, 2]}})},
@@ -49,7 +50,7 @@ for r in "$ROOT"/tests/fuzz/regressions/*; do
     echo "fuzz: regression $(basename "$r") FAILED (target $t)"; status=1
   fi
 done
-for t in spec layout box misc safetensors; do
+for t in spec layout box misc index safetensors; do
   echo "fuzz: $t for ${SECS}s"
   mkdir -p "$OUT/work-$t"
   if ! SEEDSTORE_FUZZ_TARGET=$t "$OUT/fuzz_parsers" "$OUT/work-$t" "$C/$t" -max_total_time="$SECS" \

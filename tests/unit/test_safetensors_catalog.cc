@@ -139,7 +139,7 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
       {index("dup.index.json", {{"a", "x.safetensors"}, {"b", "y.safetensors"}}),
        "tensor 'b' is held by both", Code::kInvalidArgument},
       {index("lacks.index.json", {{"a", "y.safetensors"}}), "tensor 'a' is mapped to", Code::kNotFound},
-      {index("far.index.json", {{"a", "../x.safetensors"}}), "must be local", Code::kInvalidArgument},
+      {index("far.index.json", {{"a", "../x.safetensors"}}), "must be a file in the index's folder", Code::kInvalidArgument},
       {index("gone.index.json", {{"a", "z.safetensors"}}), "z.safetensors", Code::kNotFound},
   };
   for (const Case& k : cases) {
