@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -67,12 +68,50 @@ Status CheckRegionIn(const TensorRecord& t, const Region& r) {
   return Status::Ok();
 }
 
+namespace {
+// Splits box `b` into boxes of at most `max_bytes` (halving its outermost dimension of extent
+// > 1, recursively), in row-major order of their elements.
+void SplitBox(const Region& b, size_t es, uint64_t max_bytes, std::vector<Region>* out) {
+  int d = 0;
+  while (d < b.rank && b.stop[d] - b.start[d] <= 1) ++d;
+  if (b.Count() * es <= max_bytes || d == b.rank) {
+    out->push_back(b);
+    return;
+  }
+  Region lo = b, hi = b;
+  lo.stop[d] = hi.start[d] = b.start[d] + (b.stop[d] - b.start[d]) / 2;
+  SplitBox(lo, es, max_bytes, out);
+  SplitBox(hi, es, max_bytes, out);
+}
+}  // namespace
+
 Result<Fingerprint> Catalog::FingerprintRegion(size_t i, const Region& r, CpuOptions o) const {
   const TensorRecord& t = tensors().at(i);
   if (t.lazy) return t.lazy->FingerprintRegion(r, o);
-  std::vector<unsigned char> buf(r.Count() * DTypeSize(t.dtype));
-  SEEDSTORE_RETURN_IF_ERROR(Read(i, r, buf.data(), o));
-  return FingerprintOf(t, r, buf.data(), o);
+  return FingerprintBySlabs(*this, i, r, o, uint64_t{64} << 20);
+}
+
+Result<Fingerprint> FingerprintBySlabs(const Catalog& c, size_t i, const Region& r, CpuOptions o,
+                                       uint64_t slab_bytes) {
+  const TensorRecord& t = c.tensors().at(i);
+  const size_t es = DTypeSize(t.dtype);
+  const uint64_t kSlabBytes = std::max<uint64_t>(slab_bytes, es);
+  std::vector<Region> slabs;
+  if (r.flat) {
+    const uint64_t step = kSlabBytes / es;
+    for (uint64_t b = r.begin; b < r.end; b += std::min(step, r.end - b))
+      slabs.push_back(FlatRegion(t.shape, b, b + std::min(step, r.end - b)));
+  } else {
+    SplitBox(r, es, kSlabBytes, &slabs);
+  }
+  Fingerprint f;
+  std::vector<unsigned char> buf;
+  for (const Region& s : slabs) {
+    buf.resize(s.Count() * es);
+    SEEDSTORE_RETURN_IF_ERROR(c.Read(i, s, buf.data(), o));
+    f.Add(FingerprintOf(t, s, buf.data(), o));
+  }
+  return f;
 }
 
 std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_t begin,

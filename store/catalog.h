@@ -57,6 +57,7 @@ class Catalog {
   /// dense ones are read (only what the region needs). Errors name the tensor.
   virtual Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const = 0;
   /// Fingerprint of region `r` of tensor `i`. Lazy: generated and hashed without a full buffer.
+  /// Dense, by default: read and hashed at most 64 MiB at a time (FingerprintBySlabs).
   virtual Result<Fingerprint> FingerprintRegion(size_t i, const Region& r,
                                                 CpuOptions o = {}) const;
   /// Region `r` of tensor `i` where the catalog holds exactly its elements row-major in host
@@ -70,6 +71,12 @@ class Catalog {
   /// Index of the tensor called `name`, or -1.
   int Find(const std::string& name) const;
 };
+
+/// The fingerprint of region `r` of dense tensor `i` of `c`, read (Catalog::Read) and hashed
+/// one slab of at most `slab_bytes` at a time: flat ranges cut into ranges, boxes halved along
+/// their outermost dimension of extent > 1 until they fit (a single row may exceed it).
+Result<Fingerprint> FingerprintBySlabs(const Catalog& c, size_t i, const Region& r, CpuOptions o,
+                                       uint64_t slab_bytes);
 
 /// A catalog of lazy tensors from a spec (the JSON spec file).
 class SpecCatalog : public Catalog {

@@ -106,10 +106,23 @@ TEST(SafetensorsCatalog, BoxesAndFlatRangesReadExactlyAcrossAnIndex) {
       ASSERT_TRUE(c.Read(k, r, got.data()).ok()) << it.name << " " << DescribeRegion(r);
       ASSERT_EQ(got, want) << it.name << " " << DescribeRegion(r);
     }
-    // The fingerprint is that of the same bytes as a dense tensor anywhere (docs/FORMAT.md 3).
+    // The fingerprint is that of the same bytes as a dense tensor anywhere (docs/FORMAT.md 3);
+    // read in slabs of any size, down to one element, it adds up to the same.
+    const Fingerprint want = FingerprintOf(t, WholeTensor(it.shape), it.bytes.data());
     auto f = c.FingerprintRegion(k, WholeTensor(it.shape));
     ASSERT_TRUE(f.ok());
-    EXPECT_EQ(*f, FingerprintOf(t, WholeTensor(it.shape), it.bytes.data())) << it.name;
+    EXPECT_EQ(*f, want) << it.name;
+    for (uint64_t slab : {uint64_t{1}, uint64_t{7}, uint64_t{100}, uint64_t{4096}}) {
+      auto s = FingerprintBySlabs(c, k, WholeTensor(it.shape), CpuOptions{1}, slab);
+      ASSERT_TRUE(s.ok());
+      EXPECT_EQ(*s, want) << it.name << " slabs of " << slab;
+      if (Numel(it.shape) > 2) {
+        const Region flat = FlatRegion(it.shape, 1, Numel(it.shape) - 1);
+        auto sf = FingerprintBySlabs(c, k, flat, CpuOptions{1}, slab);
+        ASSERT_TRUE(sf.ok());
+        EXPECT_EQ(*sf, FingerprintOf(t, flat, it.bytes.data() + DTypeSize(it.dtype))) << it.name;
+      }
+    }
   }
   // A region outside the tensor is refused with the file and tensor named.
   Region bad = WholeTensor(items[5].shape);
