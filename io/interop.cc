@@ -13,6 +13,7 @@
 
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "store/layout.h"
 
 namespace seedstore {
 namespace {
@@ -195,10 +196,39 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
       if (!file.Find(name))
         return NotFound("index file '" + path + "': tensor '" + name + "' is mapped to '" + f +
                         "', which does not hold it");
+    // A rank's shard file says where each tensor lies in the global one.
+    json shard_meta = json::object();
+    if (auto m = file.metadata().find("seedstore.shards"); m != file.metadata().end()) {
+      shard_meta = json::parse(m->second, nullptr, false);
+      if (shard_meta.is_discarded() || !shard_meta.is_object())
+        return Corrupt("safetensors file '" + f + "': __metadata__['seedstore.shards'] is not a JSON object");
+      for (auto it = shard_meta.begin(); it != shard_meta.end(); ++it)
+        if (!file.Find(it.key()))
+          return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor '" + it.key() +
+                         "', which the file does not hold");
+    }
     std::vector<SafetensorsEntry> v = file.entries();
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
     const size_t k = c->files_.size();
     for (SafetensorsEntry& e : v) {
+      std::optional<Region> shard;
+      if (shard_meta.contains(e.name)) {
+        const json& m = shard_meta[e.name];
+        const std::string w = "safetensors file '" + f + "' tensor '" + e.name + "': seedstore.shards";
+        std::vector<uint64_t> global;
+        if (!m.is_object() || !m.contains("global_shape") || !m["global_shape"].is_array())
+          return Corrupt(w + " has no global_shape");
+        for (const json& d : m["global_shape"]) {
+          if (!d.is_number_unsigned()) return Corrupt(w + ": global_shape holds a non-integer");
+          global.push_back(d.get<uint64_t>());
+        }
+        auto r = RegionFromJson(m, global);
+        if (!r.ok()) return Corrupt(w + ": " + r.status().message());
+        if (LocalShape(*r) != e.shape)
+          return Corrupt(w + ": the region " + DescribeRegion(*r) + " does not have the tensor's shape");
+        shard = *r;
+      }
+      c->shards_.push_back(shard);
       if (auto it = seen.find(e.name); it != seen.end())
         return InvalidArgument("safetensors tensor '" + e.name + "' is held by both '" +
                                c->files_[it->second].path() + "' and '" + f + "'");

@@ -42,6 +42,12 @@ class SafetensorsCatalog : public Catalog {
   const std::vector<TensorRecord>& tensors() const override { return records_; }
   std::string origin() const override { return origin_; }
   Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
+  /// Where tensor i lies in a larger tensor of the same name, when its file says so: a rank's
+  /// shard file (`seedstore materialize`, `export --layout`), whose __metadata__
+  /// ["seedstore.shards"] maps the name to {"global_shape", "start"/"stop" or "flat"} (checked
+  /// at Open: the region lies in the global shape and has the tensor's shape). The region's
+  /// `shape` is the global shape. Empty for whole tensors.
+  const std::optional<Region>& shard(size_t i) const { return shards_[i]; }
   /// The file holding tensor i (for messages).
   const std::string& file_of(size_t i) const { return files_[where_[i].first].path(); }
   size_t num_files() const { return files_.size(); }
@@ -51,6 +57,7 @@ class SafetensorsCatalog : public Catalog {
   std::vector<SafetensorsFile> files_;
   std::vector<TensorRecord> records_;
   std::vector<std::pair<size_t, SafetensorsEntry>> where_;  // per record: file index, entry
+  std::vector<std::optional<Region>> shards_;               // per record (seedstore.shards)
 };
 
 /// True when `path` names safetensors: a ".safetensors" file, or a JSON file holding a

@@ -92,8 +92,8 @@ Result<Fingerprint> Catalog::FingerprintRegion(size_t i, const Region& r, CpuOpt
 }
 
 Result<Fingerprint> FingerprintBySlabs(const Catalog& c, size_t i, const Region& r, CpuOptions o,
-                                       uint64_t slab_bytes) {
-  const TensorRecord& t = c.tensors().at(i);
+                                       uint64_t slab_bytes, const TensorRecord* frame) {
+  const TensorRecord& t = frame ? *frame : c.tensors().at(i);
   const size_t es = DTypeSize(t.dtype);
   const uint64_t kSlabBytes = std::max<uint64_t>(slab_bytes, es);
   std::vector<Region> slabs;

@@ -74,9 +74,11 @@ class Catalog {
 
 /// The fingerprint of region `r` of dense tensor `i` of `c`, read (Catalog::Read) and hashed
 /// one slab of at most `slab_bytes` at a time: flat ranges cut into ranges, boxes halved along
-/// their outermost dimension of extent > 1 until they fit (a single row may exceed it).
+/// their outermost dimension of extent > 1 until they fit (a single row may exceed it). In the
+/// frame of `frame` when given (a record of the same shape and dtype: e.g. tensor i viewed as
+/// a piece of a global tensor), else of tensor i's own record.
 Result<Fingerprint> FingerprintBySlabs(const Catalog& c, size_t i, const Region& r, CpuOptions o,
-                                       uint64_t slab_bytes);
+                                       uint64_t slab_bytes, const TensorRecord* frame = nullptr);
 
 /// A catalog of lazy tensors from a spec (the JSON spec file).
 class SpecCatalog : public Catalog {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/device.h"
+#include "io/interop.h"
 #include "io/open.h"
 #include "tools/cli.h"
 
@@ -19,13 +20,14 @@ struct Options {
   bool json = false, recorded = false, all = false;
 };
 
-enum class Verdict { kIdentical, kValues, kShape, kDType, kOnlyA, kOnlyB };
+enum class Verdict { kIdentical, kValues, kShape, kDType, kShard, kOnlyA, kOnlyB };
 const char* VerdictName(Verdict v) {
   switch (v) {
     case Verdict::kIdentical: return "identical";
     case Verdict::kValues: return "values-differ";
     case Verdict::kShape: return "shape-differs";
     case Verdict::kDType: return "dtype-differs";
+    case Verdict::kShard: return "other-shards";
     case Verdict::kOnlyA: return "only-in-a";
     case Verdict::kOnlyB: return "only-in-b";
   }
@@ -45,7 +47,10 @@ struct Row {
   const TensorRecord* b = nullptr;
   std::optional<Fingerprint> fa, fb;
   bool by_spec = false;  // both lazy with the same resolved spec: equal without generating
+  std::optional<Region> shard;  // a side is a rank's shard file: the region compared
 };
+
+std::vector<uint64_t> GlobalShape(const Region& r) { return std::vector<uint64_t>(r.shape, r.shape + r.rank); }
 
 // Both lazy, and every element is the same pure function of its index: the same init rule,
 // key, generator, dtype and shape (the fingerprint seed follows from name, dtype and shape).
@@ -65,12 +70,27 @@ int Run(const Options& o) {
   if (!cb.ok()) return Fail(cb.status());
   const Catalog& A = **ca;
   const Catalog& B = **cb;
-  // The tensor's fingerprint: recorded (with --recorded, where the source records one) or
-  // computed from its values (lazy ones generated from their spec, dense ones read).
-  auto fingerprint = [&](const Catalog& c, size_t i) -> Result<Fingerprint> {
+  // Where tensor i of c lies in a larger tensor, when c is a rank's shard file.
+  auto shard_of = [](const Catalog& c, size_t i) -> std::optional<Region> {
+    const auto* st = dynamic_cast<const SafetensorsCatalog*>(&c);
+    return st ? st->shard(i) : std::nullopt;
+  };
+  // The fingerprint of region `r` (global indices) of tensor i of c: recorded (with
+  // --recorded, for a whole tensor whose source records one) or computed from its values
+  // (lazy ones generated from their spec, dense ones read). A shard file's tensor is `r`
+  // itself, hashed in the global tensor's frame.
+  auto fingerprint = [&](const Catalog& c, size_t i, const Region& r) -> Result<Fingerprint> {
     const TensorRecord& t = c.tensors()[i];
-    if (o.recorded && t.fingerprint) return *t.fingerprint;
-    auto f = FingerprintOnDevice(*device, c, i, WholeTensor(t.shape), CpuOptions{o.threads});
+    Result<Fingerprint> f = Fingerprint{};
+    if (const std::optional<Region> shard = shard_of(c, i)) {
+      TensorRecord piece = t;  // the shard as a piece of the global tensor (TensorRecord::piece)
+      piece.piece = *shard;
+      f = FingerprintBySlabs(c, i, WholeTensor(t.shape), CpuOptions{o.threads}, uint64_t{64} << 20, &piece);
+    } else if (o.recorded && t.fingerprint && SameRegion(r, WholeTensor(t.shape))) {
+      return *t.fingerprint;
+    } else {
+      f = FingerprintOnDevice(*device, c, i, r, CpuOptions{o.threads});
+    }
     if (!f.ok()) return f.status().WithContext("'" + c.origin() + "'");
     return f;
   };
@@ -86,24 +106,33 @@ int Run(const Options& o) {
   for (size_t i = 0; i < A.tensors().size(); ++i) {
     const TensorRecord& ta = A.tensors()[i];
     if (!GlobMatch(o.tensors, ta.name)) continue;
-    Row r{ta.name, Verdict::kIdentical, &ta, nullptr, {}, {}};
+    Row r;
+    r.name = ta.name;
+    r.a = &ta;
     auto it = in_b.find(ta.name);
     if (it == in_b.end()) {
       r.verdict = Verdict::kOnlyA;
       bar.Advance(ta.NumBytes());
     } else {
       r.b = &B.tensors()[it->second];
-      if (r.b->shape != ta.shape) {
+      // A rank's shard file is compared with the same region of the other side.
+      const std::optional<Region> sa = shard_of(A, i), sb = shard_of(B, it->second);
+      r.shard = sa ? sa : sb;
+      const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape, gb = sb ? GlobalShape(*sb) : r.b->shape;
+      if (ga != gb) {
         r.verdict = Verdict::kShape;
       } else if (r.b->dtype != ta.dtype) {
         r.verdict = Verdict::kDType;
-      } else if (SameLazySpec(ta, *r.b)) {
+      } else if (sa && sb && !SameRegion(*sa, *sb)) {
+        r.verdict = Verdict::kShard;
+      } else if (!r.shard && SameLazySpec(ta, *r.b)) {
         r.by_spec = true;
       } else {
-        auto fa = fingerprint(A, i);
+        const Region region = r.shard ? *r.shard : WholeTensor(ta.shape);
+        auto fa = fingerprint(A, i, region);
         if (!fa.ok()) return Fail(fa.status());
         bar.Advance(ta.NumBytes());
-        auto fb = fingerprint(B, it->second);
+        auto fb = fingerprint(B, it->second, region);
         if (!fb.ok()) return Fail(fb.status());
         r.fa = *fa;
         r.fb = *fb;
@@ -117,14 +146,19 @@ int Run(const Options& o) {
   for (size_t j = 0; j < B.tensors().size(); ++j) {
     const TensorRecord& tb = B.tensors()[j];
     if (!GlobMatch(o.tensors, tb.name) || !in_b.count(tb.name)) continue;
-    rows.push_back(Row{tb.name, Verdict::kOnlyB, nullptr, &tb, {}, {}});
+    Row r;
+    r.name = tb.name;
+    r.verdict = Verdict::kOnlyB;
+    r.b = &tb;
+    rows.push_back(std::move(r));
     bar.Advance(tb.NumBytes());
   }
   std::map<Verdict, int> count;
-  int by_spec = 0;
+  int by_spec = 0, shards = 0;
   for (const Row& r : rows) {
     ++count[r.verdict];
     by_spec += r.by_spec;
+    shards += r.shard.has_value();
   }
   const int differing = static_cast<int>(rows.size()) - count[Verdict::kIdentical];
   if (o.json) {
@@ -139,10 +173,12 @@ int Run(const Options& o) {
       ts.push_back({{"name", r.name},
                     {"result", VerdictName(r.verdict)},
                     {"by", r.by_spec ? "spec" : r.fa ? "fingerprint" : "shape/dtype/name"},
+                    {"shard", r.shard ? nlohmann::json(DescribeRegion(*r.shard)) : nlohmann::json(nullptr)},
                     {"a", side(r.a, r.fa)},
                     {"b", side(r.b, r.fb)}});
     nlohmann::json counts = nlohmann::json::object();
-    for (Verdict v : {Verdict::kIdentical, Verdict::kValues, Verdict::kShape, Verdict::kDType, Verdict::kOnlyA, Verdict::kOnlyB})
+    for (Verdict v : {Verdict::kIdentical, Verdict::kValues, Verdict::kShape, Verdict::kDType, Verdict::kShard,
+                      Verdict::kOnlyA, Verdict::kOnlyB})
       counts[VerdictName(v)] = count[v];
     nlohmann::json j = {{"a", o.a}, {"b", o.b}, {"identical", differing == 0}, {"recorded", o.recorded},
                         {"counts", counts}, {"tensors", ts}};
@@ -156,10 +192,12 @@ int Run(const Options& o) {
         case Verdict::kIdentical: what = r.by_spec ? "same spec" : FingerprintHex(*r.fa); break;
         case Verdict::kValues: what = "a " + FingerprintHex(*r.fa) + "  b " + FingerprintHex(*r.fb); break;
         case Verdict::kShape:
-        case Verdict::kDType: what = "a " + desc(r.a) + "  b " + desc(r.b); break;
+        case Verdict::kDType:
+        case Verdict::kShard: what = "a " + desc(r.a) + "  b " + desc(r.b); break;
         case Verdict::kOnlyA: what = desc(r.a); break;
         case Verdict::kOnlyB: what = desc(r.b); break;
       }
+      if (r.shard) what += "  (shard " + DescribeRegion(*r.shard) + " of " + ShapeText(GlobalShape(*r.shard)) + ")";
       std::printf("%-13s %s  %s\n", VerdictName(r.verdict), r.name.c_str(), what.c_str());
     }
     std::printf("a: %s (%zu tensors)\nb: %s (%zu tensors)\n", o.a.c_str(), A.tensors().size(), o.b.c_str(),
@@ -169,6 +207,9 @@ int Run(const Options& o) {
                 rows.size(), o.recorded ? " (recorded fingerprints where present)" : "",
                 count[Verdict::kIdentical], count[Verdict::kValues], count[Verdict::kShape],
                 count[Verdict::kDType], count[Verdict::kOnlyA], count[Verdict::kOnlyB]);
+    if (count[Verdict::kShard]) std::printf("%d hold other shards on the two sides\n", count[Verdict::kShard]);
+    if (shards)
+      std::printf("%d compared as shards: a rank's shard file against the same region of the other side\n", shards);
     if (by_spec)
       std::printf("%d identical by spec: lazy on both sides with the same init rule, key and generator\n", by_spec);
   }
@@ -187,7 +228,8 @@ Register reg({"diff", "Whether two checkpoints hold the same weights: tensor by 
       "distributed save under any layout, a .safetensors file or a model.safetensors.index.json. "
       "Two lazy tensors with the same init rule, key and generator are identical by their spec; "
       "other lazy tensors are generated, dense ones read; no bytes move between the two. "
-      "Lists what differs (--all: every tensor); exit 0 when every tensor is identical, 7 when any "
+      "A rank's shard file (materialize, export --layout) is compared with the same region of the "
+      "other side. Lists what differs (--all: every tensor); exit 0 when every tensor is identical, 7 when any "
       "differs. Fingerprints are 128-bit sums of per-element XXH3 hashes: they catch accidental "
       "differences, not a forger's.");
   app.add_option("a", o->a, "First checkpoint")->required();

@@ -177,8 +177,8 @@ TEST(Cli, FingerprintsOfRanksComposeAndShardsReassemble) {
 
 // `diff` across every kind of source holding the same weights: the spec, its safetensors
 // export, that file imported as a dense store, the store and the file each resharded into a
-// distributed save under the 8-rank layout (pieces in rank files); with and without --recorded. Then one rank's
-// shards (materialize) against the whole spec: only the tensors that rank holds whole agree.
+// distributed save under the 8-rank layout (pieces in rank files); with and without --recorded.
+// Then ranks' shard files (materialize) against the whole model and against each other.
 TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
   const std::string spec = Write("spec.json", kSpec);
   const std::string layout = Write("layout.json", kLayout);
@@ -218,17 +218,49 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
       EXPECT_EQ(t["result"], t["name"] == "act" ? "values-differ" : "identical") << t.dump();
     }
   }
-  // Rank 0's shards hold every tensor but in pieces (act, layers.0.w, flat.w) or whole (norm,
-  // replicated): a shard has another shape, so only `norm` is identical.
-  const std::string r0 = dir + "/rank0.safetensors";
+  // A rank's shard file (materialize) is compared with the same region of the other side: all
+  // 4 identical. Rank 1's file holds other shards of the 3 sharded tensors and the same
+  // (whole) `norm`. One flipped bit in rank 0's file names exactly the tensor it lies in.
+  const std::string r0 = dir + "/rank0.safetensors", r1 = dir + "/rank1.safetensors";
   ASSERT_EQ(Exec("materialize " + spec + " --layout " + layout + " --rank 0 -o " + r0).code, 0);
-  const Proc d = Exec("diff " + spec + " " + r0 + " --all");
-  EXPECT_EQ(d.code, 7) << d.out << d.err;
-  EXPECT_NE(d.out.find("4 compared: 1 identical, 0 values differ, 3 shape differs"), std::string::npos) << d.out;
-  EXPECT_NE(d.out.find("identical     norm"), std::string::npos) << d.out;
-  EXPECT_NE(d.err.find("differ in 3 of 4 tensors"), std::string::npos) << d.err;
+  ASSERT_EQ(Exec("materialize " + spec + " --layout " + layout + " --rank 1 -o " + r1).code, 0);
+  for (const std::string& other : {spec, save, st}) {
+    const Proc d = Exec("diff " + r0 + " " + other + " --json");
+    ASSERT_EQ(d.code, 0) << other << "\n" << d.out << d.err;
+    for (const auto& t : nlohmann::json::parse(d.out)["tensors"]) {
+      EXPECT_EQ(t["result"], "identical") << t.dump();
+      EXPECT_FALSE(t["shard"].is_null()) << t.dump();
+    }
+  }
+  {
+    const Proc d = Exec("diff " + r0 + " " + r1 + " --json");
+    EXPECT_EQ(d.code, 7) << d.err;
+    for (const auto& t : nlohmann::json::parse(d.out)["tensors"])
+      EXPECT_EQ(t["result"], t["name"] == "norm" ? "identical" : "other-shards") << t.dump();
+  }
+  {
+    auto f = SafetensorsFile::Open(r0);
+    ASSERT_TRUE(f.ok());
+    std::string last;
+    uint64_t end = 0;
+    for (const auto& e : f->entries())
+      if (e.end > end) end = e.end, last = e.name;
+    std::fstream io(r0, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(-1, std::ios::end);
+    char c = 0;
+    io.read(&c, 1);
+    c ^= 0x10;
+    io.seekp(-1, std::ios::end);
+    io.write(&c, 1);
+    io.close();
+    const Proc d = Exec("diff " + r0 + " " + spec);
+    EXPECT_EQ(d.code, 7) << d.err;
+    EXPECT_NE(d.out.find("values-differ " + last + " "), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("4 compared: 3 identical, 1 values differ"), std::string::npos) << d.out;
+    EXPECT_NE(d.err.find("differ in 1 of 4 tensors"), std::string::npos) << d.err;
+  }
   // --tensors narrows the comparison to what agrees.
-  EXPECT_EQ(Exec("diff " + spec + " " + r0 + " --tensors norm").code, 0);
+  EXPECT_EQ(Exec("diff " + r0 + " " + r1 + " --tensors norm").code, 0);
   // A missing source is named.
   const Proc m = Exec("diff " + spec + " " + dir + "/nope.safetensors");
   EXPECT_EQ(m.code, 3) << m.err;

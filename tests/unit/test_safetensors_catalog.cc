@@ -161,6 +161,40 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
     EXPECT_EQ(c.status().code(), k.code) << c.status().ToString();
     EXPECT_NE(c.status().message().find(k.needle), std::string::npos) << c.status().ToString();
   }
+  // A rank's shard file: seedstore.shards must place each tensor it names inside its global
+  // shape, with the tensor's own shape.
+  auto shard_file = [&](const std::string& name, const std::string& meta, Shape shape = {4}) {
+    SafetensorsWriter w;
+    w.Add("a", DType::kF32, shape, [](void* d) {
+      std::memset(d, 0, 16);
+      return Status::Ok();
+    });
+    EXPECT_TRUE(w.Write(dir / name, {{"seedstore.shards", meta}}).ok());
+    return dir / name;
+  };
+  {
+    auto ok = SafetensorsCatalog::Open(shard_file("s0.safetensors", R"({"a": {"global_shape": [10], "flat": [2, 6]}})"));
+    ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+    ASSERT_TRUE((*ok)->shard(0).has_value());
+    EXPECT_EQ((*ok)->shard(0)->begin, 2u);
+    EXPECT_EQ((*ok)->shard(0)->shape[0], 10u);
+    auto box = SafetensorsCatalog::Open(shard_file("s1.safetensors", R"({"a": {"global_shape": [3, 8], "start": [1, 4], "stop": [2, 8]}})", {1, 4}));
+    ASSERT_TRUE(box.ok()) << box.status().ToString();
+    EXPECT_EQ((*box)->shard(0)->stop[1], 8u);
+  }
+  const std::vector<std::pair<std::string, std::string>> bad_shards = {
+      {R"({"a": {"global_shape": [10], "flat": [2, 7]}})", "does not have the tensor's shape"},
+      {R"({"a": {"global_shape": [3], "flat": [0, 4]}})", "tensor 'a'"},
+      {R"({"b": {"global_shape": [4], "flat": [0, 4]}})", "names tensor 'b'"},
+      {R"({"a": {"flat": [0, 4]}})", "no global_shape"},
+      {R"([1, 2])", "not a JSON object"}};
+  for (size_t k = 0; k < bad_shards.size(); ++k) {
+    auto c = SafetensorsCatalog::Open(shard_file("bad" + std::to_string(k) + ".safetensors", bad_shards[k].first));
+    ASSERT_FALSE(c.ok()) << bad_shards[k].first;
+    EXPECT_EQ(c.status().code(), Code::kCorrupt) << c.status().ToString();
+    EXPECT_NE(c.status().message().find(bad_shards[k].second), std::string::npos) << c.status().ToString();
+    EXPECT_NE(c.status().message().find("bad" + std::to_string(k) + ".safetensors"), std::string::npos);
+  }
   // A JSON spec is not an index; a good index opens.
   std::ofstream(dir / "spec.json") << R"({"seedstore": 1, "tensors": []})";
   EXPECT_FALSE(IsSafetensorsSource(dir / "spec.json"));
