@@ -1271,14 +1271,9 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
 Status DistCatalog::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   const TensorRecord& t = records_.at(i);
   if (t.lazy) return t.lazy->Materialize(r, out, o);
-  auto* dst = static_cast<unsigned char*>(out);
-  if (!r.flat) return ReadBox(i, r, dst, o);
-  const size_t es = DTypeSize(t.dtype);
-  for (const Region& b : FlatRangeToBoxes(t.shape, r.begin, r.end)) {
-    SEEDSTORE_RETURN_IF_ERROR(ReadBox(i, b, dst, o));
-    dst += b.Count() * es;
-  }
-  return Status::Ok();
+  return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) {
+    return ReadBox(i, b, static_cast<unsigned char*>(dst), o);
+  });
 }
 
 // ---- Reshard ----------------------------------------------------------------------------

@@ -1236,13 +1236,7 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   const TensorRecord& t = records_[i];
   if (t.lazy) return t.lazy->Materialize(r, out, o);
   SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
-  if (!r.flat) return ReadDense(i, r, out, o);
-  auto* p = static_cast<uint8_t*>(out);
-  for (const Region& b : FlatRangeToBoxes(t.shape, r.begin, r.end)) {
-    SEEDSTORE_RETURN_IF_ERROR(ReadDense(i, b, p, o));
-    p += b.Count() * DTypeSize(t.dtype);
-  }
-  return Status::Ok();
+  return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) { return ReadDense(i, b, dst, o); });
 }
 
 Status H5Store::DecodeChunk(size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,

@@ -251,13 +251,7 @@ Status SafetensorsCatalog::Read(size_t i, const Region& r, void* out, CpuOptions
   const TensorRecord& t = records_[i];
   SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r).WithContext("'" + file_of(i) + "'"));
   const auto& [k, e] = where_[i];
-  if (!r.flat) return files_[k].ReadBox(e, r, out);
-  auto* p = static_cast<uint8_t*>(out);
-  for (const Region& b : FlatRangeToBoxes(t.shape, r.begin, r.end)) {
-    SEEDSTORE_RETURN_IF_ERROR(files_[k].ReadBox(e, b, p));
-    p += b.Count() * DTypeSize(t.dtype);
-  }
-  return Status::Ok();
+  return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) { return files_[k].ReadBox(e, b, dst); });
 }
 
 Result<int> ImportSafetensors(const std::string& source, const std::string& store,

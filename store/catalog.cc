@@ -51,6 +51,17 @@ Fingerprint FingerprintOf(const TensorRecord& t, const Region& r, const void* da
   return f;
 }
 
+Status ReadByBoxes(const TensorRecord& t, const Region& r, void* out,
+                   const std::function<Status(const Region& box, void* dst)>& read_box) {
+  if (!r.flat) return read_box(r, out);
+  auto* p = static_cast<unsigned char*>(out);
+  for (const Region& b : FlatRangeToBoxes(t.shape, r.begin, r.end)) {
+    SEEDSTORE_RETURN_IF_ERROR(read_box(b, p));
+    p += b.Count() * DTypeSize(t.dtype);
+  }
+  return Status::Ok();
+}
+
 Status CheckRegionIn(const TensorRecord& t, const Region& r) {
   const std::string w = "tensor '" + t.name + "'";
   if (r.rank != static_cast<int>(t.shape.size()))

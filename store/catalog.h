@@ -1,6 +1,7 @@
 // A catalog: the tensors of a model, each lazy (init spec) or dense (stored bytes), any region
 // of which can be read. Spec files and store files (io/) both present themselves as one.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,12 @@ struct TensorRecord {
 /// Fingerprint of `data`, the row-major elements of region `r` of tensor `t` (its own
 /// indices), in t's frame (TensorRecord::FrameRegions).
 Fingerprint FingerprintOf(const TensorRecord& t, const Region& r, const void* data, CpuOptions o = {});
+
+/// Reads region `r` of tensor `t` into `out` (row-major) box by box: `r` itself, or the boxes
+/// of a flat range in order (FlatRangeToBoxes), each written by read_box(box, dst) at its
+/// place. The first error stops it.
+Status ReadByBoxes(const TensorRecord& t, const Region& r, void* out,
+                   const std::function<Status(const Region& box, void* dst)>& read_box);
 
 /// Checks that `r` (a box or a flat range) lies inside tensor `t`; the error names the tensor.
 Status CheckRegionIn(const TensorRecord& t, const Region& r);
