@@ -17,6 +17,7 @@
 #include "gen/checksum.h"
 #include "gen/materialize_cpu.h"
 #include "io/atomic_file.h"
+#include "io/h5_util.h"
 
 namespace seedstore {
 namespace {
@@ -89,17 +90,6 @@ Status DistError(const char* name, Code code, const std::string& path, int rank,
   std::string m = std::string(name) + ": distributed save '" + path + "'";
   if (rank >= 0) m += " rank " + std::to_string(rank) + " file '" + file + "'";
   return Status(code, m + ": " + msg);
-}
-
-// Variable-length UTF-8 string attribute.
-void WriteStrAttr(hid_t obj, const char* name, const std::string& v) {
-  H type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.id, H5T_VARIABLE);
-  H5Tset_cset(type.id, H5T_CSET_UTF8);
-  H space(H5Screate(H5S_SCALAR), H5Sclose);
-  H a(H5Acreate2(obj, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  const char* p = v.c_str();
-  H5Awrite(a.id, type.id, &p);
 }
 
 // ---- Writer lock ------------------------------------------------------------------------
@@ -569,6 +559,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
   H5Pset_libver_bounds(fapl.id, H5F_LIBVER_V110, H5F_LIBVER_LATEST);
   H f(H5Fopen(file.c_str(), H5F_ACC_RDWR, fapl.id), H5Fclose);
   if (f.id < 0) return IoError("cannot reopen master '" + file + "' to add its index");
+  SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(f.id, kRoleAttr, kMasterRole));
   {
     H g(H5Gcreate2(f.id, "/distributed", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
     hsize_t n = text.size();
@@ -602,15 +593,17 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     H rd(rf.id >= 0 ? H5Dopen2(rf.id, dset.c_str(), H5P_DEFAULT) : -1, H5Dclose);
     if (rd.id < 0) return IoError("cannot open '" + f0 + "' " + dset + " for its type");
     H ftype(H5Dget_type(rd.id), H5Tclose);
-    auto add_attrs = [&](hid_t d) {
-      WriteStrAttr(d, "seedstore.name", t.name);
-      WriteStrAttr(d, "seedstore.dtype", DTypeName(t.dtype));
+    auto add_attrs = [&](hid_t d) -> Status {
+      SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.name", t.name));
+      SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.dtype", DTypeName(t.dtype)));
       hsize_t two = 2;
       H as(H5Screate_simple(1, &two, nullptr), H5Sclose);
       H a(H5Acreate2(d, "seedstore.fingerprint", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
           H5Aclose);
       const uint64_t lanes[2] = {fps[i].lane0, fps[i].lane1};
-      H5Awrite(a.id, H5T_NATIVE_UINT64, lanes);
+      if (a.id < 0 || H5Awrite(a.id, H5T_NATIVE_UINT64, lanes) < 0)
+        return IoError("cannot write the attributes of '" + t.name + "' in the master");
+      return Status::Ok();
     };
     if (rank == 0) {  // a scalar: a plain one-element copy (a virtual dataset needs rank >= 1)
       std::vector<unsigned char> v(DTypeSize(t.dtype));
@@ -621,7 +614,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
           H5Dclose);
       if (d.id < 0 || H5Dwrite(d.id, ftype.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
         return IoError("cannot write the scalar '" + t.name + "' to the master");
-      add_attrs(d.id);
+      SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.id));
       continue;
     }
     H dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -679,7 +672,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     H d(H5Dcreate2(f.id, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
         H5Dclose);
     if (d.id < 0) return IoError("cannot create the virtual dataset of '" + t.name + "'");
-    add_attrs(d.id);
+    SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.id));
   }
   return H5Fflush(f.id, H5F_SCOPE_GLOBAL) < 0 ? IoError("cannot flush master '" + file + "'")
                                               : Status::Ok();
@@ -776,8 +769,13 @@ bool IsDistributedSave(const std::string& path) {
   bool yes = false;
   {
     H f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (f.id >= 0) yes = H5Lexists(f.id, "/distributed", H5P_DEFAULT) > 0 &&
-                         H5Lexists(f.id, kIndexPath, H5P_DEFAULT) > 0;
+    if (f.id >= 0) {
+      // The root's attributes lie in its object header, which HDF5 checksums.
+      auto role = H5Aexists(f.id, kRoleAttr) > 0 ? ReadStringAttr(f.id, kRoleAttr, path) : Result<std::string>("");
+      const htri_t group = H5Lexists(f.id, "/distributed", H5P_DEFAULT);
+      yes = !role.ok() || *role == kMasterRole || group < 0 ||
+            (group > 0 && H5Lexists(f.id, kIndexPath, H5P_DEFAULT) != 0);
+    }
   }
   H5Eset_auto2(H5E_DEFAULT, fn, data);
   return yes;
@@ -1013,19 +1011,20 @@ size_t DistCatalog::open_rank_files() const {
 }
 
 Result<std::pair<const H5Store*, size_t>> DistCatalog::PieceStore(size_t i, size_t p) const {
-  SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(pieces_.at(i).at(p).rank));
+  SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(pieces_.at(i).at(p).rank, records_[i].name));
   return std::make_pair(s, static_cast<size_t>(s->Find(records_[i].name)));  // checked at open
 }
 
-Result<const H5Store*> DistCatalog::RankStore(int rank) const {
+Result<const H5Store*> DistCatalog::RankStore(int rank, const std::string& tensor) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (rank_stores_[rank]) return rank_stores_[rank].get();
   const std::string& f = rank_files_[rank];
+  const std::string reading = tensor.empty() ? "" : "reading tensor '" + tensor + "': ";
   if (!FileExists(f))
-    return DistError("rank-file-missing", Code::kNotFound, path_, rank, f, "the file does not exist");
+    return DistError("rank-file-missing", Code::kNotFound, path_, rank, f, reading + "the file does not exist");
   auto s = H5Store::Open(f);
   if (!s.ok())
-    return DistError("rank-file-corrupt", s.status().code(), path_, rank, f, s.status().message());
+    return DistError("rank-file-corrupt", s.status().code(), path_, rank, f, reading + s.status().message());
   // Every piece this rank holds must be there with its local shape and dtype.
   for (size_t i = 0; i < records_.size(); ++i)
     for (const Piece& p : pieces_[i]) {
@@ -1034,13 +1033,13 @@ Result<const H5Store*> DistCatalog::RankStore(int rank) const {
       if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
           (*s)->tensors()[k].shape != LocalShape(p.stored))
         return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-                         "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
+                         reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
                              " is missing or has another shape or dtype");
       // A padded piece must be recorded as such (its padding is in the global frame).
       const std::optional<Region>& rp = (*s)->tensors()[k].piece;
       if ((rp && !SameRegion(*rp, p.stored)) || (!rp && !SameRegion(p.stored, p.region)))
         return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-                         "tensor '" + records_[i].name + "' is recorded as piece " +
+                         reading + "tensor '" + records_[i].name + "' is recorded as piece " +
                              (rp ? DescribeRegion(*rp) : std::string("(none)")) +
                              ", the index says " + DescribeRegion(p.stored));
     }
@@ -1166,7 +1165,7 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
     const Region& g = p.region;
     std::vector<unsigned char> tmp;
     auto read_local = [&](const Region& local, void* dst) -> Status {
-      SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank));
+      SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank, t.name));
       const int k = s->Find(t.name);
       Status st = s->Read(k, local, dst, o);
       if (!st.ok())
@@ -1227,7 +1226,7 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
         uint64_t lo[kMaxRank], hi[kMaxRank];
         Region local;
         if (!PiecePart(p, box, &local, lo, hi)) continue;
-        SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank));
+        SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank, t.name));
         const int k = s->Find(t.name);
         auto pf = s->tensors()[k].piece
                       ? s->FingerprintRegion(k, local, o)
@@ -1244,7 +1243,7 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
       const uint64_t L = box.RunLength(), runs = box.Count() / L, b = p.region.begin;
       const uint64_t s0 = std::max(box.RunBase(0), b), s1 = std::min(box.RunBase(runs - 1) + L, p.region.end);
       if (s1 <= s0) continue;
-      SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank));
+      SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank, t.name));
       const int k = s->Find(t.name);
       const Region local = BoxRegion({p.region.end - b}, {s0 - b}, {s1 - b});
       auto corrupt = [&](const Status& st) {

@@ -34,7 +34,11 @@
 
 namespace seedstore {
 
-/// Whether `path` is an HDF5 file holding a distributed-save master (/distributed/index).
+/// Whether `path` is an HDF5 file that is a distributed-save master: its root carries the
+/// attribute seedstore.role = "distributed-master" (docs/FORMAT.md 10), or, for masters
+/// written before that attribute, /distributed/index exists -- or HDF5 cannot tell whether
+/// /distributed exists (damaged links): such a file is not taken for an ordinary store holding
+/// only its lazy tensors, DistCatalog::Open names what is wrong with it.
 bool IsDistributedSave(const std::string& path);
 
 /// The root seed and default generator of a catalog (spec, store or distributed save); 0 and
@@ -113,7 +117,9 @@ class DistCatalog : public Catalog {
 
  private:
   DistCatalog() = default;
-  Result<const H5Store*> RankStore(int rank) const;
+  // Rank `rank`'s store, opened once; errors name the rank file (and `tensor`, when given: the
+  // tensor being read).
+  Result<const H5Store*> RankStore(int rank, const std::string& tensor = "") const;
   Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
   std::string path_;
   std::unique_ptr<H5Store> master_;

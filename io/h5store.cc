@@ -26,6 +26,7 @@
 
 #include "gen/checksum.h"
 #include "io/atomic_file.h"
+#include "io/h5_util.h"
 
 namespace seedstore {
 namespace {
@@ -202,18 +203,6 @@ bool TypeMatches(hid_t t, DType d) {
   }
 }
 
-Status WriteStringAttr(hid_t obj, const char* name, const std::string& value) {
-  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hid a(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  const char* p = value.c_str();
-  if (!a.ok() || H5Awrite(a.get(), type.get(), &p) < 0)
-    return SEEDSTORE_H5_ERROR(std::string("writing attribute '") + name + "'");
-  return Status::Ok();
-}
-
 Status WriteU64Attr(hid_t obj, const char* name, const std::vector<uint64_t>& v, bool scalar) {
   const hsize_t n = v.size();
   Hid space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr), H5Sclose);
@@ -240,31 +229,6 @@ Result<Hid> OpenAttr(hid_t obj, const char* name, const std::string& where) {
   Hid a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
   if (!a.ok()) return SEEDSTORE_H5_ERROR(where + ": opening attribute '" + name + "'");
   return a;
-}
-
-Result<std::string> ReadStringAttr(hid_t obj, const char* name, const std::string& where) {
-  SEEDSTORE_ASSIGN_OR_RETURN(Hid a, OpenAttr(obj, name, where));
-  Hid ft(H5Aget_type(a.get()), H5Tclose);
-  Hid sp(H5Aget_space(a.get()), H5Sclose);
-  if (H5Tget_class(ft.get()) != H5T_STRING || H5Sget_simple_extent_npoints(sp.get()) != 1)
-    return Corrupt(where + ": attribute '" + name + "' is not a string");
-  if (H5Tis_variable_str(ft.get()) > 0) {
-    Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(mt.get(), H5T_VARIABLE);
-    H5Tset_cset(mt.get(), H5Tget_cset(ft.get()));
-    char* p = nullptr;
-    if (H5Aread(a.get(), mt.get(), &p) < 0)
-      return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
-    std::string s = p ? p : "";
-    H5free_memory(p);
-    return s;
-  }
-  const size_t n = H5Tget_size(ft.get());
-  std::string s(n, '\0');
-  if (H5Aread(a.get(), ft.get(), s.data()) < 0)
-    return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
-  s.resize(std::strlen(s.c_str()));
-  return s;
 }
 
 Result<std::vector<uint64_t>> ReadU64Attr(hid_t obj, const char* name, const std::string& where) {
@@ -726,6 +690,44 @@ bool LooksLikeHdf5(const std::string& path) {
     if (std::memcmp(b, sig, 8) == 0) return true;
   }
   return false;
+}
+
+Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::string& where) {
+  SEEDSTORE_ASSIGN_OR_RETURN(Hid a, OpenAttr(obj, name, where));
+  Hid ft(H5Aget_type(a.get()), H5Tclose);
+  Hid sp(H5Aget_space(a.get()), H5Sclose);
+  if (H5Tget_class(ft.get()) != H5T_STRING || H5Sget_simple_extent_npoints(sp.get()) != 1)
+    return Corrupt(where + ": attribute '" + name + "' is not a string");
+  if (H5Tis_variable_str(ft.get()) > 0) {
+    Hid mt(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mt.get(), H5T_VARIABLE);
+    H5Tset_cset(mt.get(), H5Tget_cset(ft.get()));
+    char* p = nullptr;
+    if (H5Aread(a.get(), mt.get(), &p) < 0)
+      return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
+    std::string s = p ? p : "";
+    H5free_memory(p);
+    return s;
+  }
+  const size_t n = H5Tget_size(ft.get());
+  std::string s(n, '\0');
+  if (H5Aread(a.get(), ft.get(), s.data()) < 0)
+    return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+Status WriteStringAttr(int64_t obj, const char* name, const std::string& value) {
+  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+  const std::string v = value.empty() ? std::string(1, '\0') : value;
+  H5Tset_size(type.get(), v.size());
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid a(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a.ok() || H5Awrite(a.get(), type.get(), v.data()) < 0)
+    return SEEDSTORE_H5_ERROR(std::string("writing attribute '") + name + "'");
+  return Status::Ok();
 }
 
 // ---- H5Store -------------------------------------------------------------------------------

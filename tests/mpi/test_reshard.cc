@@ -384,7 +384,7 @@ with h5py.File(src, "r") as a, h5py.File(dist, "r") as b:
         esc = rec["name"].replace("%", "%25").replace("/", "%2F")
         v = b["tensors"][esc]
         assert v.is_virtual == (rec["shape"] != []), rec["name"]
-        assert v.attrs["seedstore.dtype"] == rec["dtype"]
+        assert v.attrs["seedstore.dtype"] == rec["dtype"].encode()  # fixed-length: bytes
         x, y = a["tensors"][esc][()], v[()]
         assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), rec["name"]
         n += 1

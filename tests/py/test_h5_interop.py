@@ -78,6 +78,11 @@ def write_st(path, arrays, metadata=None):
     serialize_file(specs, str(path), metadata=metadata)
 
 
+def text(a):
+    """A string attribute as str, whether written fixed-length (h5py: bytes) or variable-length."""
+    return a.decode() if isinstance(a, bytes) else a
+
+
 def read_h5(path):
     """Every dense tensor of a store through h5py + hdf5plugin, as the FORMAT.md recipe says."""
     out = {}
@@ -89,8 +94,10 @@ def read_h5(path):
             if rec["kind"] != "dense":
                 continue
             d = f["tensors"][escape(rec["name"])]
-            assert d.attrs["seedstore.name"] == rec["name"]
-            dtype = d.attrs["seedstore.dtype"]
+            # Fixed-length string attributes (h5py: bytes; older files: str).
+            assert text(d.attrs["seedstore.name"]) == rec["name"]
+            dtype = rec["dtype"]
+            assert text(d.attrs["seedstore.dtype"]) == dtype
             arr = np.asarray(d[()])
             if dtype == "bfloat16":
                 arr = arr.view(ml_dtypes.bfloat16).reshape(arr.shape)
@@ -170,7 +177,10 @@ def test_h5py_sees_documented_pipeline(dense_store):
         sums = f["checksums"][escape("f32/t6.weight")][()]
         assert sums.dtype == np.uint64 and sums.size == d.id.get_num_chunks()
         b = f["tensors"][escape("bf16/t5.weight")]
-        assert b.dtype == np.uint16 and b.attrs["seedstore.dtype"] == "bfloat16"
+        assert b.dtype == np.uint16 and b.attrs["seedstore.dtype"] == b"bfloat16"
+        # Written fixed-length, in the object header (checksummed), not the global heap.
+        assert b.attrs.get_id("seedstore.dtype").get_type().is_variable_str() is False
+        assert f.attrs.get_id("seedstore.format").get_type().is_variable_str() is False
 
 
 def test_verify_and_inspect_dense(dense_store):
