@@ -9,7 +9,8 @@
 //     naming the tensor -- never a silent wrong answer -- and
 //   * Verify then reports a problem naming the flipped file whenever a read failed (it checks
 //     at least what reads check).
-// A flip that nothing detects must be one that changes no tensor: its reads are exact.
+// A flip that nothing detects must be one that changes no tensor: its reads are exact. Each file
+// is also truncated at 64 lengths: always refused or named.
 //
 // SEEDSTORE_FLIP_EVERY (default: ~200 offsets per file) samples every Nth byte instead; 1
 // sweeps them all.
@@ -17,7 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -116,7 +119,40 @@ int Child(const std::string& path, const std::string& flipped, const std::vector
   return read_failed ? kDetected : rep.problems.empty() ? kHarmless : kVerifyOnly;
 }
 
-// Flips one bit at a time in `file` (part of the catalog at `path`), checking each as above.
+// Writes `bytes` over `file` (part of the catalog at `path`) and checks the catalog in a
+// forked child as above; returns the child's code (-1: it died, reported). `what` names the
+// damage in failures.
+int CheckDamaged(const std::string& path, const std::string& file, const std::string& bytes,
+                 const std::vector<Tensor>& want, const std::string& what) {
+  {
+    std::ofstream f(file, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return -1;
+  }
+  if (pid == 0) {
+    alarm(20);  // a hang ends the child with SIGALRM
+    _exit(Child(path, file, want));
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || WIFSIGNALED(status)) {
+    ADD_FAILURE() << file << ": " << what << ": the reader died of signal " << WTERMSIG(status)
+                  << (WTERMSIG(status) == SIGALRM ? " (hung)" : "");
+    return -1;
+  }
+  const int code = WEXITSTATUS(status);
+  if (code == kWrong || code < kOpenRefused || code > kHarmless)
+    ADD_FAILURE() << file << ": " << what << ": exit " << code << " (see stderr)";
+  return code;
+}
+
+// Flips one bit at a time in `file` (part of the catalog at `path`), then truncates it at a
+// sample of lengths, checking each as above; restores the file.
 void Sweep(const std::string& path, const std::string& file, const std::vector<Tensor>& want) {
   std::string original;
   {
@@ -128,45 +164,32 @@ void Sweep(const std::string& path, const std::string& file, const std::vector<T
   const char* every_env = std::getenv("SEEDSTORE_FLIP_EVERY");
   const size_t every = every_env ? std::max<size_t>(1, std::strtoull(every_env, nullptr, 10))
                                  : std::max<size_t>(1, n / 200);
-  std::vector<size_t> offsets;
-  for (size_t o = 0; o < n; ++o)
-    if (o % every == every / 2 || o < 256 || o + 256 >= n) offsets.push_back(o);
   std::map<int, int> outcomes;
-  for (size_t o : offsets) {
+  size_t flips = 0;
+  for (size_t o = 0; o < n; ++o) {
+    if (!(o % every == every / 2 || o < 256 || o + 256 >= n)) continue;
     std::string bytes = original;
     bytes[o] ^= static_cast<char>(1u << (o * 7 % 8));
-    {
-      std::ofstream f(file, std::ios::binary | std::ios::trunc);
-      f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    }
-    std::fflush(stdout);
-    std::fflush(stderr);
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      alarm(20);  // a hang ends the child with SIGALRM
-      _exit(Child(path, file, want));
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    if (WIFSIGNALED(status)) {
-      ADD_FAILURE() << file << ": bit flipped at byte " << o << " of " << n << ": the reader died of signal "
-                    << WTERMSIG(status) << (WTERMSIG(status) == SIGALRM ? " (hung)" : "");
-    } else {
-      const int code = WEXITSTATUS(status);
-      if (code == kWrong || code < kOpenRefused || code > kHarmless)
-        ADD_FAILURE() << file << ": bit flipped at byte " << o << " of " << n << ": exit " << code << " (see stderr)";
-      ++outcomes[code];
-    }
+    ++outcomes[CheckDamaged(path, file, bytes, want, "bit flipped at byte " + std::to_string(o) + " of " + std::to_string(n))];
+    ++flips;
+  }
+  // Truncated anywhere (a write cut short outside seedstore's atomic commit): refused or named,
+  // never harmless -- every file ends in bytes a reader needs.
+  size_t cuts = 0;
+  for (size_t len = 0; len < n; len += std::max<size_t>(1, n / 64)) {
+    const int code = CheckDamaged(path, file, original.substr(0, len), want,
+                                  "truncated to " + std::to_string(len) + " of " + std::to_string(n) + " bytes");
+    if (code == kHarmless) ADD_FAILURE() << file << " truncated to " << len << " bytes went unnoticed";
+    ++cuts;
   }
   {
     std::ofstream f(file, std::ios::binary | std::ios::trunc);
     f.write(original.data(), static_cast<std::streamsize>(original.size()));
   }
   std::printf("[ flips    ] %s: %zu of %zu bytes: %d refused at open, %d named on read and by verify, "
-              "%d by verify only, %d harmless (reads exact)\n",
-              file.substr(file.rfind('/') + 1).c_str(), offsets.size(), n, outcomes[kOpenRefused],
-              outcomes[kDetected], outcomes[kVerifyOnly], outcomes[kHarmless]);
+              "%d by verify only, %d harmless (reads exact); %zu truncations refused or named\n",
+              file.substr(file.rfind('/') + 1).c_str(), flips, n, outcomes[kOpenRefused],
+              outcomes[kDetected], outcomes[kVerifyOnly], outcomes[kHarmless], cuts);
   EXPECT_GT(outcomes[kOpenRefused] + outcomes[kDetected] + outcomes[kVerifyOnly], 0);
 }
 
