@@ -16,7 +16,9 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "io/dist_store.h"
 #include "io/h5store.h"
@@ -41,6 +43,29 @@ uint64_t RandomChunkBytes(std::mt19937_64& rng) {
   return c[rng() % (sizeof c / sizeof *c)];
 }
 
+// A random box (mostly non-empty) or flat range of a tensor of `shape`, one time in two each.
+Region RandomRegion(const std::vector<uint64_t>& shape, std::mt19937_64& rng) {
+  Region r = WholeTensor(shape);
+  if (rng() % 2) {
+    uint64_t n = 1;
+    for (uint64_t s : shape) n *= s;
+    uint64_t x = rng() % (n + 1), y = rng() % (n + 1);
+    if (x > y) std::swap(x, y);
+    r.flat = true, r.begin = x, r.end = y;
+    return r;
+  }
+  for (int d = 0; d < r.rank; ++d) {
+    uint64_t x = rng() % (shape[d] + 1), y = rng() % (shape[d] + 1);
+    if (x > y) std::swap(x, y);
+    if (rng() % 4) {  // mostly non-empty
+      y = std::max(y, std::min<uint64_t>(x + 1, shape[d]));
+      x = std::min(x, y == 0 ? 0 : y - 1);
+    }
+    r.start[d] = x, r.stop[d] = y;
+  }
+  return r;
+}
+
 // Every tensor of the catalog at `path` holds the model's values: whole, and random boxes and
 // flat ranges, with fingerprints equal to those of the bytes; every HDF5 file passes Verify.
 // Lazy tensors are still lazy unless the catalog went through safetensors (`all_dense`).
@@ -62,25 +87,7 @@ void ExpectHoldsModel(const std::string& path, const Model& m, std::mt19937_64& 
     const std::vector<unsigned char>& want = m.values.at(t.name);
     const size_t es = DTypeSize(t.dtype);
     std::vector<Region> regions = {WholeTensor(t.shape)};
-    for (int k = 0; k < 3; ++k) {
-      Region b = WholeTensor(t.shape);
-      for (int d = 0; d < b.rank; ++d) {
-        uint64_t x = rng() % (t.shape[d] + 1), y = rng() % (t.shape[d] + 1);
-        if (x > y) std::swap(x, y);
-        if (rng() % 4) {  // mostly non-empty
-          y = std::max(y, std::min<uint64_t>(x + 1, t.shape[d]));
-          x = std::min(x, y == 0 ? 0 : y - 1);
-        }
-        b.start[d] = x, b.stop[d] = y;
-      }
-      regions.push_back(b);
-      Region f = WholeTensor(t.shape);
-      const uint64_t n = t.NumElements();
-      uint64_t x = rng() % (n + 1), y = rng() % (n + 1);
-      if (x > y) std::swap(x, y);
-      f.flat = true, f.begin = x, f.end = y;
-      regions.push_back(f);
-    }
+    for (int k = 0; k < 6; ++k) regions.push_back(RandomRegion(t.shape, rng));
     for (const Region& r : regions) {
       SCOPED_TRACE(DescribeRegion(r));
       const std::vector<unsigned char> exp = Slice(want, r, es);
@@ -198,6 +205,67 @@ TEST(ReshardRandom, ChainsOfRandomLayoutsKeepEveryByteAndProveEveryTensor) {
   if (cases >= 4) {
     EXPECT_GT(copied, 0u);
     EXPECT_GT(encoded, 0u);
+  }
+}
+
+// Catalogs are read from many threads at once (a loader reading tensors in parallel): a store,
+// a distributed save and a safetensors index, each opened once and shared by four threads that
+// read random boxes and flat ranges of random tensors, each with 1 or 2 threads of its own,
+// and fingerprint them. Every read is exact, every fingerprint that of its bytes. (Also a
+// target for ThreadSanitizer: tools/sanitize.sh thread.)
+TEST(ConcurrentReads, SharedCatalogsReadExactlyFromFourThreads) {
+  for (uint64_t seed = 101; seed < 105; ++seed) {
+    SCOPED_TRACE("case seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const Model m = RandomModel(rng, seed);
+    const std::string dir = TempDir() + "/cr" + std::to_string(seed);
+    ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+    const std::string src = dir + "/src.h5", save = dir + "/save.h5";
+    WriteOptions wo;
+    wo.chunk_bytes = 256;
+    mpitest::WriteModelStore(m, src, wo);
+    if (HasFatalFailure()) return;
+    uint64_t copied = 0, encoded = 0;
+    ReshardAndProve(src, RandomLayout(rng, m, "cr" + std::to_string(seed) + ".json"), save, rng, &copied, &encoded);
+    if (HasFatalFailure()) return;
+    std::string st;
+    {
+      auto c = OpenCatalog(src);
+      ASSERT_TRUE(c.ok());
+      auto files = ExportSafetensorsFiles(**c, dir + "/model.safetensors", ExportOptions{}, 1024);
+      ASSERT_TRUE(files.ok()) << files.status().ToString();
+      st = files->back();
+    }
+    for (const std::string& path : {src, save, st}) {
+      auto cat = OpenCatalog(path);
+      ASSERT_TRUE(cat.ok()) << cat.status().ToString();
+      const Catalog& c = **cat;
+      std::atomic<int> reads{0};
+      std::vector<std::thread> pool;
+      for (int th = 0; th < 4; ++th)
+        pool.emplace_back([&, th] {
+          std::mt19937_64 r(seed * 16 + th);
+          for (int k = 0; k < 40; ++k) {
+            const size_t i = r() % c.tensors().size();
+            const TensorRecord& t = c.tensors()[i];
+            const Region reg = RandomRegion(t.shape, r);
+            const std::vector<unsigned char> exp = Slice(m.values.at(t.name), reg, DTypeSize(t.dtype));
+            std::vector<unsigned char> got(exp.size(), 0x5A);
+            const CpuOptions o{1 + static_cast<int>(r() % 2)};
+            const Status s = c.Read(i, reg, got.data(), o);
+            EXPECT_TRUE(s.ok()) << path << " " << t.name << ": " << s.ToString();
+            EXPECT_TRUE(got == exp) << path << " " << t.name << " " << DescribeRegion(reg);
+            auto fp = c.FingerprintRegion(i, reg, o);
+            EXPECT_TRUE(fp.ok() && *fp == FingerprintOf(t, reg, exp.data())) << path << " " << t.name;
+            ++reads;
+          }
+        });
+      for (auto& th : pool) th.join();
+      EXPECT_EQ(reads.load(), 160);
+    }
+    if (!HasFailure()) {
+      EXPECT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
+    }
   }
 }
 
