@@ -557,125 +557,134 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
 
   H fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_libver_bounds(fapl.id, H5F_LIBVER_V110, H5F_LIBVER_LATEST);
-  H f(H5Fopen(file.c_str(), H5F_ACC_RDWR, fapl.id), H5Fclose);
-  if (f.id < 0) return IoError("cannot reopen master '" + file + "' to add its index");
-  SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(f.id, kRoleAttr, kMasterRole));
-  {
-    H g(H5Gcreate2(f.id, "/distributed", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-    hsize_t n = text.size();
-    H space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    H d(H5Dcreate2(f.id, kIndexPath, H5T_STD_U8LE, space.id, H5P_DEFAULT, H5P_DEFAULT,
-                   H5P_DEFAULT),
-        H5Dclose);
-    if (g.id < 0 || d.id < 0) return IoError("cannot create " + std::string(kIndexPath));
-    if (H5Dwrite(d.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
-      return IoError("cannot write " + std::string(kIndexPath));
-    const uint64_t h = Checksum64(text.data(), text.size());
-    H as(H5Screate(H5S_SCALAR), H5Sclose);
-    H a(H5Acreate2(d.id, "seedstore.xxh3", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
-        H5Aclose);
-    H5Awrite(a.id, H5T_NATIVE_UINT64, &h);
-  }
-  // Virtual datasets: /tensors/<escaped> of each dense tensor with at least one element and
-  // rank >= 1. A flat piece maps one innermost run at a time (at most kMaxFlatRuns mappings
-  // per tensor; beyond that the tensor gets no virtual dataset, see docs/FORMAT.md).
-  constexpr uint64_t kMaxFlatRuns = 65536;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const TensorRecord& t = ts[i];
-    if (t.lazy || t.NumElements() == 0) continue;
-    const int rank = static_cast<int>(t.shape.size());
-    const std::string esc = EscapeH5Name(t.name);
-    const std::string dset = "/tensors/" + esc;
-    // File type: the one the rank file holding the first piece uses.
-    const int r0 = plan.shards[i].at(0).replicas[0];
-    const std::string f0 = RankFileName(path, id, r0);
-    H rf(H5Fopen(f0.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    H rd(rf.id >= 0 ? H5Dopen2(rf.id, dset.c_str(), H5P_DEFAULT) : -1, H5Dclose);
-    if (rd.id < 0) return IoError("cannot open '" + f0 + "' " + dset + " for its type");
-    H ftype(H5Dget_type(rd.id), H5Tclose);
-    auto add_attrs = [&](hid_t d) -> Status {
-      SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.name", t.name));
-      SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.dtype", DTypeName(t.dtype)));
-      hsize_t two = 2;
-      H as(H5Screate_simple(1, &two, nullptr), H5Sclose);
-      H a(H5Acreate2(d, "seedstore.fingerprint", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
-          H5Aclose);
-      const uint64_t lanes[2] = {fps[i].lane0, fps[i].lane1};
-      if (a.id < 0 || H5Awrite(a.id, H5T_NATIVE_UINT64, lanes) < 0)
-        return IoError("cannot write the attributes of '" + t.name + "' in the master");
-      return Status::Ok();
-    };
-    if (rank == 0) {  // a scalar: a plain one-element copy (a virtual dataset needs rank >= 1)
-      std::vector<unsigned char> v(DTypeSize(t.dtype));
-      SEEDSTORE_RETURN_IF_ERROR(src.Read(i, WholeTensor(t.shape), v.data(), CpuOptions{1}));
-      H space(H5Screate(H5S_SCALAR), H5Sclose);
-      H d(H5Dcreate2(f.id, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, H5P_DEFAULT,
+  // Closed below: kept when every object is written and flushed, else abandoned (the master
+  // is an uncommitted temporary: AbandonH5File), never left half-closed by a failed flush.
+  const hid_t fid = H5Fopen(file.c_str(), H5F_ACC_RDWR, fapl.id);
+  if (fid < 0) return IoError("cannot reopen master '" + file + "' to add its index");
+  const Status st = [&]() -> Status {
+    SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(fid, kRoleAttr, kMasterRole));
+    {
+      H g(H5Gcreate2(fid, "/distributed", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      hsize_t n = text.size();
+      H space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+      H d(H5Dcreate2(fid, kIndexPath, H5T_STD_U8LE, space.id, H5P_DEFAULT, H5P_DEFAULT,
                      H5P_DEFAULT),
           H5Dclose);
-      if (d.id < 0 || H5Dwrite(d.id, ftype.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
-        return IoError("cannot write the scalar '" + t.name + "' to the master");
-      SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.id));
-      continue;
+      if (g.id < 0 || d.id < 0) return IoError("cannot create " + std::string(kIndexPath));
+      if (H5Dwrite(d.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+        return IoError("cannot write " + std::string(kIndexPath));
+      const uint64_t h = Checksum64(text.data(), text.size());
+      H as(H5Screate(H5S_SCALAR), H5Sclose);
+      H a(H5Acreate2(d.id, "seedstore.xxh3", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
+          H5Aclose);
+      H5Awrite(a.id, H5T_NATIVE_UINT64, &h);
     }
-    H dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-    std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());
-    uint64_t flat_runs = 0;
-    for (const Shard& s : plan.shards[i]) {
-      if (s.region.flat) flat_runs += (s.region.end - s.region.begin) / t.shape.back() + 2;
-    }
-    if (flat_runs > kMaxFlatRuns) continue;
-    bool failed = false;
-    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-      const Shard& s = plan.shards[i][k];
-      const std::string src_file = BaseOf(RankFileName(path, id, s.replicas[0]));
-      const Region& g = s.region;
-      if (!g.flat) {
-        // The owned box g, from where it sits in the rank file's (maybe padded) stored box.
-        const Region& sb = plan.stored[i][k];
-        std::vector<hsize_t> st(rank), cnt(rank), sdims(rank), sst(rank);
-        for (int d = 0; d < rank; ++d) {
-          st[d] = g.start[d];
-          cnt[d] = g.stop[d] - g.start[d];
-          sdims[d] = sb.stop[d] - sb.start[d];
-          sst[d] = g.start[d] - sb.start[d];
-        }
-        H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
-        H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
-        H ss(H5Screate_simple(rank, sdims.data(), nullptr), H5Sclose);
-        H5Sselect_hyperslab(ss.id, H5S_SELECT_SET, sst.data(), nullptr, cnt.data(), nullptr);
-        failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
+    // Virtual datasets: /tensors/<escaped> of each dense tensor with at least one element and
+    // rank >= 1. A flat piece maps one innermost run at a time (at most kMaxFlatRuns mappings
+    // per tensor; beyond that the tensor gets no virtual dataset, see docs/FORMAT.md).
+    constexpr uint64_t kMaxFlatRuns = 65536;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const TensorRecord& t = ts[i];
+      if (t.lazy || t.NumElements() == 0) continue;
+      const int rank = static_cast<int>(t.shape.size());
+      const std::string esc = EscapeH5Name(t.name);
+      const std::string dset = "/tensors/" + esc;
+      // File type: the one the rank file holding the first piece uses.
+      const int r0 = plan.shards[i].at(0).replicas[0];
+      const std::string f0 = RankFileName(path, id, r0);
+      H rf(H5Fopen(f0.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+      H rd(rf.id >= 0 ? H5Dopen2(rf.id, dset.c_str(), H5P_DEFAULT) : -1, H5Dclose);
+      if (rd.id < 0) return IoError("cannot open '" + f0 + "' " + dset + " for its type");
+      H ftype(H5Dget_type(rd.id), H5Tclose);
+      auto add_attrs = [&](hid_t d) -> Status {
+        SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.name", t.name));
+        SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.dtype", DTypeName(t.dtype)));
+        hsize_t two = 2;
+        H as(H5Screate_simple(1, &two, nullptr), H5Sclose);
+        H a(H5Acreate2(d, "seedstore.fingerprint", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
+            H5Aclose);
+        const uint64_t lanes[2] = {fps[i].lane0, fps[i].lane1};
+        if (a.id < 0 || H5Awrite(a.id, H5T_NATIVE_UINT64, lanes) < 0)
+          return IoError("cannot write the attributes of '" + t.name + "' in the master");
+        return Status::Ok();
+      };
+      if (rank == 0) {  // a scalar: a plain one-element copy (a virtual dataset needs rank >= 1)
+        std::vector<unsigned char> v(DTypeSize(t.dtype));
+        SEEDSTORE_RETURN_IF_ERROR(src.Read(i, WholeTensor(t.shape), v.data(), CpuOptions{1}));
+        H space(H5Screate(H5S_SCALAR), H5Sclose);
+        H d(H5Dcreate2(fid, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, H5P_DEFAULT,
+                       H5P_DEFAULT),
+            H5Dclose);
+        if (d.id < 0 || H5Dwrite(d.id, ftype.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+          return IoError("cannot write the scalar '" + t.name + "' to the master");
+        SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.id));
         continue;
       }
-      // Flat piece: one mapping per innermost run [g0, g1) of the range.
-      const uint64_t inner = t.shape.back();
-      const hsize_t local_n = g.end - g.begin;
-      for (uint64_t g0 = g.begin; g0 < g.end;) {
-        const uint64_t g1 = std::min(g.end, (g0 / inner + 1) * inner);
-        std::vector<hsize_t> st(rank), cnt(rank, 1);
-        uint64_t q = g0;
-        for (int d = rank - 1; d >= 0; --d) {
-          st[d] = q % t.shape[d];
-          q /= t.shape[d];
-        }
-        cnt[rank - 1] = g1 - g0;
-        H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
-        H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
-        H ss(H5Screate_simple(1, &local_n, nullptr), H5Sclose);
-        const hsize_t ls = g0 - g.begin, lc = g1 - g0;
-        H5Sselect_hyperslab(ss.id, H5S_SELECT_SET, &ls, nullptr, &lc, nullptr);
-        failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
-        g0 = g1;
+      H dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());
+      uint64_t flat_runs = 0;
+      for (const Shard& s : plan.shards[i]) {
+        if (s.region.flat) flat_runs += (s.region.end - s.region.begin) / t.shape.back() + 2;
       }
+      if (flat_runs > kMaxFlatRuns) continue;
+      bool failed = false;
+      for (size_t k = 0; k < plan.shards[i].size(); ++k) {
+        const Shard& s = plan.shards[i][k];
+        const std::string src_file = BaseOf(RankFileName(path, id, s.replicas[0]));
+        const Region& g = s.region;
+        if (!g.flat) {
+          // The owned box g, from where it sits in the rank file's (maybe padded) stored box.
+          const Region& sb = plan.stored[i][k];
+          std::vector<hsize_t> st(rank), cnt(rank), sdims(rank), sst(rank);
+          for (int d = 0; d < rank; ++d) {
+            st[d] = g.start[d];
+            cnt[d] = g.stop[d] - g.start[d];
+            sdims[d] = sb.stop[d] - sb.start[d];
+            sst[d] = g.start[d] - sb.start[d];
+          }
+          H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
+          H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
+          H ss(H5Screate_simple(rank, sdims.data(), nullptr), H5Sclose);
+          H5Sselect_hyperslab(ss.id, H5S_SELECT_SET, sst.data(), nullptr, cnt.data(), nullptr);
+          failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
+          continue;
+        }
+        // Flat piece: one mapping per innermost run [g0, g1) of the range.
+        const uint64_t inner = t.shape.back();
+        const hsize_t local_n = g.end - g.begin;
+        for (uint64_t g0 = g.begin; g0 < g.end;) {
+          const uint64_t g1 = std::min(g.end, (g0 / inner + 1) * inner);
+          std::vector<hsize_t> st(rank), cnt(rank, 1);
+          uint64_t q = g0;
+          for (int d = rank - 1; d >= 0; --d) {
+            st[d] = q % t.shape[d];
+            q /= t.shape[d];
+          }
+          cnt[rank - 1] = g1 - g0;
+          H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
+          H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
+          H ss(H5Screate_simple(1, &local_n, nullptr), H5Sclose);
+          const hsize_t ls = g0 - g.begin, lc = g1 - g0;
+          H5Sselect_hyperslab(ss.id, H5S_SELECT_SET, &ls, nullptr, &lc, nullptr);
+          failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
+          g0 = g1;
+        }
+      }
+      if (failed) return IoError("cannot map the pieces of '" + t.name + "' (H5Pset_virtual)");
+      H space(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
+      H d(H5Dcreate2(fid, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
+          H5Dclose);
+      if (d.id < 0) return IoError("cannot create the virtual dataset of '" + t.name + "'");
+      SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.id));
     }
-    if (failed) return IoError("cannot map the pieces of '" + t.name + "' (H5Pset_virtual)");
-    H space(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
-    H d(H5Dcreate2(f.id, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
-        H5Dclose);
-    if (d.id < 0) return IoError("cannot create the virtual dataset of '" + t.name + "'");
-    SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.id));
+    return H5Fflush(fid, H5F_SCOPE_GLOBAL) < 0 ? IoError("cannot flush master '" + file + "'")
+                                                : Status::Ok();
+  }();
+  if (!st.ok()) {
+    AbandonH5File(fid);
+    return st;
   }
-  return H5Fflush(f.id, H5F_SCOPE_GLOBAL) < 0 ? IoError("cannot flush master '" + file + "'")
-                                              : Status::Ok();
+  return H5Fclose(fid) < 0 ? IoError("cannot close master '" + file + "'") : Status::Ok();
 }
 
 // This rank's shard buffers as a catalog: any region inside the rank's own shard can be read.

@@ -14,6 +14,16 @@ namespace seedstore {
 /// (kIo) name the attribute.
 Status WriteStringAttr(int64_t obj, const char* name, const std::string& value);
 
+/// Closes HDF5 file `file`, open for writing, whose bytes will never be read (an uncommitted
+/// writer's temporary, removed next): HDF5's close still flushes its metadata and truncates the
+/// file to its end of allocation, and when that fails -- the disk that failed a write is full
+/// or failing -- HDF5 1.10 leaves the file half-closed and crashes at exit or at the next
+/// close. So the file's descriptor (sec2 driver) is first pointed at an anonymous in-memory
+/// file (memfd; sparse, so the truncation costs nothing), where the flush cannot fail. Then
+/// closed; falls back to a plain close where that cannot be done. Takes the HDF5 lock itself
+/// only through the caller: call it with the lock held.
+void AbandonH5File(int64_t file);
+
 /// Reads scalar string attribute `name` of `obj`, fixed-length (NUL-padded or -terminated) or
 /// variable-length (as files written before fixed-length strings, or by other tools, hold).
 /// Errors name `where` and the attribute: missing-attribute, not a string (kCorrupt), HDF5's.

@@ -2,6 +2,7 @@
 
 #include <hdf5.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -51,12 +52,20 @@ herr_t WalkError(unsigned, const H5E_error2_t* e, void* data) {
   return 0;
 }
 
-// The HDF5 error stack of this thread as text, then cleared.
+// The HDF5 error stack of this thread as one line, then cleared. A system call's failure that
+// HDF5's file driver reports ("... error message = 'No space left on device' ...") leads it.
 std::string H5ErrorText() {
   std::string s;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, WalkError, &s);
   H5Eclear2(H5E_DEFAULT);
-  return s.empty() ? "unknown HDF5 error" : s;
+  if (s.empty()) return "unknown HDF5 error";
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  const std::string key = "error message = '";
+  if (const size_t at = s.find(key); at != std::string::npos)
+    if (const size_t end = s.find('\'', at + key.size()); end != std::string::npos)
+      return s.substr(at + key.size(), end - at - key.size()) + ": " + s;
+  return s;
 }
 
 void InitH5() {
@@ -715,6 +724,26 @@ Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::str
     return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
   s.resize(std::strlen(s.c_str()));
   return s;
+}
+
+void AbandonH5File(int64_t file) {
+  if (file < 0) return;
+#if defined(__linux__)
+  Hid fapl(H5Fget_access_plist(file), H5Pclose);
+  void* handle = nullptr;
+  if (fapl.ok() && H5Pget_driver(fapl.get()) == H5FD_SEC2 &&
+      H5Fget_vfd_handle(file, fapl.get(), &handle) >= 0 && handle != nullptr) {
+    const int fd = *static_cast<int*>(handle);
+    const int mem = ::memfd_create("seedstore-abandoned", MFD_CLOEXEC);
+    if (mem >= 0) {
+      (void)::dup2(mem, fd);  // HDF5's descriptor now names the memfd (close-on-exec kept off: HDF5's own)
+      ::close(mem);
+    }
+  }
+  H5ErrorText();
+#endif
+  H5Fclose(file);
+  H5ErrorText();
 }
 
 Status WriteStringAttr(int64_t obj, const char* name, const std::string& value) {
@@ -1536,17 +1565,23 @@ struct StoreWriter::Impl {
   }
   StoreWriter::ChunkCounts counts;
 
-  void CloseH5() {
+  // Closes the HDF5 file: kept (flushed by Commit before) or abandoned (AbandonH5File: an
+  // error or a writer dropped uncommitted, whose temporary is removed next). Kept: false when
+  // HDF5 cannot close it.
+  bool CloseH5(bool keep) {
     H5Guard g;
+    bool ok = true;
     for (hid_t* id : {&g_tensors, &g_sums, &g_info, &g_meta})
       if (*id >= 0) {
         H5Gclose(*id);
         *id = -1;
       }
     if (h5 >= 0) {
-      H5Fclose(h5);
+      if (keep) ok = H5Fclose(h5) >= 0;
+      else AbandonH5File(h5);
       h5 = -1;
     }
+    return ok;
   }
   Status CheckName(const std::string& name) {
     if (name.empty()) return InvalidArgument("tensor name is empty");
@@ -1558,7 +1593,7 @@ struct StoreWriter::Impl {
 };
 
 StoreWriter::~StoreWriter() {
-  if (impl_) impl_->CloseH5();
+  if (impl_) impl_->CloseH5(/*keep=*/false);  // after Commit, nothing is open
 }
 
 const std::string& StoreWriter::path() const { return impl_->file->path(); }
@@ -1907,7 +1942,7 @@ Status StoreWriter::Commit() {
     H5Guard gl;
     if (H5Fflush(m.h5, H5F_SCOPE_GLOBAL) < 0) return SEEDSTORE_H5_ERROR("flushing the store");
   }
-  m.CloseH5();
+  if (!m.CloseH5(/*keep=*/true)) return IoError("closing '" + m.file->temp_path() + "' failed");
   SEEDSTORE_RETURN_IF_ERROR(m.file->Commit());
   m.committed = true;
   return Status::Ok();
