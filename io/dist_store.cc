@@ -859,6 +859,8 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
       rec.name = name;
       rec.shape = t.at("shape").get<std::vector<uint64_t>>();
       SEEDSTORE_ASSIGN_OR_RETURN(rec.dtype, ParseDType(t.at("dtype").get<std::string>()));
+      if (Status vs = ValidateShape(rec.shape, rec.dtype, "tensor '" + name + "' shape"); !vs.ok())
+        return bad(vs.message());
       SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint fp,
                                  ParseFingerprintHex(t.at("fingerprint").get<std::string>()));
       rec.fingerprint = fp;

@@ -222,6 +222,8 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
           if (!d.is_number_unsigned()) return Corrupt(w + ": global_shape holds a non-integer");
           global.push_back(d.get<uint64_t>());
         }
+        if (Status vs = ValidateShape(global, e.dtype, "global_shape"); !vs.ok())
+          return Corrupt(w + ": " + vs.message());
         auto r = RegionFromJson(m, global);
         if (!r.ok()) return Corrupt(w + ": " + r.status().message());
         if (LocalShape(*r) != e.shape)

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "store/spec.h"
 
 namespace seedstore {
 namespace {
@@ -124,6 +125,8 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       e.shape.push_back(d.get<uint64_t>());
       n *= d.get<uint64_t>();
     }
+    if (Status vs = ValidateShape(e.shape, e.dtype, "shape"); !vs.ok())
+      return Corrupt(w + ": " + vs.message());
     if (!v["data_offsets"][0].is_number_unsigned() || !v["data_offsets"][1].is_number_unsigned())
       return Corrupt(w + ": bad data_offsets");
     e.begin = v["data_offsets"][0].get<uint64_t>();

@@ -107,6 +107,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto s = SafetensorsFile::Open(path);
     if (s.ok()) {
       for (const auto& e : s->entries()) {
+        // What the parser promises the catalogs built on it: a shape a region can hold, whose
+        // byte count is the entry's (no wrapped element count).
+        if (e.shape.size() > static_cast<size_t>(kMaxRank)) std::abort();
+        if (WholeTensor(e.shape).Count() * DTypeSize(e.dtype) != e.end - e.begin) std::abort();
         if (e.end - e.begin <= (1u << 16)) {
           std::string buf(e.end - e.begin, '\0');
           (void)s->Read(e, buf.data());

@@ -1309,6 +1309,18 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   EXPECT_NE(bad.status().message().find("stored box [81:165, 63:139] does not hold the piece [80:160, 70:139]"),
             std::string::npos)
       << bad.status().ToString();
+  // A shape no tensor can have (17 dims; more elements than 2^64), checksum recomputed.
+  for (const auto& [shape, needle] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {std::vector<uint64_t>(17, 1), "rank 17 exceeds 16"},
+           {{uint64_t{1} << 63, uint64_t{1} << 63, 4}, "shape overflows"}}) {
+    ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
+    ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [&, s = shape](nlohmann::json& j) { j["tensors"][0]["shape"] = s; }));
+    auto odd = DistCatalog::Open(t1);
+    ASSERT_FALSE(odd.ok());
+    EXPECT_NE(odd.status().message().find("bad-index: distributed save '" + t1 + "'"), std::string::npos)
+        << odd.status().ToString();
+    EXPECT_NE(odd.status().message().find(needle), std::string::npos) << odd.status().ToString();
+  }
   ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
   ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [](nlohmann::json& j) {
     j["tensors"][0]["pieces"][3]["stored"]["start"][0] = 60;

@@ -187,6 +187,8 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
       {R"({"a": {"global_shape": [3], "flat": [0, 4]}})", "tensor 'a'"},
       {R"({"b": {"global_shape": [4], "flat": [0, 4]}})", "names tensor 'b'"},
       {R"({"a": {"flat": [0, 4]}})", "no global_shape"},
+      {R"({"a": {"global_shape": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4], "flat": [0, 4]}})", "rank 17 exceeds 16"},
+      {R"({"a": {"global_shape": [4611686018427387904, 4], "flat": [0, 4]}})", "shape overflows"},
       {R"([1, 2])", "not a JSON object"}};
   for (size_t k = 0; k < bad_shards.size(); ++k) {
     auto c = SafetensorsCatalog::Open(shard_file("bad" + std::to_string(k) + ".safetensors", bad_shards[k].first));
@@ -194,6 +196,32 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
     EXPECT_EQ(c.status().code(), Code::kCorrupt) << c.status().ToString();
     EXPECT_NE(c.status().message().find(bad_shards[k].second), std::string::npos) << c.status().ToString();
     EXPECT_NE(c.status().message().find("bad" + std::to_string(k) + ".safetensors"), std::string::npos);
+  }
+  // Headers whose shapes no tensor can have: more dims than a region holds (kMaxRank), or an
+  // element count past 2^64 that wraps to the (zero) bytes given -- refused, never read.
+  auto raw_header = [&](const std::string& name, const nlohmann::json& header, const std::string& data) {
+    std::string h = header.dump();
+    h.resize((h.size() + 7) / 8 * 8, ' ');
+    std::string bytes(8, '\0');
+    for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * k));
+    std::ofstream(dir / name, std::ios::binary) << bytes << h << data;
+    return dir / name;
+  };
+  const std::vector<std::pair<std::string, std::string>> bad_headers = {
+      {raw_header("rank17.safetensors",
+                  {{"x", {{"dtype", "F32"}, {"shape", std::vector<uint64_t>(17, 1)}, {"data_offsets", {0, 4}}}}},
+                  std::string(4, '\0')),
+       "rank 17 exceeds 16"},
+      {raw_header("wrap.safetensors",
+                  {{"x", {{"dtype", "U8"}, {"shape", {uint64_t{1} << 63, uint64_t{1} << 63, 4}}, {"data_offsets", {0, 0}}}}},
+                  ""),
+       "shape overflows"}};
+  for (const auto& [path, needle] : bad_headers) {
+    auto c = SafetensorsCatalog::Open(path);
+    ASSERT_FALSE(c.ok()) << path;
+    EXPECT_EQ(c.status().code(), Code::kCorrupt) << c.status().ToString();
+    EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().ToString();
+    EXPECT_NE(c.status().message().find("tensor 'x'"), std::string::npos) << c.status().ToString();
   }
   // A JSON spec is not an index; a good index opens.
   std::ofstream(dir / "spec.json") << R"({"seedstore": 1, "tensors": []})";
