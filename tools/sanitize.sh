@@ -8,8 +8,8 @@
 #   TSAN=1: ThreadSanitizer instead (-DSEEDSTORE_TSAN=ON, folder build-tsan, default labels
 #     'unit|mpi': the tiers whose code runs threads -- readers and writers with o.threads,
 #     in-process worlds, catalogs shared by reading threads). Suppressions: tests/sanitizers/
-#     tsan.supp (OpenMPI only). Last run (2026-12-01 session 8, main at 2e8cead's parent): unit 108
-#     and mpi 62, no report.
+#     tsan.supp (OpenMPI only). Last run (2026-12-01 session 8, main at 468db9a): unit|mpi, 172
+#     tests (CTest's count), all pass, no report, in 154 s.
 #   default LABEL_REGEX: 'kat|unit|cli|golden'; 'kat|unit|cli|golden|mpi|jax' for all CPU tiers.
 #   BUILD=<dir> chooses the build folder (default build-asan). Not part of .ci/run (CI time).
 #   LSAN_AUDIT=1: run with the suppressions OFF and check, with tools/lsan_audit.py, that every
@@ -57,7 +57,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # ASan/LSan reports go to files, so a finding in a CLI child whose failure a test expects (a
 # nonzero exit) is not lost: any report fails the run. (UBSan ignores log_path in this
 # combined runtime; it prints to stderr and halts with exit 1.)
-LOGS=$ROOT/$BUILD/sanitizer-logs
+LOGS=$(cd "$BUILD" && pwd)/sanitizer-logs
 SUPP=$ROOT/tests/sanitizers/lsan.supp
 rm -rf "$LOGS"; mkdir -p "$LOGS"
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -111,7 +111,7 @@ if [ "${LSAN_AUDIT:-0}" = 1 ]; then
   shopt -s nullglob
   reports=("$LOGS"/*)
   [ ${#reports[@]} -gt 0 ] || { echo "sanitize: audit: no leak reports at all"; exit 0; }
-  exec python3 tools/lsan_audit.py "$SUPP" "$ROOT" "$ROOT/$BUILD" "${reports[@]}"
+  exec python3 tools/lsan_audit.py "$SUPP" "$ROOT" "$(cd "$BUILD" && pwd)" "${reports[@]}"
 fi
 if compgen -G "$LOGS/*" >/dev/null; then
   echo "sanitize: sanitizer reports in $LOGS:" >&2
