@@ -84,7 +84,25 @@ int AtomicFile::RemoveStaleTemporaries(const std::string& path) {
   return removed;
 }
 
-Result<AtomicFile> AtomicFile::Create(const std::string& path) {
+Result<std::string> ResolveSymlinks(const std::string& path) {
+  std::string p = path;
+  for (int hops = 0;; ++hops) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    if (hops == 40)
+      return InvalidArgument("'" + path + "': more than 40 symbolic links (a loop?)");
+    std::string target(4096, '\0');
+    const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    if (n < 0 || static_cast<size_t>(n) >= target.size())
+      return IoError("cannot read the symbolic link '" + p + "': " + (n < 0 ? Errno() : "target too long"));
+    target.resize(static_cast<size_t>(n));
+    const size_t slash = p.rfind('/');
+    p = target[0] == '/' || slash == std::string::npos ? target : p.substr(0, slash + 1) + target;
+  }
+}
+
+Result<AtomicFile> AtomicFile::Create(const std::string& requested) {
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string path, ResolveSymlinks(requested));
   RemoveStaleTemporaries(path);
   const std::string temp = TempName(path, ::getpid(), g_counter.fetch_add(1));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

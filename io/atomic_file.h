@@ -25,10 +25,17 @@
 
 namespace seedstore {
 
+/// `path` with every symbolic link it ends in followed (relative targets taken from the link's
+/// folder), up to 40; `path` itself when it is no link or does not exist. A link to nowhere
+/// resolves to where it points, which a writer then creates. Errors: kInvalidArgument naming
+/// `path` on more than 40 links (a loop), kIo when a link cannot be read.
+Result<std::string> ResolveSymlinks(const std::string& path);
+
 class AtomicFile {
  public:
-  /// Removes the stale temporaries of `path` (rule above), then creates
-  /// TempName(path, getpid(), n) next to `path`.
+  /// Follows the symbolic links `path` ends in (ResolveSymlinks; path() is then the file they
+  /// lead to), removes the stale temporaries of that path (rule above), then creates
+  /// TempName(path, getpid(), n) next to it.
   static Result<AtomicFile> Create(const std::string& path);
   AtomicFile(AtomicFile&& o) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;

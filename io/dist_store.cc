@@ -836,7 +836,9 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
     if (j.at("format") != "seedstore-distributed" || j.at("version") != 1)
       return bad("not a version 1 distributed index");
     SEEDSTORE_ASSIGN_OR_RETURN(c->layout_, Layout::FromJson(j.at("layout")));
-    const std::string dir = DirOf(path);
+    // Rank files lie next to the master itself, wherever symbolic links to it are.
+    SEEDSTORE_ASSIGN_OR_RETURN(const std::string master_file, ResolveSymlinks(path));
+    const std::string dir = DirOf(master_file);
     for (const auto& f : j.at("rank_files")) {
       const std::string name = f.get<std::string>();
       if (name.find('/') != std::string::npos) return bad("rank file with a '/'");
@@ -1332,7 +1334,11 @@ Status ReshardReport::ToStatus() const {
 }
 
 Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
-                              const std::string& path, const DistSaveOptions& o) {
+                              const std::string& requested, const DistSaveOptions& o) {
+  // Through a symbolic link: the save (master, rank files, lock) goes where it points.
+  auto resolved = ResolveSymlinks(requested);
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, resolved.status(), "save: path"));
+  const std::string& path = *resolved;
   const double t0 = Now();
   const int me = comm.rank(), np = comm.size();
   const auto& ts = src.tensors();

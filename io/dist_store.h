@@ -187,7 +187,8 @@ struct ReshardReport {
 };
 
 /// Writes `src` to `path` under `layout` as a distributed save (or one store when
-/// o.consolidate), then proves every tensor: the sum of the fingerprints of its distinct
+/// o.consolidate) -- where `path` points, when it is a symbolic link (ResolveSymlinks in
+/// io/atomic_file.h: master, rank files and lock all go there) -- then proves every tensor: the sum of the fingerprints of its distinct
 /// pieces, read back from `path`, must equal the source's recorded (or computed) fingerprint.
 /// `comm`'s ranks split the layout's ranks among them (layout rank r is written by process
 /// r % comm.size()); every process gets the same report. Rank 0 takes the writer lock

@@ -765,6 +765,32 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
   }
 }
 
+// A save written through a symbolic link goes where the link points -- master, rank files
+// and lock -- and reads back, verifies and reshards through the link.
+TEST(ReshardRaw, ASaveThroughASymbolicLinkLandsWhereItPoints) {
+  const RawFixture& f = GetRaw();
+  const std::string vol = TempDir() + "/rr_vol";
+  ASSERT_EQ(Shell("rm -rf " + vol + " && mkdir -p " + vol).code, 0);
+  const std::string link = TempDir() + "/rr_link.h5";
+  std::remove(link.c_str());
+  ASSERT_EQ(Shell("ln -s rr_vol/save.h5 " + link).code, 0);  // relative, dangling at first
+  auto r = ReshardHere(f.source, RowsLayout(2), link);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << r->Table();
+  EXPECT_EQ(Shell("test -L " + link).code, 0);
+  EXPECT_EQ(std::stoi(Shell("ls " + vol + " | grep -c 'save.h5.*rank'").out), 2);
+  EXPECT_EQ(Shell("ls " + TempDir() + " | grep -c '^rr_link.h5.'").out, "0\n");
+  ExpectRawSameAsSource(link);
+  // Saved again through the link: the old pieces go, the link stays.
+  r = ReshardHere(link, RowsLayout(4), link);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << r->Table();
+  EXPECT_EQ(std::stoi(Shell("ls " + vol + " | grep -c 'save.h5.*rank'").out), 4);
+  ExpectRawSameAsSource(link);
+  Proc v = Shell(Bin() + " verify " + link);
+  EXPECT_EQ(v.code, 0) << v.out << v.err;
+}
+
 TEST(ReshardRaw, UnderMpirunTheSameChunksAreCopied) {
   SEEDSTORE_NEED_BIN();
   SEEDSTORE_NEED_MPIRUN();

@@ -171,7 +171,8 @@ TEST_F(AtomicTemps, CommitReplacesFilesAndReleasesTheOldOnes) {
     EXPECT_EQ(st.st_nlink, 0u);  // unlinked, kept alive only by this reader
     ::close(reader);
   }
-  // A symlink at the path: the link is replaced by the new file, its target is not touched.
+  // A symlink at the path: its target (a large file) is replaced and released like any
+  // other; the link stays (WritesThroughSymbolicLinksReplaceWhatTheyPointTo).
   const std::string real = dir_ + "/real.h5", link = dir_ + "/link.h5";
   Touch(real, "target");
   ASSERT_EQ(::truncate(real.c_str(), off_t{64} << 20), 0);
@@ -182,10 +183,9 @@ TEST_F(AtomicTemps, CommitReplacesFilesAndReleasesTheOldOnes) {
     ASSERT_TRUE(f->Append("via link", 8).ok());
     ASSERT_TRUE(f->Commit().ok());
   }
-  EXPECT_FALSE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_EQ(Slurp(link), "via link");
-  EXPECT_EQ(fs::file_size(real), uint64_t{64} << 20);
-  EXPECT_EQ(Slurp(real).substr(0, 6), "target");
+  EXPECT_EQ(Slurp(real), "via link");
   // Every replaced file is released: no descriptor stays open.
   int now = OpenDescriptors();
   for (int i = 0; i < 500 && now != before; ++i) {
@@ -193,6 +193,51 @@ TEST_F(AtomicTemps, CommitReplacesFilesAndReleasesTheOldOnes) {
     now = OpenDescriptors();
   }
   EXPECT_EQ(now, before);
+}
+
+// Writing through symbolic links replaces the file they lead to, in its folder; the links
+// stay. A link to nowhere is created where it points; a loop is refused by name.
+TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
+  fs::create_directories(dir_ + "/vol/ckpt");
+  Touch(dir_ + "/vol/ckpt/model.h5", "old");
+  fs::create_symlink("vol/ckpt/model.h5", dir_ + "/latest");   // relative
+  fs::create_symlink(dir_ + "/latest", dir_ + "/current");      // absolute, to a link
+  auto write = [](const std::string& path, const std::string& text) -> Status {
+    SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path));
+    SEEDSTORE_RETURN_IF_ERROR(f.Append(text.data(), text.size()));
+    return f.Commit();
+  };
+  auto read = [](const std::string& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  ASSERT_TRUE(write(dir_ + "/current", "new").ok());
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/current"));
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/latest"));
+  EXPECT_EQ(read(dir_ + "/vol/ckpt/model.h5"), "new");
+  {
+    auto r = ResolveSymlinks(dir_ + "/current");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, dir_ + "/vol/ckpt/model.h5");
+    auto plain = ResolveSymlinks(dir_ + "/nothing-here");
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(*plain, dir_ + "/nothing-here");
+  }
+  // Temporaries were made next to the target, and none is left.
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_TRUE(e.path().filename() == "vol" || fs::is_symlink(e.path())) << e.path();
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ + "/vol/ckpt"), fs::directory_iterator()), 1);
+  // A dangling link: the file is created where it points.
+  fs::create_symlink("vol/ckpt/next.h5", dir_ + "/next");
+  ASSERT_TRUE(write(dir_ + "/next", "first").ok());
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/next"));
+  EXPECT_EQ(read(dir_ + "/vol/ckpt/next.h5"), "first");
+  // A loop.
+  fs::create_symlink("b", dir_ + "/a");
+  fs::create_symlink("a", dir_ + "/b");
+  Status loop = write(dir_ + "/a", "x");
+  EXPECT_EQ(loop.code(), Code::kInvalidArgument);
+  EXPECT_NE(loop.message().find("'" + dir_ + "/a': more than 40 symbolic links"), std::string::npos) << loop.ToString();
 }
 
 }  // namespace
