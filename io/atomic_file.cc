@@ -107,6 +107,18 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested) {
   const std::string temp = TempName(path, ::getpid(), g_counter.fetch_add(1));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("cannot create '" + temp + "' (for '" + path + "'): " + Errno());
+  // Replacing a file keeps its permissions and group (a private checkpoint stays private), as
+  // writing into it would; best effort for the group (not every user may give it).
+  struct stat old;
+  if (::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
+    if (::fchmod(fd, old.st_mode & 07777) != 0) {
+      const std::string e = Errno();
+      ::close(fd);
+      ::unlink(temp.c_str());
+      return IoError("cannot give '" + temp + "' the permissions of '" + path + "': " + e);
+    }
+    (void)::fchown(fd, static_cast<uid_t>(-1), old.st_gid);
+  }
   return AtomicFile(path, temp, fd);
 }
 

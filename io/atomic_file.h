@@ -35,7 +35,8 @@ class AtomicFile {
  public:
   /// Follows the symbolic links `path` ends in (ResolveSymlinks; path() is then the file they
   /// lead to), removes the stale temporaries of that path (rule above), then creates
-  /// TempName(path, getpid(), n) next to it.
+  /// TempName(path, getpid(), n) next to it: mode 0644 less the umask, or, when it replaces a
+  /// file, that file's mode (and group, where allowed).
   static Result<AtomicFile> Create(const std::string& path);
   AtomicFile(AtomicFile&& o) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;

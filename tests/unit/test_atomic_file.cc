@@ -196,7 +196,8 @@ TEST_F(AtomicTemps, CommitReplacesFilesAndReleasesTheOldOnes) {
 }
 
 // Writing through symbolic links replaces the file they lead to, in its folder; the links
-// stay. A link to nowhere is created where it points; a loop is refused by name.
+// stay. A link to nowhere is created where it points; a loop is refused by name. A replaced
+// file's permissions are kept.
 TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
   fs::create_directories(dir_ + "/vol/ckpt");
   Touch(dir_ + "/vol/ckpt/model.h5", "old");
@@ -232,6 +233,14 @@ TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
   ASSERT_TRUE(write(dir_ + "/next", "first").ok());
   EXPECT_TRUE(fs::is_symlink(dir_ + "/next"));
   EXPECT_EQ(read(dir_ + "/vol/ckpt/next.h5"), "first");
+  // Replacing a file keeps its permissions: a private checkpoint stays private.
+  ::chmod((dir_ + "/vol/ckpt/model.h5").c_str(), 0600);
+  ASSERT_TRUE(write(dir_ + "/latest", "newer").ok());
+  EXPECT_EQ(fs::status(dir_ + "/vol/ckpt/model.h5").permissions() & fs::perms::mask, fs::perms(0600));
+  EXPECT_EQ(read(dir_ + "/vol/ckpt/model.h5"), "newer");
+  ::chmod((dir_ + "/vol/ckpt/model.h5").c_str(), 0640);
+  ASSERT_TRUE(write(dir_ + "/vol/ckpt/model.h5", "newest").ok());
+  EXPECT_EQ(fs::status(dir_ + "/vol/ckpt/model.h5").permissions() & fs::perms::mask, fs::perms(0640));
   // A loop.
   fs::create_symlink("b", dir_ + "/a");
   fs::create_symlink("a", dir_ + "/b");
