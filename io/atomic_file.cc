@@ -101,7 +101,7 @@ Result<std::string> ResolveSymlinks(const std::string& path) {
   }
 }
 
-Result<AtomicFile> AtomicFile::Create(const std::string& requested) {
+Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
   SEEDSTORE_ASSIGN_OR_RETURN(const std::string path, ResolveSymlinks(requested));
   RemoveStaleTemporaries(path);
   const std::string temp = TempName(path, ::getpid(), g_counter.fetch_add(1));
@@ -110,14 +110,15 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested) {
   // Replacing a file keeps its permissions and group (a private checkpoint stays private), as
   // writing into it would; best effort for the group (not every user may give it).
   struct stat old;
-  if (::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode)) {
-    if (::fchmod(fd, old.st_mode & 07777) != 0) {
+  const bool replaces = ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode);
+  if (replaces || mode >= 0) {
+    if (::fchmod(fd, replaces ? old.st_mode & 07777 : static_cast<mode_t>(mode) & 07777) != 0) {
       const std::string e = Errno();
       ::close(fd);
       ::unlink(temp.c_str());
       return IoError("cannot give '" + temp + "' the permissions of '" + path + "': " + e);
     }
-    (void)::fchown(fd, static_cast<uid_t>(-1), old.st_gid);
+    if (replaces) (void)::fchown(fd, static_cast<uid_t>(-1), old.st_gid);
   }
   return AtomicFile(path, temp, fd);
 }

@@ -35,9 +35,9 @@ class AtomicFile {
  public:
   /// Follows the symbolic links `path` ends in (ResolveSymlinks; path() is then the file they
   /// lead to), removes the stale temporaries of that path (rule above), then creates
-  /// TempName(path, getpid(), n) next to it: mode 0644 less the umask, or, when it replaces a
-  /// file, that file's mode (and group, where allowed).
-  static Result<AtomicFile> Create(const std::string& path);
+  /// TempName(path, getpid(), n) next to it: when it replaces a file, with that file's mode
+  /// (and group, where allowed); else with `mode` when >= 0, or 0644 less the umask.
+  static Result<AtomicFile> Create(const std::string& path, int mode = -1);
   AtomicFile(AtomicFile&& o) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;
   ~AtomicFile();  // removes the temporary if not committed

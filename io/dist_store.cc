@@ -1334,11 +1334,16 @@ Status ReshardReport::ToStatus() const {
 }
 
 Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
-                              const std::string& requested, const DistSaveOptions& o) {
+                              const std::string& requested, const DistSaveOptions& options) {
   // Through a symbolic link: the save (master, rank files, lock) goes where it points.
   auto resolved = ResolveSymlinks(requested);
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm, resolved.status(), "save: path"));
   const std::string& path = *resolved;
+  // A save that replaces a file keeps its permissions: its new rank files get them too (the
+  // master keeps them as any replaced file does).
+  DistSaveOptions o = options;
+  if (struct stat old; o.write.file_mode < 0 && ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode))
+    o.write.file_mode = static_cast<int>(old.st_mode & 07777);
   const double t0 = Now();
   const int me = comm.rank(), np = comm.size();
   const auto& ts = src.tensors();

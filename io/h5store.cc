@@ -1607,7 +1607,7 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   m.generator = generator;
   m.opt = options;
   m.opt.zstd_level = std::clamp(m.opt.zstd_level, 1, ZSTD_maxCLevel());
-  SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path));
+  SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path, m.opt.file_mode));
   m.file = std::make_unique<AtomicFile>(std::move(af));
   SEEDSTORE_RETURN_IF_ERROR(m.file->CloseFd());
   H5Guard g;

@@ -67,6 +67,9 @@ struct WriteOptions {
   uint64_t chunk_bytes = 1u << 20;    // target uncompressed chunk size
   int threads = 0;                    // compression threads (0 = all cores)
   bool shuffle = true;                // byte-shuffle (HDF5 filter 2) before zstd
+  /// Permissions of a new file (-1: 0644 less the umask); a replaced file keeps its own
+  /// (AtomicFile::Create).
+  int file_mode = -1;
 };
 
 /// Where a dense tensor's elements come from while writing: fills `out` with the elements of

@@ -766,7 +766,8 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
 }
 
 // A save written through a symbolic link goes where the link points -- master, rank files
-// and lock -- and reads back, verifies and reshards through the link.
+// and lock -- and reads back, verifies and reshards through the link. Replacing a save keeps
+// its permissions, rank files included.
 TEST(ReshardRaw, ASaveThroughASymbolicLinkLandsWhereItPoints) {
   const RawFixture& f = GetRaw();
   const std::string vol = TempDir() + "/rr_vol";
@@ -781,11 +782,14 @@ TEST(ReshardRaw, ASaveThroughASymbolicLinkLandsWhereItPoints) {
   EXPECT_EQ(std::stoi(Shell("ls " + vol + " | grep -c 'save.h5.*rank'").out), 2);
   EXPECT_EQ(Shell("ls " + TempDir() + " | grep -c '^rr_link.h5.'").out, "0\n");
   ExpectRawSameAsSource(link);
-  // Saved again through the link: the old pieces go, the link stays.
+  // Saved again through the link, the save made private first: the old pieces go, the link
+  // stays, and the new master and rank files keep the old master's permissions.
+  ASSERT_EQ(Shell("chmod 600 " + vol + "/save.h5").code, 0);
   r = ReshardHere(link, RowsLayout(4), link);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->ok()) << r->Table();
   EXPECT_EQ(std::stoi(Shell("ls " + vol + " | grep -c 'save.h5.*rank'").out), 4);
+  EXPECT_EQ(Shell("stat -c %a " + vol + "/save.h5* | sort -u").out, "600\n");
   ExpectRawSameAsSource(link);
   Proc v = Shell(Bin() + " verify " + link);
   EXPECT_EQ(v.code, 0) << v.out << v.err;
