@@ -10,7 +10,7 @@
 //   * Verify then reports a problem naming the flipped file whenever a read failed (it checks
 //     at least what reads check).
 // A flip that nothing detects must be one that changes no tensor: its reads are exact. Each file
-// is also truncated at 64 lengths: always refused or named.
+// is also truncated at 65 lengths (0 and every 1/64 of it): always refused or named.
 //
 // SEEDSTORE_FLIP_EVERY (default: ~200 offsets per file) samples every Nth byte instead; 1
 // sweeps them all.
