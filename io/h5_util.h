@@ -20,8 +20,8 @@ Status WriteStringAttr(int64_t obj, const char* name, const std::string& value);
 /// or failing -- HDF5 1.10 leaves the file half-closed and crashes at exit or at the next
 /// close. So the file's descriptor (sec2 driver) is first pointed at an anonymous in-memory
 /// file (memfd; sparse, so the truncation costs nothing), where the flush cannot fail. Then
-/// closed; falls back to a plain close where that cannot be done. Takes the HDF5 lock itself
-/// only through the caller: call it with the lock held.
+/// closed; falls back to a plain close where that cannot be done. Like every HDF5 call, it
+/// must not run concurrently with other HDF5 calls (in io/h5store.cc: hold H5Guard).
 void AbandonH5File(int64_t file);
 
 /// Reads scalar string attribute `name` of `obj`, fixed-length (NUL-padded or -terminated) or
