@@ -1472,18 +1472,15 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     }
     if (me == 0) {
       st = [&]() -> Status {
-        SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path));
-        SEEDSTORE_RETURN_IF_ERROR(af.CloseFd());
-        {
-          SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(af.temp_path(), seed, gen, o.write));
-          for (size_t i = 0; i < n; ++i)
-            if (ts[i].lazy)
-              SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
-          SEEDSTORE_RETURN_IF_ERROR(w->Commit());
-        }
-        SEEDSTORE_RETURN_IF_ERROR(
-            AddDistributedObjects(af.temp_path(), src, plan, layout, id, path, src_fp));
-        return af.Commit();
+        // One temporary, one rename: the index and virtual datasets are added to the
+        // writer's closed temporary before it is made durable and renamed over `path`.
+        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, seed, gen, o.write));
+        for (size_t i = 0; i < n; ++i)
+          if (ts[i].lazy)
+            SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
+        return w->Commit([&](const std::string& temp) {
+          return AddDistributedObjects(temp, src, plan, layout, id, path, src_fp);
+        });
       }();
       if (st.ok()) RemoveOtherPieces(path, id);  // the replaced save's, an interrupted save's
     }

@@ -1913,7 +1913,7 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {
 
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }
 
-Status StoreWriter::Commit() {
+Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>& before_rename) {
   Impl& m = *impl_;
   if (m.committed) return Internal("store '" + m.file->path() + "' committed twice");
   json idx = {{"format", "seedstore"},
@@ -1943,6 +1943,7 @@ Status StoreWriter::Commit() {
     if (H5Fflush(m.h5, H5F_SCOPE_GLOBAL) < 0) return SEEDSTORE_H5_ERROR("flushing the store");
   }
   if (!m.CloseH5(/*keep=*/true)) return IoError("closing '" + m.file->temp_path() + "' failed");
+  if (before_rename) SEEDSTORE_RETURN_IF_ERROR(before_rename(m.file->temp_path()));
   SEEDSTORE_RETURN_IF_ERROR(m.file->Commit());
   m.committed = true;
   return Status::Ok();
