@@ -18,6 +18,7 @@
 #include "gen/materialize_cpu.h"
 #include "io/atomic_file.h"
 #include "io/h5_util.h"
+#include "store/json_text.h"
 
 namespace seedstore {
 namespace {
@@ -832,7 +833,9 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
     if (h != Checksum64(text.data(), text.size())) return bad("checksum mismatch");
   }
   try {
-    const json j = json::parse(text);
+    std::string err;
+    const json j = ParseJson(text, &err);
+    if (j.is_discarded()) return bad(err);
     if (j.at("format") != "seedstore-distributed" || j.at("version") != 1)
       return bad("not a version 1 distributed index");
     SEEDSTORE_ASSIGN_OR_RETURN(c->layout_, Layout::FromJson(j.at("layout")));

@@ -28,6 +28,7 @@
 #include "gen/checksum.h"
 #include "io/atomic_file.h"
 #include "io/h5_util.h"
+#include "store/json_text.h"
 
 namespace seedstore {
 namespace {
@@ -858,7 +859,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
                              (sum.empty() ? "?" : Hex64(sum[0])) + ", computed " +
                              Hex64(computed) + ")");
   }
-  json idx = json::parse(text, nullptr, false);
+  json idx = ParseJson(text, nullptr);
   auto bad = [&](const std::string& m) { return StoreStatus(StoreError::kBadIndex, w + ": index " + m); };
   if (idx.is_discarded() || !idx.is_object()) return bad("is not a JSON object");
   if (!idx.contains("seed") || !idx["seed"].is_number_unsigned()) return bad("field 'seed' missing or not an unsigned integer");

@@ -13,6 +13,7 @@
 
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "store/json_text.h"
 #include "store/layout.h"
 
 namespace seedstore {
@@ -181,7 +182,7 @@ bool IsSafetensorsSource(const std::string& path) {
   if (!in) return false;
   std::stringstream ss;
   ss << in.rdbuf();
-  const json j = json::parse(ss.str(), nullptr, false);
+  const json j = ParseJson(ss.str(), nullptr);
   return !j.is_discarded() && j.is_object() && j.contains("weight_map") && j["weight_map"].is_object();
 }
 
@@ -199,7 +200,7 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     // A rank's shard file says where each tensor lies in the global one.
     json shard_meta = json::object();
     if (auto m = file.metadata().find("seedstore.shards"); m != file.metadata().end()) {
-      shard_meta = json::parse(m->second, nullptr, false);
+      shard_meta = ParseJson(m->second, nullptr);
       if (shard_meta.is_discarded() || !shard_meta.is_object())
         return Corrupt("safetensors file '" + f + "': __metadata__['seedstore.shards'] is not a JSON object");
       for (auto it = shard_meta.begin(); it != shard_meta.end(); ++it)

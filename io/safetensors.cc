@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "store/json_text.h"
 #include "store/spec.h"
 
 namespace seedstore {
@@ -94,9 +95,10 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                    " is invalid for a file of " + std::to_string(size) + " bytes");
   std::string h(hl, '\0');
   SEEDSTORE_RETURN_IF_ERROR(PreadExact(s.fd_, h.data(), hl, 8, path));
-  json j = json::parse(h, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return Corrupt("safetensors file '" + path + "': header is not a JSON object");
+  std::string err;
+  json j = ParseJson(h, &err);
+  if (j.is_discarded()) return Corrupt("safetensors file '" + path + "': header: " + err);
+  if (!j.is_object()) return Corrupt("safetensors file '" + path + "': header is not a JSON object");
   s.data_start_ = 8 + hl;
   const uint64_t data_size = size - s.data_start_;
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -113,7 +115,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
         !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
         v["data_offsets"].size() != 2)
-      return Corrupt(w + ": malformed entry " + v.dump());
+      return Corrupt(w + ": malformed entry " + JsonPreview(v));
     SafetensorsEntry e;
     e.name = it.key();
     auto dt = ParseSafetensorsDType(v["dtype"].get<std::string>());
@@ -121,7 +123,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     e.dtype = *dt;
     unsigned __int128 n = DTypeSize(e.dtype);
     for (const auto& d : v["shape"]) {
-      if (!d.is_number_unsigned()) return Corrupt(w + ": bad shape " + v["shape"].dump());
+      if (!d.is_number_unsigned()) return Corrupt(w + ": bad shape " + JsonPreview(v["shape"]));
       e.shape.push_back(d.get<uint64_t>());
       n *= d.get<uint64_t>();
     }
@@ -164,7 +166,7 @@ const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
 }
 
 Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path) {
-  const json j = json::parse(text, nullptr, false);
+  const json j = ParseJson(text, nullptr);
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     return InvalidArgument("index file '" + path + "': not a safetensors index (no weight_map object)");
   const auto slash = path.rfind('/');

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <utility>
 
+#include "store/json_text.h"
+
 namespace seedstore {
 namespace {
 
@@ -28,11 +30,7 @@ std::string JoinShape(const std::vector<uint64_t>& shape) {
 }
 
 /// Short rendering of a JSON value for error messages.
-std::string Show(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+std::string Show(const json& j) { return JsonPreview(j); }
 
 const char* TypeName(const json& j) { return j.type_name(); }
 
@@ -444,12 +442,9 @@ Result<Layout> Layout::FromJson(const json& j) {
 }
 
 Result<Layout> Layout::Parse(std::string_view text, std::string_view origin) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    return InvalidArgument(std::string(origin) + ": layout: malformed JSON: " + e.what());
-  }
+  std::string err;
+  const json j = ParseJson(text, &err);
+  if (j.is_discarded()) return InvalidArgument(std::string(origin) + ": layout: " + err);
   Result<Layout> r = FromJson(j);
   if (!r.ok()) return r.status().WithContext(std::string(origin));
   return r;

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "store/json_text.h"
+
 namespace seedstore {
 namespace {
 
@@ -34,7 +36,7 @@ constexpr NameD kDTypeAliases[] = {
 };
 
 Status CheckFields(const json& j, const std::string& where, std::initializer_list<const char*> ok) {
-  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + j.dump());
+  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + JsonPreview(j));
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* f : ok) known = known || it.key() == f;
@@ -47,7 +49,7 @@ Result<double> GetNumber(const json& j, const char* field, double dflt, const st
   if (!j.contains(field)) return dflt;
   const json& v = j.at(field);
   if (!v.is_number())
-    return InvalidArgument(where + "." + field + ": expected a number, got " + v.dump());
+    return InvalidArgument(where + "." + field + ": expected a number, got " + JsonPreview(v));
   const double d = v.get<double>();
   if (!std::isfinite(d)) return InvalidArgument(where + "." + field + ": must be finite");
   return d;
@@ -91,7 +93,7 @@ Result<uint64_t> ConstantBits(DType d, double v, const std::string& where) {
     default: break;
   }
   if (v != std::floor(v))
-    return InvalidArgument(where + ": value " + json(v).dump() + " is not an integer for dtype " +
+    return InvalidArgument(where + ": value " + JsonPreview(json(v)) + " is not an integer for dtype " +
                            DTypeName(d));
   const int bits = DTypeSize(d) * 8;
   const bool is_unsigned = d == DType::kU8 || d == DType::kU16 || d == DType::kU32 ||
@@ -100,7 +102,7 @@ Result<uint64_t> ConstantBits(DType d, double v, const std::string& where) {
   double hi = is_unsigned ? std::ldexp(1.0, bits) : std::ldexp(1.0, bits - 1);
   if (d == DType::kBool) hi = 2.0;
   if (v < lo || v >= hi)
-    return InvalidArgument(where + ": value " + json(v).dump() + " is out of range for dtype " +
+    return InvalidArgument(where + ": value " + JsonPreview(json(v)) + " is out of range for dtype " +
                            DTypeName(d));
   const uint64_t mask = bits == 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
   if (is_unsigned) return static_cast<uint64_t>(v) & mask;
@@ -156,10 +158,10 @@ Result<Generator> ParseGenerator(std::string_view s) {
 }
 
 Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {
-  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + j.dump());
+  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + JsonPreview(j));
   if (!j.contains("dist")) return InvalidArgument(where + ".dist: missing");
   if (!j.at("dist").is_string())
-    return InvalidArgument(where + ".dist: expected a string, got " + j.at("dist").dump());
+    return InvalidArgument(where + ".dist: expected a string, got " + JsonPreview(j.at("dist")));
   InitSpec s;
   auto dist = ParseDist(j.at("dist").get<std::string>());
   if (!dist.ok()) return dist.status().WithContext(where + ".dist");
@@ -175,8 +177,8 @@ Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {
       SEEDSTORE_ASSIGN_OR_RETURN(s.minval, GetNumber(j, "minval", 0.0, where));
       SEEDSTORE_ASSIGN_OR_RETURN(s.maxval, GetNumber(j, "maxval", 1.0, where));
       if (!(s.minval < s.maxval))
-        return InvalidArgument(where + ": minval (" + json(s.minval).dump() +
-                               ") must be < maxval (" + json(s.maxval).dump() + ")");
+        return InvalidArgument(where + ": minval (" + JsonPreview(json(s.minval)) +
+                               ") must be < maxval (" + JsonPreview(json(s.maxval)) + ")");
       break;
     }
     case Dist::kNormal: {
@@ -193,8 +195,8 @@ Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {
       SEEDSTORE_ASSIGN_OR_RETURN(s.scale, GetNumber(j, "scale", 1.0, where));
       SEEDSTORE_ASSIGN_OR_RETURN(s.mean, GetNumber(j, "mean", 0.0, where));
       if (!(s.lower < s.upper))
-        return InvalidArgument(where + ": lower (" + json(s.lower).dump() +
-                               ") must be < upper (" + json(s.upper).dump() + ")");
+        return InvalidArgument(where + ": lower (" + JsonPreview(json(s.lower)) +
+                               ") must be < upper (" + JsonPreview(json(s.upper)) + ")");
       break;
     }
     case Dist::kConstant: {
@@ -258,7 +260,7 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
     const json& v = j.at("shape")[d];
     if (!v.is_number_integer() || v.get<int64_t>() < 0)
       return InvalidArgument(w + ".shape[" + std::to_string(d) +
-                             "]: expected a non-negative integer, got " + v.dump());
+                             "]: expected a non-negative integer, got " + JsonPreview(v));
     t.shape.push_back(v.get<uint64_t>());
   }
   if (!j.contains("dtype") || !j.at("dtype").is_string())
@@ -288,7 +290,7 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
       return InvalidArgument(w + ".key: give exactly one of \"seed\" or \"raw\"");
     if (k.contains("seed")) {
       if (!k.at("seed").is_number_integer())
-        return InvalidArgument(w + ".key.seed: expected an integer, got " + k.at("seed").dump());
+        return InvalidArgument(w + ".key.seed: expected an integer, got " + JsonPreview(k.at("seed")));
       t.key.kind = KeySpec::Kind::kSeed;
       t.key.seed = k.at("seed").is_number_unsigned()
                        ? static_cast<int64_t>(k.at("seed").get<uint64_t>())
@@ -302,7 +304,7 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
       if (!r.is_array() || r.size() != 2 || !r[0].is_number_unsigned() ||
           !r[1].is_number_unsigned() || r[0].get<uint64_t>() > 0xFFFFFFFFu ||
           r[1].get<uint64_t>() > 0xFFFFFFFFu)
-        return InvalidArgument(w + ".key.raw: expected two uint32 words, got " + r.dump());
+        return InvalidArgument(w + ".key.raw: expected two uint32 words, got " + JsonPreview(r));
       t.key.kind = KeySpec::Kind::kRaw;
       t.key.raw = Key{r[0].get<uint32_t>(), r[1].get<uint32_t>()};
     }
@@ -328,12 +330,12 @@ Result<ModelSpec> ModelSpec::FromJson(const json& j, std::string_view origin) {
   if (j.contains("seedstore")) {
     if (!j.at("seedstore").is_number_integer() || j.at("seedstore").get<int64_t>() != 1)
       return InvalidArgument(o + ".seedstore: unsupported spec version " +
-                             j.at("seedstore").dump() + " (this build reads version 1)");
+                             JsonPreview(j.at("seedstore")) + " (this build reads version 1)");
   }
   ModelSpec m;
   if (j.contains("seed")) {
     if (!j.at("seed").is_number_integer())
-      return InvalidArgument(o + ".seed: expected an integer, got " + j.at("seed").dump());
+      return InvalidArgument(o + ".seed: expected an integer, got " + JsonPreview(j.at("seed")));
     m.seed = j.at("seed").is_number_unsigned() ? j.at("seed").get<uint64_t>()
                                                : static_cast<uint64_t>(j.at("seed").get<int64_t>());
   }
@@ -359,12 +361,9 @@ Result<ModelSpec> ModelSpec::FromJson(const json& j, std::string_view origin) {
 }
 
 Result<ModelSpec> ModelSpec::Parse(std::string_view text, std::string_view origin) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {  // syntax errors and out-of-range numbers alike
-    return InvalidArgument(std::string(origin) + ": malformed JSON: " + e.what());
-  }
+  std::string err;
+  const json j = ParseJson(text, &err);
+  if (j.is_discarded()) return InvalidArgument(std::string(origin) + ": " + err);
   return FromJson(j, origin);
 }
 

@@ -7,6 +7,7 @@
 
 #include "io/device.h"
 #include "store/catalog.h"
+#include "store/json_text.h"
 #include "tools/cli.h"
 #include "tools/output.h"
 
@@ -50,8 +51,9 @@ int Run(const GenOptions& o) {
   auto g = ParseGenerator(o.generator);
   if (!g.ok()) return Fail(g.status().WithContext("--generator"));
   t.generator = *g;
-  nlohmann::json ij = nlohmann::json::parse(o.init, nullptr, false);
-  if (ij.is_discarded()) return Fail(InvalidArgument("--init: malformed JSON: " + o.init));
+  std::string err;
+  const nlohmann::json ij = ParseJson(o.init, &err);
+  if (ij.is_discarded()) return Fail(InvalidArgument("--init: " + err));
   auto init = InitSpec::FromJson(ij, "--init");
   if (!init.ok()) return Fail(init.status());
   t.init = *init;

@@ -4,9 +4,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "io/interop.h"
+#include "store/json_text.h"
 #include "tools/cli.h"
 
 namespace seedstore::cli {
@@ -31,7 +33,9 @@ int Run(const Options& o) {
   struct stat sst;
   if (o.source.size() > 5 && o.source.compare(o.source.size() - 5, 5, ".json") == 0) {
     std::ifstream in(o.source);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json j = ParseJson(text.str(), nullptr);
     if (!j.is_discarded() && j.is_object() && j.contains("metadata") && j["metadata"].is_object() &&
         j["metadata"].contains("total_size") && j["metadata"]["total_size"].is_number_unsigned())
       total = j["metadata"]["total_size"].get<uint64_t>();

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "store/catalog.h"
+#include "store/json_text.h"
+#include "store/layout.h"
 #include "store/lazy.h"
 #include "store/spec.h"
 
@@ -175,6 +177,42 @@ TEST(Spec, PhiloxHalfPrecisionHasFullResolution) {
     EXPECT_GT(distinct[1], dt == DType::kBF16 ? 2000u : 10000u) << DTypeName(dt);
     EXPECT_GT(distinct[1], 8 * distinct[0]) << DTypeName(dt);
   }
+}
+
+// JSON nested 100,000 deep (200 KB) used to crash every reader: error messages printed the
+// value with nlohmann's dump, which recurses once per level. Now every document is refused
+// before parsing (store/json_text.h) -- specs, --init values, layouts, safetensors headers --
+// and values shown in messages are bounded previews.
+TEST(Spec, DeeplyNestedJsonIsRefusedNotACrash) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  ExpectError(deep, Code::kInvalidArgument, "spec.json: JSON nested deeper than 64 levels");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": )" + deep), Code::kInvalidArgument,
+              "nested deeper than 64 levels");
+  const Status l = Layout::Parse(R"({"mesh": )" + deep + "}", "l.json").status();
+  EXPECT_EQ(l.code(), Code::kInvalidArgument) << l.ToString();
+  EXPECT_NE(l.message().find("l.json: layout: JSON nested deeper than 64 levels"), std::string::npos)
+      << l.message();
+  // 64 levels parse; brackets inside strings do not count.
+  std::string err;
+  EXPECT_FALSE(ParseJson(std::string(64, '[') + std::string(64, ']'), &err).is_discarded()) << err;
+  EXPECT_TRUE(ParseJson(std::string(65, '[') + std::string(65, ']'), &err).is_discarded());
+  EXPECT_FALSE(ParseJson("[\"" + std::string(1000, '[') + "\\\"{\"]", &err).is_discarded()) << err;
+  EXPECT_TRUE(ParseJson("[1,", &err).is_discarded());
+  EXPECT_EQ(err.rfind("malformed JSON: ", 0), 0u) << err;
+  // A value deep and wide, where a message shows it: a bounded preview.
+  nlohmann::json v = nlohmann::json::array();
+  for (int i = 0; i < 50; ++i) v = nlohmann::json::array({v, std::string(100, 'x')});
+  const std::string p = JsonPreview(v);
+  EXPECT_LE(p.size(), 60u);
+  EXPECT_EQ(p.substr(p.size() - 3), "...");
+  EXPECT_EQ(JsonPreview(nlohmann::json{{"a", 1}}), R"({"a":1})");
+  EXPECT_EQ(JsonPreview(nlohmann::json::array({nlohmann::json::array({nlohmann::json::array(
+                {nlohmann::json::array({nlohmann::json::array({1})})})})})),
+            "[[[[[...]]]]]");
+  const Status bad = ModelSpec::Parse(Tensor(R"("shape": [2], "dtype": "float32", "init": )" +
+                                             v.dump()), "spec.json").status();
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument);
+  EXPECT_LT(bad.message().size(), 200u) << bad.message();
 }
 
 }  // namespace

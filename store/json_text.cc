@@ -1,0 +1,75 @@
+#include "store/json_text.h"
+
+namespace seedstore {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Whether `text` nests arrays/objects deeper than `max` (brackets inside strings not counted).
+bool TooDeep(std::string_view text, int max) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// Appends `j` to `out` until it holds more than `budget` characters; containers below
+// `depth_left` levels are shown as [...] / {...}.
+void Preview(const json& j, int depth_left, size_t budget, std::string& out) {
+  if (out.size() > budget) return;
+  if (!j.is_structured()) {
+    out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+    return;
+  }
+  const bool obj = j.is_object();
+  if (depth_left == 0 && !j.empty()) {
+    out += obj ? "{...}" : "[...]";
+    return;
+  }
+  out += obj ? '{' : '[';
+  bool first = true;
+  for (auto it = j.begin(); it != j.end() && out.size() <= budget; ++it) {
+    if (!first) out += ',';
+    first = false;
+    if (obj) out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace) + ':';
+    Preview(*it, depth_left - 1, budget, out);
+  }
+  out += obj ? '}' : ']';
+}
+
+}  // namespace
+
+json ParseJson(std::string_view text, std::string* error) {
+  if (TooDeep(text, kMaxJsonDepth)) {
+    if (error) *error = "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+    return json(json::value_t::discarded);
+  }
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {  // syntax errors and out-of-range numbers alike
+    if (error) *error = std::string("malformed JSON: ") + e.what();
+    return json(json::value_t::discarded);
+  }
+}
+
+std::string JsonPreview(const json& j, size_t max_chars) {
+  std::string s;
+  Preview(j, 4, max_chars, s);
+  if (s.size() > max_chars) s = s.substr(0, max_chars > 3 ? max_chars - 3 : 0) + "...";
+  return s;
+}
+
+}  // namespace seedstore

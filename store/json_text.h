@@ -1,0 +1,24 @@
+// JSON text in and out, bounded. Every JSON document seedstore reads (specs, layouts,
+// safetensors headers and indexes, store and distributed-save indexes) is parsed by ParseJson,
+// which refuses nesting deeper than kMaxJsonDepth before parsing: nlohmann's dump and copy
+// recurse once per level, and 60,000 nested '[' in a spec overflowed the stack. Every JSON
+// value an error message shows goes through JsonPreview, which prints a bounded prefix.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+namespace seedstore {
+
+/// Deepest nesting of arrays and objects accepted (seedstore's own documents use at most 6).
+constexpr int kMaxJsonDepth = 64;
+
+/// Parses `text`. On failure returns a discarded value (is_discarded()) and sets `*error` to
+/// "malformed JSON: <parser's message>" or "JSON nested deeper than 64 levels".
+nlohmann::json ParseJson(std::string_view text, std::string* error);
+
+/// At most `max_chars` characters of `j`'s compact JSON text ("..." marks the cut), without
+/// descending more than a few levels; invalid UTF-8 in strings is replaced.
+std::string JsonPreview(const nlohmann::json& j, size_t max_chars = 60);
+
+}  // namespace seedstore
