@@ -121,6 +121,9 @@ class WriterLock {
   Status Acquire(const std::string& path) {
     lock_ = path + ".lock";
     const int fd = ::open(lock_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST)  // no such folder, no permission, read-only: not a writer
+      return IoError("cannot save to '" + path + "': cannot create its lock file '" + lock_ +
+                     "': " + std::strerror(errno));
     if (fd < 0) {
       std::string holder;
       if (FILE* f = std::fopen(lock_.c_str(), "r")) {

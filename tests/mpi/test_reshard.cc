@@ -469,6 +469,23 @@ TEST(Reshard, AFailedSaveLeavesNoPiecesBehind) {
   EXPECT_EQ(std::stoi(Shell("ls " + out + ".* 2>/dev/null | wc -l").out), 0);  // no rank files, no lock
 }
 
+// A folder that does not exist, or cannot be written, is said so -- not taken for a lock
+// another writer holds (it was: "writer-locked ... Remove the lock file only if ...").
+TEST(Reshard, AFolderThatCannotHoldTheSaveIsNamedNotBlamedOnALock) {
+  SEEDSTORE_NEED_BIN();
+  const Fixture& f = Get();
+  const std::string out = TempDir() + "/rs_no_such_folder/model.h5";
+  for (const std::string& mode : {"--layout " + LayoutFile(3, 1), std::string("--consolidate")}) {
+    Proc p = Reshard(f.d4, mode + " -o " + out);
+    EXPECT_EQ(p.code, 5) << p.err;
+    EXPECT_NE(p.err.find("cannot save to '" + out + "': cannot create its lock file '" + out +
+                         ".lock': No such file or directory"),
+              std::string::npos)
+        << p.err;
+    EXPECT_EQ(p.err.find("writer-locked"), std::string::npos) << p.err;
+  }
+}
+
 TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
   SEEDSTORE_NEED_BIN();
   const Fixture& f = Get();
