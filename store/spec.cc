@@ -52,6 +52,15 @@ Result<double> GetNumber(const json& j, const char* field, double dflt, const st
     return InvalidArgument(where + "." + field + ": expected a number, got " + JsonPreview(v));
   const double d = v.get<double>();
   if (!std::isfinite(d)) return InvalidArgument(where + "." + field + ": must be finite");
+  // Parameters are held as float64: an integer it cannot hold exactly (beyond 2^53) would
+  // silently become another value (an int64 constant 2^53 + 1 became 2^53).
+  const bool inexact = v.is_number_unsigned()
+                           ? d >= 0x1p64 || static_cast<uint64_t>(d) != v.get<uint64_t>()
+                           : v.is_number_integer() && (d >= 0x1p63 || static_cast<int64_t>(d) != v.get<int64_t>());
+  if (inexact)
+    return InvalidArgument(where + "." + field + ": " + v.dump() +
+                           " is not exactly a float64 (parameters are float64: integers up to 2^53, "
+                           "larger ones only where float64 holds them)");
   return d;
 }
 
@@ -85,6 +94,10 @@ float NextAfterIn(DType d, float x, bool up) {
 }
 
 Result<uint64_t> ConstantBits(DType d, double v, const std::string& where) {
+  const bool is_float = d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+  if (is_float && !std::isfinite(RoundTo(d, static_cast<float>(v))))
+    return InvalidArgument(where + ": value " + JsonPreview(json(v)) + " is out of range for dtype " +
+                           DTypeName(d) + " (it would be infinite)");
   switch (d) {
     case DType::kF32: return FloatBits(static_cast<float>(v));
     case DType::kF64: return BitCast<uint64_t>(v);
@@ -427,6 +440,26 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     default: break;
   }
   const bool gaussian = s.dist == Dist::kNormal || s.dist == Dist::kTruncatedNormal;
+  // Every parameter, and a uniform's range, must be finite in the dtype: an infinite bound or
+  // scale fills the tensor with infinities or NaNs (and jax.random's NaNs are not ours).
+  auto finite = [&](const char* what, double v) -> Status {
+    const bool ok = d == DType::kF64 ? std::isfinite(v) : std::isfinite(RoundTo(d, static_cast<float>(v)));
+    if (ok) return Status::Ok();
+    return InvalidArgument(w + ": init." + what + " " + JsonPreview(json(v)) + " is out of range for dtype " +
+                           DTypeName(d) + " (it would be infinite)");
+  };
+  if (s.dist == Dist::kUniform) {
+    SEEDSTORE_RETURN_IF_ERROR(finite("minval", s.minval));
+    SEEDSTORE_RETURN_IF_ERROR(finite("maxval", s.maxval));
+    const double range = d == DType::kF64 ? s.maxval - s.minval
+                                          : static_cast<double>(RoundTo(d, static_cast<float>(s.maxval)) -
+                                                                RoundTo(d, static_cast<float>(s.minval)));
+    if (!std::isfinite(d == DType::kF64 ? range : RoundTo(d, static_cast<float>(range))))
+      return InvalidArgument(w + ": init.maxval - init.minval overflows dtype " + DTypeName(d));
+  } else if (gaussian) {
+    SEEDSTORE_RETURN_IF_ERROR(finite("scale", s.scale));
+    SEEDSTORE_RETURN_IF_ERROR(finite("mean", s.mean));
+  }
   if (gaussian) {
     p.has_scale = s.scale != 1.0;
     p.has_mean = s.mean != 0.0;

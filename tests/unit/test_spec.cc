@@ -93,6 +93,84 @@ TEST(Spec, ConstantRangeChecked) {
   EXPECT_EQ(PrepareSampler(t, Key{})->const_bits, 0xFFFEu);
 }
 
+// A parameter, or a uniform's range, that is infinite in the tensor's dtype is refused, naming
+// it (it silently gave infinities, and -inf where jax.random gives NaN); the largest finite
+// values are accepted. Integers float64 cannot hold exactly are refused, not rounded.
+TEST(Spec, ParametersMustBeFiniteInTheDtype) {
+  auto prep = [](DType d, InitSpec init) {
+    TensorSpec t;
+    t.name = "w";
+    t.dtype = d;
+    t.init = init;
+    return PrepareSampler(t, Key{}).status();
+  };
+  auto uniform = [](double lo, double hi) {
+    InitSpec s;
+    s.dist = Dist::kUniform;
+    s.minval = lo;
+    s.maxval = hi;
+    return s;
+  };
+  auto constant = [](double v) {
+    InitSpec s;
+    s.dist = Dist::kConstant;
+    s.value = v;
+    return s;
+  };
+  auto normal = [](double scale, double mean) {
+    InitSpec s;
+    s.dist = Dist::kNormal;
+    s.scale = scale;
+    s.mean = mean;
+    return s;
+  };
+  struct Case {
+    DType d;
+    InitSpec init;
+    const char* needle;  // nullptr: accepted
+  };
+  const Case cases[] = {
+      {DType::kF32, uniform(-1e39, 1e39), "init.minval -1e+39 is out of range for dtype float32"},
+      {DType::kF32, uniform(-3e38, 3e38), "init.maxval - init.minval overflows dtype float32"},
+      {DType::kF32, uniform(-1.7e38, 1.7e38), nullptr},
+      {DType::kF16, uniform(0, 1e6), "init.maxval 1000000.0 is out of range for dtype float16"},
+      {DType::kF16, uniform(0, 65504), nullptr},
+      {DType::kF16, uniform(-65504, 65504), "overflows dtype float16"},
+      {DType::kBF16, uniform(0, 3.3e38), nullptr},
+      {DType::kF64, uniform(-1e308, 1e308), "overflows dtype float64"},
+      {DType::kF64, uniform(-1e39, 1e39), nullptr},
+      {DType::kBF16, constant(1e40), "value 1e+40 is out of range for dtype bfloat16"},
+      {DType::kF16, constant(70000), "value 70000.0 is out of range for dtype float16"},
+      {DType::kF16, constant(65504), nullptr},
+      {DType::kF64, constant(1e300), nullptr},
+      {DType::kF16, normal(1e6, 0), "init.scale 1000000.0 is out of range for dtype float16"},
+      {DType::kBF16, normal(1, 1e39), "init.mean 1e+39 is out of range for dtype bfloat16"},
+      {DType::kF16, normal(1000, 0), nullptr},  // values may overflow, as in jax.random
+  };
+  for (const Case& c : cases) {
+    const Status st = prep(c.d, c.init);
+    if (!c.needle) {
+      EXPECT_TRUE(st.ok()) << DTypeName(c.d) << ": " << st.ToString();
+      continue;
+    }
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << DTypeName(c.d) << " " << c.needle;
+    EXPECT_NE(st.message().find(c.needle), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("tensor 'w'"), std::string::npos) << st.message();
+  }
+  // 2^53 + 1 would have been stored as 2^53; 2^62 is exact and kept.
+  ExpectError(Tensor(R"("shape": [2], "dtype": "int64", "init": {"dist": "constant", "value": 9007199254740993})"),
+              Code::kInvalidArgument, "init.value: 9007199254740993 is not exactly a float64");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "uint64", "init": {"dist": "constant", "value": 18446744073709551615})"),
+              Code::kInvalidArgument, "18446744073709551615 is not exactly a float64");
+  auto exact = ModelSpec::Parse(
+      Tensor(R"("shape": [2], "dtype": "int64", "init": {"dist": "constant", "value": -4611686018427387904})"),
+      "spec.json");
+  ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+  auto p = PrepareSampler(exact->tensors[0], Key{});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->const_bits, static_cast<uint64_t>(int64_t{-4611686018427387904}));
+}
+
 // Derived keys are stable forever: pinned values.
 TEST(Spec, DerivedKeyIsPinned) {
   TensorSpec t;
