@@ -266,6 +266,8 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
   if (!j.contains("name") || !j.at("name").is_string() || j.at("name").get<std::string>().empty())
     return InvalidArgument(where + ".name: missing or not a non-empty string");
   t.name = j.at("name").get<std::string>();
+  if (t.name.find('\0') != std::string::npos)  // HDF5 link names and C strings end there
+    return InvalidArgument(where + ".name: contains a NUL byte (\\u0000)");
   const std::string w = where + " ('" + t.name + "')";
   if (!j.contains("shape") || !j.at("shape").is_array())
     return InvalidArgument(w + ".shape: missing or not an array");

@@ -74,6 +74,9 @@ TEST(Spec, BadInputNamesFieldAndValue) {
               Code::kInvalidArgument, "value: missing");
   ExpectError(R"({"tensors": [{"name": "a", "shape": [], "dtype": "f32", "init": {"dist": "zeros"}}, {"name": "a", "shape": [], "dtype": "f32", "init": {"dist": "zeros"}}]})",
               Code::kInvalidArgument, "duplicate tensor name 'a'");
+  // A name with a NUL byte: HDF5 and C strings would cut it ("a\0b" stored as "a").
+  ExpectError(R"({"seedstore": 1, "tensors": [{"name": "a\u0000b", "shape": [1], "dtype": "float32", "init": {"dist": "zeros"}}]})",
+              Code::kInvalidArgument, "tensors[0].name: contains a NUL byte");
 }
 
 TEST(Spec, ConstantRangeChecked) {
