@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <ctime>
 #include <system_error>
 #include <thread>
 
@@ -84,6 +85,81 @@ int AtomicFile::RemoveStaleTemporaries(const std::string& path) {
   return removed;
 }
 
+namespace signal_cleanup {
+namespace {
+// A slot is free (0), being filled or emptied (1), or holds a live path (2). The handler reads
+// only slots in state 2, whose path is not written until the slot has gone back to 0 and then
+// been claimed again (state 1), so it never sees a half-written path.
+struct Slot {
+  std::atomic<int> state{0};
+  char path[4096];
+};
+constexpr int kSlots = 1024;  // untouched slots cost no memory (zero pages)
+Slot g_slots[kSlots];
+
+// Renames in flight in other threads (AtomicFile::Commit), and whether the handler runs: it
+// waits for those renames (at most 200 ms: the thread it interrupted may be one of them) so
+// that none lands after its pass, and a rename that starts once it runs does not happen.
+std::atomic<int> g_renaming{0};
+std::atomic<bool> g_dying{false};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "the handler needs lock-free atomics");
+
+void OnSignal(int sig) {
+  const int saved = errno;
+  g_dying.store(true);
+  for (int i = 0; i < 200 && g_renaming.load() > 0; ++i) {
+    const timespec ms = {0, 1000000};
+    ::nanosleep(&ms, nullptr);
+  }
+  for (Slot& s : g_slots)
+    if (s.state.load(std::memory_order_acquire) == 2) ::unlink(s.path);
+  errno = saved;
+  ::signal(sig, SIG_DFL);  // end as the signal would have: status and core dump alike
+  ::raise(sig);
+}
+}  // namespace
+
+// Brackets AtomicFile::Commit's rename (see g_renaming); false: a signal is ending the process,
+// do not rename.
+bool BeginRename() {
+  g_renaming.fetch_add(1);
+  if (!g_dying.load()) return true;
+  g_renaming.fetch_sub(1);
+  return false;
+}
+void EndRename() { g_renaming.fetch_sub(1); }
+
+int Register(const std::string& path) {
+  if (path.size() >= sizeof g_slots[0].path) return -1;
+  for (int i = 0; i < kSlots; ++i) {
+    int free = 0;
+    if (!g_slots[i].state.compare_exchange_strong(free, 1, std::memory_order_acquire)) continue;
+    std::memcpy(g_slots[i].path, path.c_str(), path.size() + 1);
+    g_slots[i].state.store(2, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void Unregister(int slot) {
+  if (slot >= 0 && slot < kSlots) g_slots[slot].state.store(0, std::memory_order_release);
+}
+}  // namespace signal_cleanup
+
+void InstallSignalCleanup() {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    struct sigaction old;
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
+        (old.sa_flags & SA_SIGINFO))
+      continue;
+    struct sigaction sa = {};
+    sa.sa_handler = signal_cleanup::OnSignal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
 Result<std::string> ResolveSymlinks(const std::string& path) {
   std::string p = path;
   for (int hops = 0;; ++hops) {
@@ -124,14 +200,17 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : path_(std::move(o.path_)), temp_(std::move(o.temp_)), fd_(o.fd_), committed_(o.committed_) {
+    : path_(std::move(o.path_)), temp_(std::move(o.temp_)), fd_(o.fd_), committed_(o.committed_),
+      cleanup_slot_(o.cleanup_slot_) {
   o.fd_ = -1;
   o.committed_ = true;  // the moved-from object owns nothing
+  o.cleanup_slot_ = -1;
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(temp_.c_str());
+  signal_cleanup::Unregister(cleanup_slot_);
 }
 
 Status AtomicFile::Append(const void* data, size_t n) {
@@ -171,12 +250,20 @@ Status AtomicFile::Commit() {
   fd_ = -1;
   // The file being replaced, held so that the rename does not free it (see ReleaseReplaced).
   const int replaced = ::open(path_.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (!signal_cleanup::BeginRename()) {
+    if (replaced >= 0) ::close(replaced);
+    return IoError("'" + temp_ + "' not renamed to '" + path_ + "': the process is ending on a signal");
+  }
   if (::rename(temp_.c_str(), path_.c_str()) != 0) {
     const std::string e = Errno();
+    signal_cleanup::EndRename();
     if (replaced >= 0) ::close(replaced);
     return IoError("rename '" + temp_ + "' -> '" + path_ + "' failed: " + e);
   }
   committed_ = true;
+  signal_cleanup::Unregister(cleanup_slot_);  // the name is the real file's now
+  cleanup_slot_ = -1;
+  signal_cleanup::EndRename();
   const int dfd = ::open(DirOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "store/status.h"
 
@@ -30,6 +31,46 @@ namespace seedstore {
 /// resolves to where it points, which a writer then creates. Errors: kInvalidArgument naming
 /// `path` on more than 40 links (a loop), kIo when a link cannot be read.
 Result<std::string> ResolveSymlinks(const std::string& path);
+
+/// Files to remove if this process is ended by SIGINT, SIGTERM, SIGHUP or SIGQUIT (Ctrl-C, a
+/// scheduler's preemption, a launcher ending a failed job): every AtomicFile's uncommitted
+/// temporary, a distributed save's writer lock, and its rank files until its master is in
+/// place register here while they exist. The
+/// handler, installed by InstallSignalCleanup() (the command line does; a library user may),
+/// removes them and then ends the process by the same signal, as if there were no handler.
+/// SIGKILL cannot be caught: the temporaries it leaves are removed by the next writer (rules
+/// above); a lock it leaves is named to the next writer (io/dist_store.cc, writer-lock-stale).
+/// Register copies `path` into one of 1024 fixed slots (none free, or a path of 4096 bytes or
+/// more: returns -1 and the file is simply not removed on a signal); Unregister(slot) frees it
+/// (-1: nothing). Both are thread-safe and safe against the handler running at any moment.
+namespace signal_cleanup {
+int Register(const std::string& path);
+void Unregister(int slot);
+/// Brackets a rename that ends a write (AtomicFile::Commit; the handler waits for those in
+/// flight, so none lands after it has removed the registered files). BeginRename false: the
+/// process is ending on a signal, do not rename. EndRename after the rename and Unregister.
+bool BeginRename();
+void EndRename();
+/// Registers paths for as long as it lives (or until Release()).
+class Scope {
+ public:
+  Scope() = default;
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  ~Scope() { Release(); }
+  void Add(const std::string& path) { slots_.push_back(Register(path)); }
+  void Release() {
+    for (int s : slots_) Unregister(s);
+    slots_.clear();
+  }
+
+ private:
+  std::vector<int> slots_;
+};
+}  // namespace signal_cleanup
+/// Installs the handler for the four signals above, for each one whose disposition is still
+/// the default (a signal the caller ignores or handles is left alone). Idempotent.
+void InstallSignalCleanup();
 
 class AtomicFile {
  public:
@@ -63,10 +104,12 @@ class AtomicFile {
 
  private:
   static void ReleaseReplaced(int fd);
-  AtomicFile(std::string path, std::string temp, int fd) : path_(path), temp_(temp), fd_(fd) {}
+  AtomicFile(std::string path, std::string temp, int fd)
+      : path_(path), temp_(temp), fd_(fd), cleanup_slot_(signal_cleanup::Register(temp_)) {}
   std::string path_, temp_;
   int fd_ = -1;
   bool committed_ = false;
+  int cleanup_slot_ = -1;  // signal_cleanup's slot of temp_
 };
 
 /// Whether no process `pid` runs on this host any more: kill(pid, 0) fails with ESRCH, or the

@@ -146,15 +146,18 @@ class WriterLock {
     if (::write(fd, who.data(), who.size()) < 0) { /* informative only */ }
     ::close(fd);
     held_ = true;
+    cleanup_slot_ = signal_cleanup::Register(lock_);  // Ctrl-C, preemption: no stale lock
     return Status::Ok();
   }
   ~WriterLock() {
     if (held_) ::unlink(lock_.c_str());
+    signal_cleanup::Unregister(cleanup_slot_);
   }
 
  private:
   std::string lock_;
   bool held_ = false;
+  int cleanup_slot_ = -1;
 };
 
 // Removes the pieces of every save at `path` but save `keep` (of all saves when keep < 0):
@@ -1460,6 +1463,13 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     // overlap (HDF5 calls themselves take turns under the store's lock).
     std::vector<int> mine;
     for (int r = me; r < layout.world_size(); r += np) mine.push_back(r);
+    // One process writing the whole save: until just before its master is renamed over
+    // `path`, a signal removes the rank files too (after that they may be the save's). With
+    // several processes no rank knows when the master lands, so theirs stay on a signal, as
+    // on SIGKILL, for the next save to remove.
+    signal_cleanup::Scope pieces;
+    if (np == 1)
+      for (int r : mine) pieces.Add(RankFileName(path, id, r));
     std::vector<uint64_t> file_bytes(mine.size(), 0);
     std::vector<std::vector<uint64_t>> file_counts(mine.size(), std::vector<uint64_t>(2 * n, 0));
     st = ParallelFor(mine.size(), ThreadCount(o.cpu.threads, mine.size()), false,
@@ -1485,7 +1495,15 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
           if (ts[i].lazy)
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
         return w->Commit([&](const std::string& temp) {
-          return AddDistributedObjects(temp, src, plan, layout, id, path, src_fp);
+          SEEDSTORE_RETURN_IF_ERROR(AddDistributedObjects(temp, src, plan, layout, id, path, src_fp));
+          // Made durable here, so that between releasing the rank files and the rename there
+          // is no fsync left to wait for (Commit's own then finds nothing to write).
+          if (const int fd = ::open(temp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+            (void)::fsync(fd);
+            ::close(fd);
+          }
+          pieces.Release();
+          return Status::Ok();
         });
       }();
       if (st.ok()) RemoveOtherPieces(path, id);  // the replaced save's, an interrupted save's

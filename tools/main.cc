@@ -1,11 +1,13 @@
 // seedstore: lazy, sharding-invariant weights with layout-independent fingerprints.
 #include <cstdio>
 
+#include "io/atomic_file.h"
 #include "tools/cli.h"
 
 int main(int argc, char** argv) {
   using namespace seedstore::cli;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear as they happen
+  seedstore::InstallSignalCleanup();  // Ctrl-C or SIGTERM mid-write leaves no temporary or lock
   CLI::App app{"seedstore: lazy, sharding-invariant model weights with layout-independent "
                "fingerprints"};
   app.require_subcommand(1);
