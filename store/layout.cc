@@ -125,26 +125,46 @@ Result<std::vector<int>> ParseAxisList(const Mesh& mesh, const json& j, const st
   return axes;
 }
 
-/// "Shard(d)" (d may be negative) or "Replicate()"; surrounding spaces are tolerated.
+/// "Shard(d)" or PyTorch's repr "Shard(dim=d)" (d may be negative), or "Replicate()"; spaces
+/// and tabs are allowed between the tokens, as Python would read them.
 Result<Placement::DTensorEntry> ParseDTensorEntry(const json& j, const std::string& where) {
   SEEDSTORE_ASSIGN_OR_RETURN(std::string s, ParseString(j, where));
-  std::string t;
-  for (char c : s)
-    if (c != ' ') t += c;
+  size_t i = 0;
+  auto blanks = [&] {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  };
+  auto word = [&](const char* w) {  // the token `w` next (after blanks)
+    blanks();
+    const size_t n = std::strlen(w);
+    if (s.compare(i, n, w) != 0) return false;
+    i += n;
+    return true;
+  };
+  auto end = [&] {
+    blanks();
+    return i == s.size();
+  };
   Placement::DTensorEntry e;
-  if (t == "Replicate()") return e;
-  if (t.size() > 7 && t.compare(0, 6, "Shard(") == 0 && t.back() == ')') {
-    const std::string num = t.substr(6, t.size() - 7);
-    size_t k = (num[0] == '-') ? 1 : 0;
-    bool ok = num.size() > k && num.size() - k <= 6;
-    for (size_t i = k; ok && i < num.size(); ++i) ok = num[i] >= '0' && num[i] <= '9';
-    if (ok) {
-      e.shard = true;
-      e.dim = std::stoi(num);
-      return e;
+  if (word("Replicate") && word("(") && word(")") && end()) return e;
+  i = 0;
+  if (word("Shard") && word("(")) {
+    const size_t mark = i;
+    if (!(word("dim") && word("="))) i = mark;
+    blanks();
+    const size_t num = i;
+    if (i < s.size() && s[i] == '-') ++i;
+    const size_t digits = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    if (i > digits && i - digits <= 6) {
+      const int dim = std::stoi(s.substr(num, i - num));
+      if (word(")") && end()) {
+        e.shard = true;
+        e.dim = dim;
+        return e;
+      }
     }
   }
-  return Bad(where, "expected \"Shard(d)\" or \"Replicate()\", got " + Quoted(s));
+  return Bad(where, "expected \"Shard(d)\", \"Shard(dim=d)\" or \"Replicate()\", got " + Quoted(s));
 }
 
 Result<Mesh> ParseMesh(const json& j) {

@@ -545,12 +545,26 @@ TEST(Errors, DTensorEntries) {
                    "layout: placements[0].dtensor: has 2 entries, expected one per mesh axis (3)");
   ExpectParseError(
       WithMesh(R"j("placements": [{"match": "*", "dtensor": ["Shard(0)", "Partial()", "Replicate()"]}])j"),
-      "layout: placements[0].dtensor[1]: expected \"Shard(d)\" or \"Replicate()\", got 'Partial()'");
+      "layout: placements[0].dtensor[1]: expected \"Shard(d)\", \"Shard(dim=d)\" or \"Replicate()\", got 'Partial()'");
   ExpectParseError(
       WithMesh(R"j("placements": [{"match": "*", "dtensor": ["Shard(x)", "Replicate()", "Replicate()"]}])j"),
-      "layout: placements[0].dtensor[0]: expected \"Shard(d)\" or \"Replicate()\", got 'Shard(x)'");
+      "layout: placements[0].dtensor[0]: expected \"Shard(d)\", \"Shard(dim=d)\" or \"Replicate()\", got 'Shard(x)'");
   ExpectParseError(WithMesh(R"j("placements": [{"match": "*", "dtensor": "Shard(0)"}])j"),
                    "layout: placements[0].dtensor: expected a list (one entry per mesh axis)");
+  // PyTorch's repr "Shard(dim=1)" and blanks between tokens are read as Python would; a
+  // token split by blanks, a sign other than '-', or trailing text is not.
+  auto layout = Layout::Parse(WithMesh(R"j("placements": [{"match": "*",
+      "dtensor": ["Shard(dim=1)", " Replicate( ) ", "Shard(\t-1 )"]}])j"));
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  auto want = Layout::Parse(WithMesh(R"j("placements": [{"match": "*",
+      "dtensor": ["Shard(1)", "Replicate()", "Shard(-1)"]}])j"));
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(layout->ToJson(), want->ToJson());
+  for (const char* bad : {"Sha rd(0)", "Shard(+1)", "Shard(0)x", "Shard(dim 0)", "Shard(- 1)",
+                          "Replicate(0)", "Shard()", "Shard(1234567)"})
+    ExpectParseError(WithMesh(std::string(R"j("placements": [{"match": "*", "dtensor": [")j") + bad +
+                              R"j(", "Replicate()", "Replicate()"]}])j"),
+                     std::string("got '") + bad + "'");
 }
 
 TEST(Errors, MeshSizesAndDevices) {
