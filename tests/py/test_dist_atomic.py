@@ -27,29 +27,12 @@ import time
 import numpy as np
 import pytest
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
-from safetensors import TensorSpec, serialize_file  # noqa: E402
+pytest.importorskip("ml_dtypes")
+from seedstore_testlib import BIN, need_binary  # noqa: E402,F401 (an autouse fixture)
+from seedstore_testlib import verified_fingerprints as fingerprints  # noqa: E402
+from seedstore_testlib import write_bf16_safetensors  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("SEEDSTORE_BIN", os.path.join(ROOT, "build", "tools", "seedstore"))
 TRIALS = int(os.environ.get("SEEDSTORE_KILL_TRIALS", "20"))  # more by hand
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _need_binary():
-    if not os.access(BIN, os.X_OK):
-        pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")
-
-
-def write_st(path, seed):
-    rng = np.random.default_rng(seed)
-    arrays = {f"layers.{i}.weight": (rng.standard_normal((1024 + i, 2048)) * 0.02)
-              .astype(np.float32).astype(ml_dtypes.bfloat16) for i in range(8)}  # 32 MiB
-    arrays["norm"] = rng.standard_normal(2048).astype(np.float32)
-    specs = {k: TensorSpec(dtype=v.dtype.name, shape=v.shape, data_ptr=v.ctypes.data,
-                           data_len=v.nbytes) for k, v in arrays.items()}
-    serialize_file(specs, str(path))
 
 
 def layout(path, data, tensor):
@@ -57,14 +40,6 @@ def layout(path, data, tensor):
         json.dump({"mesh": {"axes": ["data", "tensor"], "shape": [data, tensor]},
                    "placements": [{"match": "layers.*", "spec": ["data", "tensor"]},
                                   {"match": "norm", "spec": ["data"]}]}, f)
-
-
-def fingerprints(path):
-    p = subprocess.run([BIN, "verify", str(path), "--json"], capture_output=True, text=True)
-    assert p.returncode == 0, f"verify {path} failed (rc={p.returncode}):\n{p.stdout}\n{p.stderr}"
-    rep = json.loads(p.stdout)
-    assert rep["ok"]
-    return {t["name"]: t["fingerprint"] for t in rep["tensors"]}
 
 
 def reshard(src, lay, out):
@@ -101,8 +76,9 @@ def master_window(cmd, ckpt):
 
 def test_kill9_during_distributed_save_never_damages_the_save(tmp_path):
     a_st, b_st = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
-    write_st(a_st, 1)
-    write_st(b_st, 2)
+    for path, seed in ((a_st, 1), (b_st, 2)):  # 32 MiB
+        write_bf16_safetensors(path, seed, [(1024 + i, 2048) for i in range(8)],
+                               lambda rng: {"norm": rng.standard_normal(2048).astype(np.float32)})
     a, b = tmp_path / "a.h5", tmp_path / "b.h5"
     for st, h5 in ((a_st, a), (b_st, b)):
         subprocess.run([BIN, "import", st, "-o", h5], check=True, capture_output=True)

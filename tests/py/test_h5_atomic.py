@@ -8,52 +8,26 @@ file. Stray temporaries ("PATH.tmp-<host>-<pid>-<n>") of the killed writers may 
 between trials; they never replace PATH, and the next successful write to PATH removes them
 (their writers are dead: io/atomic_file.h), so none remains at the end.
 """
-import json
 import os
 import random
 import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
-from safetensors import TensorSpec, serialize_file  # noqa: E402
+pytest.importorskip("ml_dtypes")
+from seedstore_testlib import BIN, need_binary  # noqa: E402,F401 (an autouse fixture)
+from seedstore_testlib import verified_fingerprints as fingerprints  # noqa: E402
+from seedstore_testlib import write_bf16_safetensors  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("SEEDSTORE_BIN", os.path.join(ROOT, "build", "tools", "seedstore"))
 TRIALS = 24
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _need_binary():
-    if not os.access(BIN, os.X_OK):
-        pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")
-
-
-def write_st(path, seed):
-    rng = np.random.default_rng(seed)
-    arrays = {f"layers.{i}.weight": (rng.standard_normal((1024, 4096)) * 0.02)
-              .astype(np.float32).astype(ml_dtypes.bfloat16) for i in range(12)}  # 96 MiB
-    specs = {k: TensorSpec(dtype=v.dtype.name, shape=v.shape, data_ptr=v.ctypes.data,
-                           data_len=v.nbytes) for k, v in arrays.items()}
-    serialize_file(specs, str(path))
-
-
-def fingerprints(path):
-    p = subprocess.run([BIN, "verify", str(path), "--json"], capture_output=True, text=True)
-    assert p.returncode == 0, f"verify failed (rc={p.returncode}):\n{p.stdout}\n{p.stderr}"
-    rep = json.loads(p.stdout)
-    assert rep["ok"]
-    return {t["name"]: t["fingerprint"] for t in rep["tensors"]}
 
 
 def test_kill9_during_write_never_damages_the_checkpoint(tmp_path):
     a_src, b_src = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
-    write_st(a_src, 1)
-    write_st(b_src, 2)
+    for path, seed in ((a_src, 1), (b_src, 2)):
+        write_bf16_safetensors(path, seed, [(1024, 4096)] * 12)  # 96 MiB
     ckpt = tmp_path / "ckpt.h5"
     t0 = time.monotonic()
     subprocess.run([BIN, "import", a_src, "-o", ckpt, "--threads", "2"], check=True,

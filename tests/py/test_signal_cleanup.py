@@ -19,39 +19,16 @@ import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
-from safetensors import TensorSpec, serialize_file  # noqa: E402
+pytest.importorskip("ml_dtypes")
+from seedstore_testlib import BIN, need_binary  # noqa: E402,F401 (an autouse fixture)
+from seedstore_testlib import verified_fingerprints as fingerprints  # noqa: E402
+from seedstore_testlib import write_bf16_safetensors  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("SEEDSTORE_BIN", os.path.join(ROOT, "build", "tools", "seedstore"))
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 TEMP = r"\.tmp-[A-Za-z0-9._]+-[0-9]+-[0-9]+"
 ALLOWED = re.compile(rf"model\.h5({TEMP}|\.[0-9a-f]{{8}}\.rank[0-9]+\.h5({TEMP})?)")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _need_binary():
-    if not os.access(BIN, os.X_OK):
-        pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")
-
-
-def write_st(path, seed):
-    rng = np.random.default_rng(seed)
-    arrays = {f"layers.{i}.weight": (rng.standard_normal((1024, 4096)) * 0.02)
-              .astype(np.float32).astype(ml_dtypes.bfloat16) for i in range(8)}  # 64 MiB
-    specs = {k: TensorSpec(dtype=v.dtype.name, shape=v.shape, data_ptr=v.ctypes.data,
-                           data_len=v.nbytes) for k, v in arrays.items()}
-    serialize_file(specs, str(path))
-
-
-def fingerprints(path):
-    p = subprocess.run([BIN, "verify", str(path), "--json"], capture_output=True, text=True)
-    assert p.returncode == 0, f"verify {path} failed (rc={p.returncode}):\n{p.stdout}\n{p.stderr}"
-    return {t["name"]: t["fingerprint"] for t in json.loads(p.stdout)["tensors"]}
 
 
 def interrupt(cmd, folder, keep, rng, label, span):
@@ -115,8 +92,8 @@ def interrupt(cmd, folder, keep, rng, label, span):
 
 def test_signals_mid_write_remove_temporaries_and_the_lock(tmp_path):
     a_st, b_st = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
-    write_st(a_st, 1)
-    write_st(b_st, 2)
+    for path, seed in ((a_st, 1), (b_st, 2)):
+        write_bf16_safetensors(path, seed, [(1024, 4096)] * 8)  # 64 MiB
     out = tmp_path / "ckpt"
     out.mkdir()
     model = out / "model.h5"

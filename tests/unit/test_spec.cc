@@ -107,26 +107,18 @@ TEST(Spec, ParametersMustBeFiniteInTheDtype) {
     t.init = init;
     return PrepareSampler(t, Key{}).status();
   };
-  auto uniform = [](double lo, double hi) {
+  // An InitSpec of `dist` with its two parameters (uniform: minval, maxval; normal: scale,
+  // mean; constant: value).
+  auto init = [](Dist dist, double a, double b = 0) {
     InitSpec s;
-    s.dist = Dist::kUniform;
-    s.minval = lo;
-    s.maxval = hi;
+    s.dist = dist;
+    (dist == Dist::kUniform ? s.minval : dist == Dist::kNormal ? s.scale : s.value) = a;
+    (dist == Dist::kUniform ? s.maxval : s.mean) = b;
     return s;
   };
-  auto constant = [](double v) {
-    InitSpec s;
-    s.dist = Dist::kConstant;
-    s.value = v;
-    return s;
-  };
-  auto normal = [](double scale, double mean) {
-    InitSpec s;
-    s.dist = Dist::kNormal;
-    s.scale = scale;
-    s.mean = mean;
-    return s;
-  };
+  auto uniform = [&](double lo, double hi) { return init(Dist::kUniform, lo, hi); };
+  auto constant = [&](double v) { return init(Dist::kConstant, v); };
+  auto normal = [&](double scale, double mean) { return init(Dist::kNormal, scale, mean); };
   struct Case {
     DType d;
     InitSpec init;

@@ -1,0 +1,42 @@
+"""What the Python tests that run the `seedstore` binary share: where it is, the checkpoints
+they write with the real safetensors package, and the fingerprints `seedstore verify` proves."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("SEEDSTORE_BIN", os.path.join(ROOT, "build", "tools", "seedstore"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def need_binary():
+    """Imported by a test module, skips it (visibly) when the binary is missing."""
+    if not os.access(BIN, os.X_OK):
+        pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")
+
+
+def write_bf16_safetensors(path, seed, shapes, extra=None):
+    """A safetensors file of bf16 N(0, 0.02) matrices "layers.<i>.weight" of `shapes`, from
+    numpy's generator `seed`, plus the arrays in `extra` (name -> array)."""
+    import ml_dtypes
+    from safetensors import TensorSpec, serialize_file
+    rng = np.random.default_rng(seed)
+    arrays = {f"layers.{i}.weight": (rng.standard_normal(s) * 0.02).astype(np.float32)
+              .astype(ml_dtypes.bfloat16) for i, s in enumerate(shapes)}
+    arrays.update(extra(rng) if callable(extra) else extra or {})
+    specs = {k: TensorSpec(dtype=v.dtype.name, shape=v.shape, data_ptr=v.ctypes.data,
+                           data_len=v.nbytes) for k, v in arrays.items()}
+    serialize_file(specs, str(path))
+
+
+def verified_fingerprints(path):
+    """{tensor: fingerprint} of the checkpoint at `path`, which `seedstore verify` must accept."""
+    p = subprocess.run([BIN, "verify", str(path), "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, f"verify {path} failed (rc={p.returncode}):\n{p.stdout}\n{p.stderr}"
+    rep = json.loads(p.stdout)
+    assert rep["ok"]
+    return {t["name"]: t["fingerprint"] for t in rep["tensors"]}
