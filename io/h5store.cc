@@ -199,13 +199,34 @@ Hid StorageType(DType d) {
   return Hid();
 }
 
-// Whether an HDF5 type stores `d` (class, size, sign).
+// Whether an HDF5 type stores `d` bit for bit as seedstore reads it: class, size, byte order
+// and sign, and every bit in use -- an IEEE float's sign, exponent and mantissa fields and
+// bias (a 2-byte float with 8 exponent bits is not float16), an integer's full precision at
+// offset 0 (a 16-bit integer inside 4 bytes is not an int32).
 bool TypeMatches(hid_t t, DType d) {
   const H5T_class_t c = H5Tget_class(t);
-  if (H5Tget_size(t) != static_cast<size_t>(DTypeSize(d))) return false;
-  if (H5Tget_order(t) != H5T_ORDER_LE && DTypeSize(d) > 1) return false;
+  const size_t size = static_cast<size_t>(DTypeSize(d));
+  if (H5Tget_size(t) != size) return false;
+  if (H5Tget_order(t) != H5T_ORDER_LE && size > 1) return false;
+  if (H5Tget_precision(t) != 8 * size || H5Tget_offset(t) != 0) return false;
+  if (c == H5T_FLOAT) {
+    // (sign position, exponent position and bits, mantissa position and bits, bias) of IEEE.
+    struct Ieee { size_t spos, epos, esize, mpos, msize, ebias; };
+    Ieee want;
+    switch (d) {
+      case DType::kF16: want = {15, 10, 5, 0, 10, 15}; break;
+      case DType::kF32: want = {31, 23, 8, 0, 23, 127}; break;
+      case DType::kF64: want = {63, 52, 11, 0, 52, 1023}; break;
+      default: return false;
+    }
+    Ieee got;
+    if (H5Tget_fields(t, &got.spos, &got.epos, &got.esize, &got.mpos, &got.msize) < 0) return false;
+    got.ebias = H5Tget_ebias(t);
+    return got.spos == want.spos && got.epos == want.epos && got.esize == want.esize &&
+           got.mpos == want.mpos && got.msize == want.msize && got.ebias == want.ebias;
+  }
   switch (d) {
-    case DType::kF32: case DType::kF64: case DType::kF16: return c == H5T_FLOAT;
+    case DType::kF32: case DType::kF64: case DType::kF16: return false;
     case DType::kBF16: case DType::kBool: case DType::kU8: case DType::kU16: case DType::kU32:
     case DType::kU64:
       return c == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
@@ -582,7 +603,14 @@ Status ParallelFor(uint64_t n, int threads, bool keep_going,
       if (failed.load() && !keep_going) return;
       const uint64_t j = next.fetch_add(1);
       if (j >= n) return;
-      Status st = f(j, t);
+      Status st;
+      try {  // an exception must not leave a worker thread: that is std::terminate
+        st = f(j, t);
+      } catch (const std::bad_alloc&) {
+        st = Status(Code::kInternal, "out of memory");
+      } catch (const std::exception& e) {
+        st = Internal(e.what());
+      }
       if (!st.ok()) {
         std::lock_guard<std::mutex> l(mu);
         if (first.ok()) first = st;
@@ -656,6 +684,7 @@ const char* StoreErrorName(StoreError e) {
     case StoreError::kUnknownFilter: return "unknown-filter";
     case StoreError::kChunkCorrupt: return "chunk-corrupt";
     case StoreError::kFingerprintMismatch: return "fingerprint-mismatch";
+    case StoreError::kBadLayout: return "bad-layout";
   }
   return "?";
 }
@@ -992,7 +1021,11 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
           return Corrupt(tw + ": cannot read the chunk shape");
         chunk.assign(c.begin(), c.begin() + nd);
       } else if (lay != H5D_CONTIGUOUS && lay != H5D_COMPACT) {
-        return Corrupt(tw + ": unsupported dataset layout");
+        return StoreStatus(StoreError::kBadLayout, tw + ": unsupported dataset layout");
+      } else if (tr.NumElements() > 1) {  // docs/FORMAT.md 4.2: only scalars and empty tensors
+        return StoreStatus(StoreError::kBadLayout,
+                           tw + ": a tensor of " + std::to_string(tr.NumElements()) +
+                               " elements stored without chunks (only a scalar or an empty tensor may be)");
       }
       const int nf = H5Pget_nfilters(pl.get());
       for (int k2 = 0; k2 < nf; ++k2) {

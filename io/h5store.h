@@ -56,6 +56,7 @@ enum class StoreError {
   kUnknownFilter,       // "unknown-filter" (kUnsupported): a filter other than shuffle/zstd
   kChunkCorrupt,        // "chunk-corrupt" (kCorrupt): checksum mismatch or undecodable chunk
   kFingerprintMismatch, // "fingerprint-mismatch" (kCorrupt)
+  kBadLayout,           // "bad-layout" (kCorrupt): a storage layout the format does not allow
 };
 const char* StoreErrorName(StoreError e);
 /// A Status whose message is "<name>: <message>", with the error's code.
@@ -356,7 +357,8 @@ int ThreadCount(int requested, uint64_t work_items);
 
 /// Runs f(item, thread) for items 0..n-1 on `threads` threads (thread = 0..threads-1; the
 /// calling thread alone when threads <= 1); stops handing out items after the first error
-/// unless `keep_going`. Returns the first error.
+/// unless `keep_going`. Returns the first error; an exception f throws (std::bad_alloc
+/// included) is that item's error (kInternal), never std::terminate in a worker thread.
 Status ParallelFor(uint64_t n, int threads, bool keep_going,
                    const std::function<Status(uint64_t, int)>& f);
 

@@ -108,7 +108,10 @@ void SetIntAttr(hid_t obj, const char* name, int32_t v) {
 }
 
 // Replaces /tensors/w by the same data, attributes and chunks compressed with deflate (id 1).
-void ReplaceWithDeflate(const std::string& path) {
+// Re-creates /tensors/w with the same values and attributes as an HDF5 dataset of type
+// `type`, chunked with deflate (`deflate`) or contiguous -- what a third-party writer might
+// produce; seedstore must refuse each, naming what is wrong.
+void ReplaceW(const std::string& path, hid_t type, bool deflate) {
   File f(path);
   hid_t d = H5Dopen2(f.id, "/tensors/w", H5P_DEFAULT);
   std::vector<float> data(kRows * kCols);
@@ -122,9 +125,11 @@ void ReplaceWithDeflate(const std::string& path) {
   const hsize_t dims[2] = {kRows, kCols}, chunk[2] = {8, kCols};
   hid_t space = H5Screate_simple(2, dims, nullptr);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  H5Pset_chunk(dcpl, 2, chunk);
-  H5Pset_deflate(dcpl, 6);
-  d = H5Dcreate2(f.id, "/tensors/w", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  if (deflate) {
+    H5Pset_chunk(dcpl, 2, chunk);
+    H5Pset_deflate(dcpl, 6);
+  }
+  d = H5Dcreate2(f.id, "/tensors/w", type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
   SetStringAttr(d, "seedstore.name", "w");
   SetStringAttr(d, "seedstore.dtype", "float32");
@@ -159,6 +164,9 @@ const Case kCases[] = {
     {"unknown_filter.h5", "unknown-filter", Code::kUnsupported, "filter id 1 (deflate)", true},
     {"bad_index_checksum.h5", "bad-index", Code::kCorrupt, "checksum mismatch", true},
     {"chunk_info_sum.h5", "fingerprint-mismatch", Code::kCorrupt, "/chunkinfo/w", true},
+    // A 4-byte float whose exponent bias is not IEEE's: the same class, size and order.
+    {"float_fields.h5", "dtype-mismatch", Code::kCorrupt, "HDF5 type does not store float32", true},
+    {"not_chunked.h5", "bad-layout", Code::kCorrupt, "tensor 'w': a tensor of 2048 elements stored without chunks", true},
 };
 
 Status Generate(const std::string& dir) {
@@ -191,7 +199,14 @@ Status Generate(const std::string& dir) {
     for (auto& t : j["tensors"])
       if (t["name"] == "w") t["shape"] = {kCols, kRows};
   }, true);
-  ReplaceWithDeflate(p("unknown_filter.h5"));
+  ReplaceW(p("unknown_filter.h5"), H5T_IEEE_F32LE, true);
+  {
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_ebias(t, 100);
+    ReplaceW(p("float_fields.h5"), t, false);
+    H5Tclose(t);
+  }
+  ReplaceW(p("not_chunked.h5"), H5T_IEEE_F32LE, false);
   RewriteIndex(p("bad_index_checksum.h5"), [](json&) {}, false);
   {  // chunk 3's fingerprint in the chunk-info table no longer adds up to the record's
     File f(p("chunk_info_sum.h5"));
