@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -857,8 +858,10 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
         c->layout_.world_size() != c->world())
       return bad("world size differs from the rank files / layout");
     c->rank_stores_.resize(c->rank_files_.size());
+    std::set<std::string> names;
     for (const auto& t : j.at("tensors")) {
       const std::string name = t.at("name");
+      if (!names.insert(name).second) return bad("tensor '" + name + "' is listed twice");
       if (t.at("kind") == "lazy") {
         const int k = c->master_->Find(name);
         if (k < 0) return bad("lazy tensor '" + name + "' is not in the master store");
@@ -896,6 +899,20 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
         ps.push_back(piece);
       }
       if (covered != rec.NumElements()) return bad("pieces of '" + name + "' do not cover it");
+      // The pieces are the layout's distinct shards, in order (as Reshard writes them): so they
+      // are disjoint and cover the tensor, and every reader agrees on who holds what.
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> want, c->layout_.DistinctShards(name, rec.shape));
+      want.erase(std::remove_if(want.begin(), want.end(), [](const Shard& s) { return s.empty(); }),
+                 want.end());
+      if (want.size() != ps.size())
+        return bad("tensor '" + name + "' has " + std::to_string(ps.size()) + " pieces; its layout gives " +
+                   std::to_string(want.size()));
+      for (size_t k = 0; k < ps.size(); ++k)
+        if (ps[k].rank != want[k].replicas[0] || !SameRegion(ps[k].region, want[k].region))
+          return bad("tensor '" + name + "' piece " + std::to_string(k) + " (rank " +
+                     std::to_string(ps[k].rank) + ", " + DescribeRegion(ps[k].region) +
+                     ") is not its layout's (rank " + std::to_string(want[k].replicas[0]) + ", " +
+                     DescribeRegion(want[k].region) + ")");
       c->records_.push_back(std::move(rec));
       c->pieces_.push_back(std::move(ps));
     }

@@ -199,6 +199,23 @@ Hid StorageType(DType d) {
   return Hid();
 }
 
+// `path` ("/group/name") and its group are hard links: objects stored in this file. Chunks are
+// read at the addresses HDF5 reports, from this file's descriptor, so an external link (whose
+// chunks lie in another file) or a soft link would be read wrong; both are refused (bad-layout).
+Status InThisFile(hid_t f, const std::string& path, const std::string& where) {
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string p = path.substr(0, end);
+    H5L_info_t info;
+    if (H5Lget_info(f, p.c_str(), &info, H5P_DEFAULT) < 0)
+      return SEEDSTORE_H5_ERROR(where + ": reading the link '" + p + "'");
+    if (info.type != H5L_TYPE_HARD)
+      return StoreStatus(StoreError::kBadLayout,
+                         where + ": '" + p + "' is " + (info.type == H5L_TYPE_EXTERNAL ? "an external" : "a soft") +
+                             " link; seedstore reads only objects stored in the file itself");
+    if (end == std::string::npos) return Status::Ok();
+  }
+}
+
 // Whether an HDF5 type stores `d` bit for bit as seedstore reads it: class, size, byte order
 // and sign, and every bit in use -- an IEEE float's sign, exponent and mantissa fields and
 // bias (a 2-byte float with 8 exponent bits is not float16), an integer's full precision at
@@ -867,6 +884,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   if (H5Lexists(f, "/seedstore", H5P_DEFAULT) <= 0 ||
       H5Lexists(f, "/seedstore/index", H5P_DEFAULT) <= 0)
     return StoreStatus(StoreError::kMissingObject, w + ": dataset '/seedstore/index' is missing");
+  SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, "/seedstore/index", w));
   std::string text;
   {
     Hid d(H5Dopen2(f, "/seedstore/index", H5P_DEFAULT), H5Dclose);
@@ -891,6 +909,12 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   json idx = ParseJson(text, nullptr);
   auto bad = [&](const std::string& m) { return StoreStatus(StoreError::kBadIndex, w + ": index " + m); };
   if (idx.is_discarded() || !idx.is_object()) return bad("is not a JSON object");
+  // What the index says it is must agree with the file's attributes (checked above).
+  if (idx.contains("format") && idx["format"] != "seedstore")
+    return bad("field 'format' is " + JsonPreview(idx["format"]) + ", not \"seedstore\"");
+  if (idx.contains("version") && idx["version"] != kStoreFormatVersion)
+    return bad("field 'version' is " + JsonPreview(idx["version"]) + ", the file's is " +
+               std::to_string(kStoreFormatVersion));
   if (!idx.contains("seed") || !idx["seed"].is_number_unsigned()) return bad("field 'seed' missing or not an unsigned integer");
   s->seed_ = idx["seed"].get<uint64_t>();
   if (!idx.contains("generator") || !idx["generator"].is_string()) return bad("field 'generator' missing");
@@ -979,6 +1003,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
         if (H5Lexists(f, p.substr(0, p.find('/', 1)).c_str(), H5P_DEFAULT) <= 0 ||
             H5Lexists(f, p.c_str(), H5P_DEFAULT) <= 0)
           return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
+        SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, tw));
       }
       Hid d(H5Dopen2(f, stt.dataset.c_str(), H5P_DEFAULT), H5Dclose);
       if (!d.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + stt.dataset);
@@ -1062,6 +1087,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       // Chunk-info table (optional: files written before it existed have none).
       const std::string info_path = "/chunkinfo/" + esc;
       if (H5Lexists(f, "/chunkinfo", H5P_DEFAULT) > 0 && H5Lexists(f, info_path.c_str(), H5P_DEFAULT) > 0) {
+        SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, info_path, tw));
         Hid ci(H5Dopen2(f, info_path.c_str(), H5P_DEFAULT), H5Dclose);
         if (!ci.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + info_path);
         Hid isp(H5Dget_space(ci.get()), H5Sclose);
