@@ -1368,6 +1368,25 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
         << odd.status().ToString();
     EXPECT_NE(odd.status().message().find(needle), std::string::npos) << odd.status().ToString();
   }
+  // Pieces that still add up to the tensor but are not its layout's (two ranks' regions
+  // swapped: a reader would take rank 1's bytes for rank 0's), and a tensor listed twice.
+  for (const auto& [edit, needle] :
+       std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
+           {[](nlohmann::json& j) {
+              std::swap(j["tensors"][0]["pieces"][0]["region"], j["tensors"][0]["pieces"][1]["region"]);
+              j["tensors"][0]["pieces"][0].erase("stored");
+              j["tensors"][0]["pieces"][1].erase("stored");
+            },
+            "tensor 'w' piece 0 (rank 0, [0:80, 70:139]) is not its layout's (rank 0, [0:80, 0:70])"},
+           {[](nlohmann::json& j) { j["tensors"].push_back(j["tensors"][0]); }, "tensor 'w' is listed twice"}}) {
+    ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
+    ASSERT_NO_FATAL_FAILURE(EditIndex(t1, edit));
+    auto odd = DistCatalog::Open(t1);
+    ASSERT_FALSE(odd.ok());
+    EXPECT_NE(odd.status().message().find("bad-index: distributed save '" + t1 + "'"), std::string::npos)
+        << odd.status().ToString();
+    EXPECT_NE(odd.status().message().find(needle), std::string::npos) << odd.status().ToString();
+  }
   ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
   ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [](nlohmann::json& j) {
     j["tensors"][0]["pieces"][3]["stored"]["start"][0] = 60;
