@@ -401,6 +401,94 @@ TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
   EXPECT_EQ(rep.problems[0].chunk, 5);
 }
 
+// Chunks are read at the addresses HDF5 reports, from the store's own file: a dataset (or its
+// group) behind an external link lives in another file and was read wrong -- verify passed on
+// bytes h5py never sees. Such links, and soft links, are refused, naming the link.
+TEST(H5Store, LinksToOtherFilesAreRefused) {
+  TempDir dir;
+  const std::string a = dir / "a.h5", b = dir / "b.h5";
+  std::vector<uint8_t> data = RandomBytes(64 * 64 * 4, 9);
+  for (const std::string& p : {a, b}) {
+    auto w = StoreWriter::Create(p, 0, Generator::kThreefry);
+    ASSERT_TRUE((*w)->AddDense("w", {64, 64}, DType::kF32, FromWhole(&data, {64, 64}, 4)).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  struct Case {
+    const char* link;  // replaced in a.h5
+    bool external;
+  };
+  for (const Case& c : {Case{"/tensors/w", true}, Case{"/checksums", true}, Case{"/tensors/w", false}}) {
+    SCOPED_TRACE(std::string(c.link) + (c.external ? " external" : " soft"));
+    const std::string t = dir / "t.h5";
+    std::filesystem::copy_file(a, t, std::filesystem::copy_options::overwrite_existing);
+    {
+      const hid_t f = H5Fopen(t.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      ASSERT_GE(f, 0);
+      if (!c.external) H5Lmove(f, c.link, f, "/moved", H5P_DEFAULT, H5P_DEFAULT);
+      else H5Ldelete(f, c.link, H5P_DEFAULT);
+      ASSERT_GE(c.external ? H5Lcreate_external(b.c_str(), c.link, f, c.link, H5P_DEFAULT, H5P_DEFAULT)
+                           : H5Lcreate_soft("/moved", f, c.link, H5P_DEFAULT, H5P_DEFAULT),
+                0);
+      H5Fclose(f);
+    }
+    auto st = H5Store::Open(t);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.status().code(), Code::kCorrupt);
+    EXPECT_NE(st.status().message().find(std::string("bad-layout: file '") + t + "' tensor 'w': '" + c.link +
+                                         "' is " + (c.external ? "an external" : "a soft") + " link"),
+              std::string::npos)
+        << st.status().ToString();
+  }
+}
+
+// A 4-byte integer type with 16 bits of precision at offset 8 is not int32 (h5py reads other
+// values than its raw bytes): dtype-mismatch. (A float's fields: tests/golden float_fields.h5.)
+TEST(H5Store, PartialPrecisionIntegersAreNotTheDtype) {
+  TempDir dir;
+  const std::string p = dir / "i.h5";
+  std::vector<uint8_t> data = RandomBytes(16 * 4, 3);
+  {
+    auto w = StoreWriter::Create(p, 0, Generator::kThreefry);
+    ASSERT_TRUE((*w)->AddDense("i", {16}, DType::kI32, FromWhole(&data, {16}, 4)).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  {  // Re-create the dataset with the odd type: same chunks, filters and attributes.
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    H5Lmove(f, "/tensors/i", f, "/old", H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t old = H5Dopen2(f, "/old", H5P_DEFAULT);
+    const hid_t dcpl = H5Dget_create_plist(old), sp = H5Dget_space(old);
+    const hid_t t = H5Tcopy(H5T_STD_I32LE);
+    H5Tset_precision(t, 16);
+    H5Tset_offset(t, 8);
+    const hid_t d = H5Dcreate2(f, "/tensors/i", t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    for (int k = 0; k < H5Aget_num_attrs(old); ++k) {
+      const hid_t a = H5Aopen_by_idx(old, ".", H5_INDEX_NAME, H5_ITER_INC, k, H5P_DEFAULT, H5P_DEFAULT);
+      char name[256];
+      H5Aget_name(a, sizeof name, name);
+      const hid_t at = H5Aget_type(a), as = H5Aget_space(a);
+      std::vector<uint8_t> buf(H5Aget_storage_size(a) + 64);
+      H5Aread(a, at, buf.data());
+      const hid_t b = H5Acreate2(d, name, at, as, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(b, at, buf.data());
+      H5Aclose(b);
+      H5Sclose(as);
+      H5Tclose(at);
+      H5Aclose(a);
+    }
+    H5Dclose(d);
+    H5Tclose(t);
+    H5Sclose(sp);
+    H5Pclose(dcpl);
+    H5Dclose(old);
+    H5Fclose(f);
+  }
+  auto st = H5Store::Open(p);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("dtype-mismatch: file '" + p + "' tensor 'i': HDF5 type does not store int32"),
+            std::string::npos)
+      << st.status().ToString();
+}
+
 TEST(H5Store, UncommittedWriterLeavesPreviousFile) {
   TempDir dir;
   const std::string path = dir / "a.h5";
