@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
@@ -24,6 +25,13 @@ constexpr Code2 kCodes[] = {{"F32", DType::kF32}, {"F64", DType::kF64}, {"BF16",
                             {"I16", DType::kI16}, {"I32", DType::kI32}, {"I64", DType::kI64},
                             {"BOOL", DType::kBool}};
 constexpr uint64_t kMaxHeader = 100u << 20;  // as the reference implementation
+
+// "[begin, end)" of a tensor's bytes, for messages.
+std::string Offsets(const SafetensorsEntry& e) {
+  std::string s = "[";  // (not "[" + to_string(...): GCC 12 warns falsely, -Wrestrict)
+  s += std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
+  return s;
+}
 }  // namespace
 
 const char* SafetensorsDType(DType t) {
@@ -140,12 +148,21 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       return Corrupt(w + ": byte size " + std::to_string(e.end - e.begin) + " does not match shape");
     s.entries_.push_back(std::move(e));
   }
-  auto sorted = s.entries_;
-  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < sorted.size(); ++i)
-    if (sorted[i].begin < sorted[i - 1].end && sorted[i].begin != sorted[i].end)
-      return Corrupt("safetensors file '" + path + "': tensors '" + sorted[i - 1].name + "' and '" +
-                     sorted[i].name + "' overlap");
+  // In (begin, end) order, each tensor must start at or after the largest end before it -- the
+  // end of every earlier tensor, not only the previous one, so that no overlap hides behind an
+  // empty tensor. Gaps are allowed.
+  std::vector<const SafetensorsEntry*> sorted;
+  for (const SafetensorsEntry& e : s.entries_) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return std::pair(a->begin, a->end) < std::pair(b->begin, b->end);
+  });
+  const SafetensorsEntry* reach = nullptr;  // the tensor with the largest end so far
+  for (const SafetensorsEntry* e : sorted) {
+    if (reach && e->begin < reach->end)
+      return Corrupt("safetensors file '" + path + "': tensors '" + reach->name + "' " +
+                     Offsets(*reach) + " and '" + e->name + "' " + Offsets(*e) + " overlap");
+    if (!reach || e->end > reach->end) reach = e;
+  }
   return s;
 }
 

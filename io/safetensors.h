@@ -57,8 +57,11 @@ class SafetensorsWriter {
 /// A safetensors file opened for reading; tensor bytes are read on demand.
 class SafetensorsFile {
  public:
-  /// Opens and validates the header (offsets inside the file, no overlaps, sizes matching
-  /// shapes). Errors name the file and the tensor.
+  /// Opens and validates the header (docs/FORMAT.md 8): offsets inside the file, sizes
+  /// matching shapes, and no two tensors' bytes overlapping -- in (begin, end) order each
+  /// tensor starts at or after the largest end before it, so an empty tensor lying inside
+  /// another's bytes is refused too (as the reference does); gaps between tensors are
+  /// accepted. Errors (CORRUPT) name the file and the tensor(s).
   static Result<SafetensorsFile> Open(const std::string& path);
   SafetensorsFile(SafetensorsFile&& o) noexcept;
   ~SafetensorsFile();

@@ -38,6 +38,25 @@ void WriteFile(const std::string& path, const std::vector<Item>& items) {
   ASSERT_TRUE(w.Write(path, {}).ok());
 }
 
+// A safetensors file of header text `header` (exactly these bytes, no padding) and data bytes
+// `data`, as another writer (or a corrupter) would make it.
+void WriteRawFile(const std::string& path, const std::string& header, const std::string& data) {
+  std::string len(8, '\0');
+  for (int k = 0; k < 8; ++k) len[k] = static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * k));
+  std::ofstream(path, std::ios::binary) << len << header << data;
+}
+
+// The header of `entries` ({name: {dtype, shape, data_offsets}}) padded with spaces to 8 bytes.
+std::string Header(const nlohmann::json& entries) {
+  std::string h = entries.dump();
+  h.resize((h.size() + 7) / 8 * 8, ' ');
+  return h;
+}
+
+nlohmann::json Entry(const char* dtype, Shape shape, uint64_t begin, uint64_t end) {
+  return {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {begin, end}}};
+}
+
 // Element q of `box` (row-major in the box) is element `flat` of the tensor.
 uint64_t FlatOf(const Shape& shape, const Region& box, uint64_t q) {
   uint64_t flat = 0, stride = 1;
@@ -200,11 +219,7 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
   // Headers whose shapes no tensor can have: more dims than a region holds (kMaxRank), or an
   // element count past 2^64 that wraps to the (zero) bytes given -- refused, never read.
   auto raw_header = [&](const std::string& name, const nlohmann::json& header, const std::string& data) {
-    std::string h = header.dump();
-    h.resize((h.size() + 7) / 8 * 8, ' ');
-    std::string bytes(8, '\0');
-    for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * k));
-    std::ofstream(dir / name, std::ios::binary) << bytes << h << data;
+    WriteRawFile(dir / name, Header(header), data);
     return dir / name;
   };
   const std::vector<std::pair<std::string, std::string>> bad_headers = {
@@ -227,6 +242,44 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
   std::ofstream(dir / "spec.json") << R"({"seedstore": 1, "tensors": []})";
   EXPECT_FALSE(IsSafetensorsSource(dir / "spec.json"));
   EXPECT_TRUE(SafetensorsCatalog::Open(index("ok.index.json", {{"a", "x.safetensors"}, {"b", "x.safetensors"}})).ok());
+}
+
+// Tensors' bytes must not overlap: each tensor, in offset order, starts at or after the end of
+// every earlier one -- also when an empty tensor lies between two that overlap (which once hid
+// the overlap: only neighbours were compared). Gaps and empty tensors at a boundary are fine.
+TEST(SafetensorsFile, OverlapsAreRefusedEvenBehindAnEmptyTensor) {
+  testutil::TempDir dir("seedstore-stfile");
+  const std::string data(100, '\x5a');
+  struct Case {
+    nlohmann::json header;
+    std::string overlap;  // "" when the file is valid
+  };
+  const std::vector<Case> cases = {
+      {{{"A", Entry("U8", {100}, 0, 100)}, {"E", Entry("U8", {0}, 50, 50)}, {"C", Entry("U8", {10}, 60, 70)}},
+       "tensors 'A' [0, 100) and 'E' [50, 50) overlap"},
+      {{{"A", Entry("U8", {100}, 0, 100)}, {"C", Entry("U8", {10}, 60, 70)}}, "tensors 'A' [0, 100) and 'C' [60, 70) overlap"},
+      {{{"A", Entry("U8", {50}, 0, 50)}, {"B", Entry("U8", {10}, 10, 20)}, {"C", Entry("U8", {10}, 40, 50)}},
+       "tensors 'A' [0, 50) and 'B' [10, 20) overlap"},
+      {{{"A", Entry("U8", {10}, 0, 10)}, {"B", Entry("U8", {10}, 0, 10)}}, "overlap"},
+      // Valid: a gap, empty tensors at the ends of others and at the same offset.
+      {{{"A", Entry("U8", {10}, 0, 10)}, {"G", Entry("U8", {10}, 20, 30)}}, ""},
+      {{{"E0", Entry("U8", {0}, 0, 0)}, {"A", Entry("U8", {10}, 0, 10)}, {"E1", Entry("U8", {0}, 10, 10)},
+        {"E2", Entry("U8", {0, 3}, 10, 10)}, {"B", Entry("U8", {90}, 10, 100)}},
+       ""},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const std::string path = dir / ("o" + std::to_string(k) + ".safetensors");
+    WriteRawFile(path, Header(cases[k].header), data);
+    auto f = SafetensorsFile::Open(path);
+    if (cases[k].overlap.empty()) {
+      EXPECT_TRUE(f.ok()) << f.status().ToString();
+      continue;
+    }
+    ASSERT_FALSE(f.ok()) << cases[k].header.dump();
+    EXPECT_EQ(f.status().code(), Code::kCorrupt) << f.status().ToString();
+    EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status().ToString();
+    EXPECT_NE(f.status().message().find(cases[k].overlap), std::string::npos) << f.status().ToString();
+  }
 }
 
 }  // namespace
