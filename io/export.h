@@ -19,7 +19,8 @@ struct ExportOptions {
 /// Writes the selected tensors (or the rank's shards of them) to `path` atomically. With a
 /// layout, empty shards are skipped and __metadata__["seedstore.shards"] maps each name to
 /// {"global_shape": [...], "start": [...], "stop": [...]} or {"global_shape": [...],
-/// "flat": [begin, end]}. Returns the number of tensors written. Errors name the tensor.
+/// "flat": [begin, end]}. Returns the number of tensors written. Errors name the tensor; a
+/// name CheckSafetensorsName refuses ("__metadata__") fails before anything is written.
 Result<int> ExportSafetensors(const Catalog& c, const std::string& path, const ExportOptions& o);
 
 }  // namespace seedstore

@@ -95,6 +95,7 @@ Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const 
         for (int d = 0; d < r.rank; ++d) it.shape[d] = r.stop[d] - r.start[d];
       }
     }
+    SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(t.name, path));  // before any file is written
     it.bytes = it.region.Count() * DTypeSize(t.dtype);
     total += it.bytes;
     items.push_back(std::move(it));

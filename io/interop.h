@@ -18,7 +18,8 @@ namespace seedstore {
 /// (a tensor larger than the limit gets a file of its own), named like Hugging Face's
 /// "<stem>-00001-of-0000N.safetensors" next to `path` (stem = file name of `path` without
 /// ".safetensors"), plus "<path>.index.json" = {"metadata": {"total_size": bytes, ...},
-/// "weight_map": {name: file}}. Every file is written atomically, the index last.
+/// "weight_map": {name: file}}. Every file is written atomically, the index last. A selected
+/// tensor whose name CheckSafetensorsName refuses fails before any file is written.
 /// Returns the files written (the index last, when there is one). `progress(bytes)` may be
 /// empty.
 Result<std::vector<std::string>> ExportSafetensorsFiles(

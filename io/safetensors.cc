@@ -46,6 +46,13 @@ Result<DType> ParseSafetensorsDType(const std::string& s) {
   return Unsupported("safetensors dtype '" + s + "' is not supported");
 }
 
+Status CheckSafetensorsName(const std::string& name, const std::string& path) {
+  if (name == "__metadata__")
+    return InvalidArgument("safetensors file '" + path + "' tensor '" + name +
+                           "': the name is reserved for the header's metadata; rename the tensor");
+  return Status::Ok();
+}
+
 void SafetensorsWriter::Add(std::string name, DType dtype, std::vector<uint64_t> shape, Fill fill) {
   Item it;
   it.entry.name = std::move(name);
@@ -57,6 +64,7 @@ void SafetensorsWriter::Add(std::string name, DType dtype, std::vector<uint64_t>
 
 Status SafetensorsWriter::Write(const std::string& path,
                                 const std::map<std::string, std::string>& metadata) {
+  for (const Item& it : items_) SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(it.entry.name, path));
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t off = 0;

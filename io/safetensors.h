@@ -36,6 +36,11 @@ struct SafetensorsIndex {
 };
 Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path);
 
+/// Whether `name` may name a tensor in a safetensors file: not "__metadata__", the header's
+/// key for the metadata (a tensor so named would be read as the metadata). INVALID_ARGUMENT
+/// naming the file `path` and the tensor otherwise.
+Status CheckSafetensorsName(const std::string& name, const std::string& path);
+
 /// Streams tensors into a new safetensors file. Each tensor's bytes come from a callback
 /// that fills a caller-sized buffer, so memory is O(largest tensor), not O(file).
 class SafetensorsWriter {
@@ -43,7 +48,8 @@ class SafetensorsWriter {
   using Fill = std::function<Status(void* dst)>;
   /// Adds a tensor of `bytes` bytes (must equal numel * dtype size).
   void Add(std::string name, DType dtype, std::vector<uint64_t> shape, Fill fill);
-  /// Writes the file atomically. `metadata` becomes "__metadata__".
+  /// Writes the file atomically. `metadata` becomes "__metadata__". A tensor name refused by
+  /// CheckSafetensorsName fails before anything is written (an existing file is untouched).
   Status Write(const std::string& path, const std::map<std::string, std::string>& metadata);
 
  private:

@@ -5,6 +5,7 @@
 // the safetensors package.)
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -268,7 +269,7 @@ TEST(SafetensorsFile, OverlapsAreRefusedEvenBehindAnEmptyTensor) {
        ""},
   };
   for (size_t k = 0; k < cases.size(); ++k) {
-    const std::string path = dir / ("o" + std::to_string(k) + ".safetensors");
+    const std::string path = dir / ("overlap" + std::to_string(k) + ".safetensors");
     WriteRawFile(path, Header(cases[k].header), data);
     auto f = SafetensorsFile::Open(path);
     if (cases[k].overlap.empty()) {
@@ -280,6 +281,49 @@ TEST(SafetensorsFile, OverlapsAreRefusedEvenBehindAnEmptyTensor) {
     EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status().ToString();
     EXPECT_NE(f.status().message().find(cases[k].overlap), std::string::npos) << f.status().ToString();
   }
+}
+
+// A tensor named "__metadata__" would become the header's metadata, making a file that neither
+// seedstore nor the safetensors package can read: every writer refuses it, naming the tensor,
+// before anything is written -- no output left, an existing one untouched, no part of a split
+// export written.
+TEST(SafetensorsWriter, TheMetadataNameIsRefusedBeforeAnythingIsWritten) {
+  testutil::TempDir dir("seedstore-stwrite");
+  auto spec = ModelSpec::Parse(R"({"seedstore": 1, "seed": 0, "tensors": [
+      {"name": "w", "shape": [3], "dtype": "float32", "init": {"dist": "ones"}},
+      {"name": "__metadata__", "shape": [2], "dtype": "float32", "init": {"dist": "ones"}}]})",
+                               "spec.json");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto model = SpecCatalog::Create(*spec, "spec.json");
+  ASSERT_TRUE(model.ok());
+  auto layout = Layout::Parse(R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})", "lay.json");
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  const std::string existing = dir / "existing.safetensors";
+  std::ofstream(existing) << "previous";
+  auto expect_refused = [&](const Status& s, const std::string& path) {
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("tensor '__metadata__'"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+  };
+  for (const std::string& out : {dir / "new.safetensors", existing}) {
+    ExportOptions whole;
+    expect_refused(ExportSafetensors(**model, out, whole).status(), out);
+    ExportOptions rank0;
+    rank0.layout = &*layout;
+    expect_refused(ExportSafetensors(**model, out, rank0).status(), out);
+    expect_refused(ExportSafetensorsFiles(**model, out, whole, 1).status(), out);  // "w" would go first
+    SafetensorsWriter w;
+    w.Add("__metadata__", DType::kU8, {1}, [](void* d) {
+      *static_cast<uint8_t*>(d) = 0;
+      return Status::Ok();
+    });
+    expect_refused(w.Write(out, {}), out);
+  }
+  std::ifstream in(existing);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "previous");
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"existing.safetensors"});
 }
 
 }  // namespace
