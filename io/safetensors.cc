@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 #include <nlohmann/json.hpp>
 
@@ -24,7 +25,7 @@ constexpr Code2 kCodes[] = {{"F32", DType::kF32}, {"F64", DType::kF64}, {"BF16",
                             {"U32", DType::kU32}, {"U64", DType::kU64}, {"I8", DType::kI8},
                             {"I16", DType::kI16}, {"I32", DType::kI32}, {"I64", DType::kI64},
                             {"BOOL", DType::kBool}};
-constexpr uint64_t kMaxHeader = 100u << 20;  // as the reference implementation
+constexpr uint64_t kMaxHeader = 100'000'000;  // bytes: the reference's MAX_HEADER_SIZE
 
 // "[begin, end)" of a tensor's bytes, for messages.
 std::string Offsets(const SafetensorsEntry& e) {
@@ -106,20 +107,33 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   SEEDSTORE_RETURN_IF_ERROR(PreadExact(s.fd_, len, 8, 0, path));
   uint64_t hl = 0;
   for (int i = 7; i >= 0; --i) hl = (hl << 8) | len[i];
-  if (hl > kMaxHeader || 8 + hl > size)
+  if (hl > kMaxHeader)
+    return Corrupt("safetensors file '" + path + "': header length " + std::to_string(hl) +
+                   " exceeds the limit of " + std::to_string(kMaxHeader) + " bytes");
+  if (8 + hl > size)
     return Corrupt("safetensors file '" + path + "': header length " + std::to_string(hl) +
                    " is invalid for a file of " + std::to_string(size) + " bytes");
   std::string h(hl, '\0');
   SEEDSTORE_RETURN_IF_ERROR(PreadExact(s.fd_, h.data(), hl, 8, path));
+  // A JSON object with only JSON whitespace around it, as the reference reads it (serde_json):
+  // no byte-order mark or other bytes before the '{', which ParseJson would skip or refuse.
+  const size_t first = h.find_first_not_of(" \t\n\r");
+  if (first == std::string::npos || h[first] != '{') {
+    char what[64] = "only whitespace";
+    if (first != std::string::npos)
+      std::snprintf(what, sizeof what, "byte 0x%02X at offset %zu", static_cast<unsigned char>(h[first]), first);
+    return Corrupt("safetensors file '" + path + "': header is not a JSON object (it begins with " + what +
+                   ", not '{')");
+  }
   std::string err;
   json j = ParseJson(h, &err);
   if (j.is_discarded()) return Corrupt("safetensors file '" + path + "': header: " + err);
-  if (!j.is_object()) return Corrupt("safetensors file '" + path + "': header is not a JSON object");
   s.data_start_ = 8 + hl;
   const uint64_t data_size = size - s.data_start_;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string w = "safetensors file '" + path + "' tensor '" + it.key() + "'";
     if (it.key() == "__metadata__") {
+      if (it->is_null()) continue;  // no metadata, as the reference reads it
       if (!it->is_object()) return Corrupt("safetensors file '" + path + "': __metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) return Corrupt("safetensors file '" + path + "': __metadata__['" + m.key() + "'] is not a string");

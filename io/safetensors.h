@@ -63,11 +63,13 @@ class SafetensorsWriter {
 /// A safetensors file opened for reading; tensor bytes are read on demand.
 class SafetensorsFile {
  public:
-  /// Opens and validates the header (docs/FORMAT.md 8): offsets inside the file, sizes
-  /// matching shapes, and no two tensors' bytes overlapping -- in (begin, end) order each
-  /// tensor starts at or after the largest end before it, so an empty tensor lying inside
-  /// another's bytes is refused too (as the reference does); gaps between tensors are
-  /// accepted. Errors (CORRUPT) name the file and the tensor(s).
+  /// Opens and validates the header (docs/FORMAT.md 8) as the reference does: a length of at
+  /// most 100,000,000 bytes; one JSON object and only JSON whitespace around it (no NUL byte,
+  /// byte-order mark or trailing bytes); "__metadata__" an object of strings or null (none);
+  /// offsets inside the file and sizes matching shapes; no two tensors' bytes overlapping --
+  /// in (begin, end) order each tensor starts at or after the largest end before it, so an
+  /// empty tensor lying inside another's bytes is refused too. Unlike the reference, gaps
+  /// between tensors are accepted. Errors (CORRUPT) name the file and the tensor(s).
   static Result<SafetensorsFile> Open(const std::string& path);
   SafetensorsFile(SafetensorsFile&& o) noexcept;
   ~SafetensorsFile();
