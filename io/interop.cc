@@ -206,8 +206,8 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
         return Corrupt("safetensors file '" + f + "': __metadata__['seedstore.shards'] is not a JSON object");
       for (auto it = shard_meta.begin(); it != shard_meta.end(); ++it)
         if (!file.Find(it.key()))
-          return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor '" + it.key() +
-                         "', which the file does not hold");
+          return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor " + Quoted(it.key()) +
+                         ", which the file does not hold");
     }
     std::vector<SafetensorsEntry> v = file.entries();
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });

@@ -48,9 +48,11 @@ Result<DType> ParseSafetensorsDType(const std::string& s) {
 }
 
 Status CheckSafetensorsName(const std::string& name, const std::string& path) {
+  const std::string w = "safetensors file '" + path + "' tensor " + Quoted(name);
   if (name == "__metadata__")
-    return InvalidArgument("safetensors file '" + path + "' tensor '" + name +
-                           "': the name is reserved for the header's metadata; rename the tensor");
+    return InvalidArgument(w + ": the name is reserved for the header's metadata; rename the tensor");
+  if (name.find('\0') != std::string::npos)
+    return InvalidArgument(w + ": a name holding a NUL byte cannot be read back (SafetensorsFile::Open refuses it)");
   return Status::Ok();
 }
 
@@ -131,7 +133,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   s.data_start_ = 8 + hl;
   const uint64_t data_size = size - s.data_start_;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string w = "safetensors file '" + path + "' tensor '" + it.key() + "'";
+    const std::string w = "safetensors file '" + path + "' tensor " + Quoted(it.key());
     if (it.key() == "__metadata__") {
       if (it->is_null()) continue;  // no metadata, as the reference reads it
       if (!it->is_object()) return Corrupt("safetensors file '" + path + "': __metadata__ is not an object");
@@ -141,6 +143,9 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       }
       continue;
     }
+    // Valid JSON, read by the reference, but C strings (HDF5 names, messages) would cut it.
+    if (it.key().find('\0') != std::string::npos)
+      return Unsupported(w + ": a tensor name holding a NUL byte is not supported");
     const json& v = *it;
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
         !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||

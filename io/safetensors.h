@@ -37,8 +37,9 @@ struct SafetensorsIndex {
 Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path);
 
 /// Whether `name` may name a tensor in a safetensors file: not "__metadata__", the header's
-/// key for the metadata (a tensor so named would be read as the metadata). INVALID_ARGUMENT
-/// naming the file `path` and the tensor otherwise.
+/// key for the metadata (a tensor so named would be read as the metadata), and without a NUL
+/// byte (SafetensorsFile::Open refuses those). INVALID_ARGUMENT naming the file `path` and
+/// the tensor (a NUL shown as \0) otherwise.
 Status CheckSafetensorsName(const std::string& name, const std::string& path);
 
 /// Streams tensors into a new safetensors file. Each tensor's bytes come from a callback
@@ -69,7 +70,9 @@ class SafetensorsFile {
   /// offsets inside the file and sizes matching shapes; no two tensors' bytes overlapping --
   /// in (begin, end) order each tensor starts at or after the largest end before it, so an
   /// empty tensor lying inside another's bytes is refused too. Unlike the reference, gaps
-  /// between tensors are accepted. Errors (CORRUPT) name the file and the tensor(s).
+  /// between tensors are accepted. Errors (CORRUPT) name the file and the tensor(s). A tensor
+  /// name holding a NUL byte is UNSUPPORTED (the name shown with the NUL as \0), as is a dtype
+  /// seedstore lacks.
   static Result<SafetensorsFile> Open(const std::string& path);
   SafetensorsFile(SafetensorsFile&& o) noexcept;
   ~SafetensorsFile();

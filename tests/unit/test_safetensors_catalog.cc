@@ -326,5 +326,31 @@ TEST(SafetensorsWriter, TheMetadataNameIsRefusedBeforeAnythingIsWritten) {
   EXPECT_EQ(left, std::vector<std::string>{"existing.safetensors"});
 }
 
+// A tensor name holding a NUL byte (valid JSON, "x\u0000b") is refused when a file is opened --
+// UNSUPPORTED, as an unknown dtype is -- with the NUL shown escaped, so the message is not cut
+// there and two such names are told apart; writers refuse such a name too.
+TEST(SafetensorsFile, NamesHoldingANulByteAreRefusedAndShownEscaped) {
+  testutil::TempDir dir("seedstore-stnul");
+  const std::string path = dir / "nul.safetensors";
+  WriteRawFile(path, Header({{"x", Entry("F32", {1}, 0, 4)}, {std::string("x\0b", 3), Entry("F32", {1}, 4, 8)}}),
+               std::string(8, '\0'));
+  for (const Status& s : {SafetensorsFile::Open(path).status(), SafetensorsCatalog::Open(path).status()}) {
+    EXPECT_EQ(s.code(), Code::kUnsupported) << s.ToString();
+    EXPECT_NE(s.message().find("safetensors file '" + path + "' tensor 'x\\0b': a tensor name holding a NUL byte"),
+              std::string::npos) << s.ToString();
+    EXPECT_EQ(s.message().find('\0'), std::string::npos);
+  }
+  SafetensorsWriter w;
+  w.Add(std::string("a\0", 2), DType::kU8, {1}, [](void* d) {
+    *static_cast<uint8_t*>(d) = 0;
+    return Status::Ok();
+  });
+  const Status s = w.Write(dir / "w.safetensors", {});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("tensor 'a\\0'"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir / "w.safetensors"));
+  EXPECT_EQ(Quoted(std::string("p\0q\0", 4)), "'p\\0q\\0'");
+}
+
 }  // namespace
 }  // namespace seedstore
