@@ -184,7 +184,7 @@ bool IsSafetensorsSource(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   const json j = ParseJson(ss.str(), nullptr);
-  return !j.is_discarded() && j.is_object() && j.contains("weight_map") && j["weight_map"].is_object();
+  return j.is_object() && j.contains("weight_map");  // ParseSafetensorsIndex checks the rest
 }
 
 Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::string& path) {
@@ -193,10 +193,16 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
   c->origin_ = path;
   std::map<std::string, size_t> seen;  // tensor name -> file index
   for (const std::string& f : index.files) {
-    SEEDSTORE_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(f));
-    for (const std::string& name : index.tensors[f])
+    const std::vector<std::string>& mapped = index.tensors[f];  // empty: `path` is no index
+    Result<SafetensorsFile> opened = SafetensorsFile::Open(f);
+    if (!opened.ok() && !mapped.empty())
+      return opened.status().WithContext("index file '" + path + "': tensor " + Quoted(mapped[0]) +
+                                         " is mapped to '" + f + "'");
+    SEEDSTORE_RETURN_IF_ERROR(opened.status());
+    SafetensorsFile file = std::move(*opened);
+    for (const std::string& name : mapped)
       if (!file.Find(name))
-        return NotFound("index file '" + path + "': tensor '" + name + "' is mapped to '" + f +
+        return NotFound("index file '" + path + "': tensor " + Quoted(name) + " is mapped to '" + f +
                         "', which does not hold it");
     // A rank's shard file says where each tensor lies in the global one.
     json shard_meta = json::object();

@@ -36,7 +36,8 @@ Result<uint64_t> ParseByteSize(const std::string& text);
 /// never a whole file. Tensors are listed file by file, files in name order
 /// (model-00001-of-N, ...), each file's tensors in the order of their bytes. Errors name the
 /// file and the tensor: a tensor held by two files, an index entry whose file lacks it, a
-/// file name that is not local to the index's folder.
+/// file name that is not local to the index's folder; a file the index names that cannot be
+/// opened (missing: NOT_FOUND, or invalid) also names the index and a tensor mapped to it.
 class SafetensorsCatalog : public Catalog {
  public:
   static Result<std::unique_ptr<SafetensorsCatalog>> Open(const std::string& path);
@@ -61,8 +62,10 @@ class SafetensorsCatalog : public Catalog {
   std::vector<std::optional<Region>> shards_;               // per record (seedstore.shards)
 };
 
-/// True when `path` names safetensors: a ".safetensors" file, or a JSON file holding a
-/// `weight_map` object (a Hugging Face index). A JSON spec is not.
+/// True when `path` names safetensors: a ".safetensors" file, or a JSON file holding an
+/// object with a `weight_map` key (a Hugging Face index, checked by ParseSafetensorsIndex when
+/// opened: a weight_map that is not an object is refused there, not read as a spec). A JSON
+/// spec is not.
 bool IsSafetensorsSource(const std::string& path);
 
 struct ImportOptions {

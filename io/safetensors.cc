@@ -210,19 +210,24 @@ const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
 }
 
 Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path) {
-  const json j = ParseJson(text, nullptr);
-  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    return InvalidArgument("index file '" + path + "': not a safetensors index (no weight_map object)");
+  std::string err;
+  const json j = ParseJson(text, &err);
+  if (j.is_discarded()) return InvalidArgument("index file '" + path + "': " + err);
+  if (!j.is_object() || !j.contains("weight_map"))
+    return InvalidArgument("index file '" + path + "': not a safetensors index (no weight_map)");
+  if (!j["weight_map"].is_object())
+    return InvalidArgument("index file '" + path + "': weight_map is not an object (" +
+                           JsonPreview(j["weight_map"]) + ")");
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   SafetensorsIndex idx;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it->is_string())
-      return InvalidArgument("index file '" + path + "': weight_map['" + it.key() + "'] is not a file name");
+      return InvalidArgument("index file '" + path + "': weight_map[" + Quoted(it.key()) + "] is not a file name");
     const std::string f = it->get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f.find('\0') != std::string::npos || f == "." || f == "..")
-      return InvalidArgument("index file '" + path + "': weight_map['" + it.key() + "'] file name '" + f +
-                             "' must be a file in the index's folder");
+      return InvalidArgument("index file '" + path + "': weight_map[" + Quoted(it.key()) + "] file name " +
+                             Quoted(f) + " must be a file in the index's folder");
     idx.tensors[dir + f].push_back(it.key());
   }
   for (const auto& [file, names] : idx.tensors) idx.files.push_back(file);  // sorted: a std::map

@@ -28,8 +28,9 @@ struct SafetensorsEntry {
 /// A Hugging Face model.safetensors.index.json: the files its `weight_map` names (paths in the
 /// index's folder, sorted -- model-00001-of-N, ... -- each once) and, per file, the tensor
 /// names the index maps to it. `path` is the index's own path (for the folder and messages).
-/// Errors name the index and the entry: not JSON, no `weight_map` object, a file name that is
-/// not a string or not local to the folder.
+/// Any JSON object with a "weight_map" key is meant as an index (IsSafetensorsSource). Errors
+/// (INVALID_ARGUMENT) name the index and the entry: not JSON, no "weight_map", a weight_map
+/// that is not an object, a file name that is not a string or not local to the folder.
 struct SafetensorsIndex {
   std::vector<std::string> files;
   std::map<std::string, std::vector<std::string>> tensors;  // file -> tensor names

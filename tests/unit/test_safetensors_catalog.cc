@@ -173,10 +173,20 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
        "tensor 'b' is held by both", Code::kInvalidArgument},
       {index("lacks.index.json", {{"a", "y.safetensors"}}), "tensor 'a' is mapped to", Code::kNotFound},
       {index("far.index.json", {{"a", "../x.safetensors"}}), "must be a file in the index's folder", Code::kInvalidArgument},
-      {index("gone.index.json", {{"a", "z.safetensors"}}), "z.safetensors", Code::kNotFound},
+      // A file that cannot be opened: the index and a tensor mapped to it named too.
+      {index("gone.index.json", {{"a", "z.safetensors"}}),
+       "index file '" + (dir / "gone.index.json") + "': tensor 'a' is mapped to '" + (dir / "z.safetensors") +
+           "': safetensors file '" + (dir / "z.safetensors") + "': cannot open",
+       Code::kNotFound},
+      // Any JSON object with a weight_map is an index, and a weight_map must be an object.
+      {index("list.index.json", nlohmann::json::array({"x.safetensors"})),
+       "index file '" + (dir / "list.index.json") + "': weight_map is not an object ([\"x.safetensors\"])",
+       Code::kInvalidArgument},
+      {index("null.index.json", nullptr), "weight_map is not an object (null)", Code::kInvalidArgument},
   };
   for (const Case& k : cases) {
-    auto c = SafetensorsCatalog::Open(k.path);
+    EXPECT_TRUE(IsSafetensorsSource(k.path)) << k.path;
+    auto c = OpenCatalog(k.path);  // as every command opens a source
     ASSERT_FALSE(c.ok()) << k.path;
     EXPECT_EQ(c.status().code(), k.code) << c.status().ToString();
     EXPECT_NE(c.status().message().find(k.needle), std::string::npos) << c.status().ToString();
