@@ -173,6 +173,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                      "] outside the data section (" + std::to_string(data_size) + " bytes)");
     if (n != e.end - e.begin)
       return Corrupt(w + ": byte size " + std::to_string(e.end - e.begin) + " does not match shape");
+    s.by_name_[e.name] = s.entries_.size();
     s.entries_.push_back(std::move(e));
   }
   // In (begin, end) order, each tensor must start at or after the largest end before it -- the
@@ -195,7 +196,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
     : path_(std::move(o.path_)), fd_(o.fd_), data_start_(o.data_start_),
-      entries_(std::move(o.entries_)), metadata_(std::move(o.metadata_)) {
+      entries_(std::move(o.entries_)), by_name_(std::move(o.by_name_)), metadata_(std::move(o.metadata_)) {
   o.fd_ = -1;
 }
 
@@ -204,9 +205,8 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
-  for (const auto& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
 Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path) {

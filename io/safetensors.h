@@ -79,6 +79,7 @@ class SafetensorsFile {
   ~SafetensorsFile();
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// The tensor called `name`, or null. O(log n), so opening an index is not quadratic.
   const SafetensorsEntry* Find(const std::string& name) const;
   /// Reads the tensor's bytes into dst (entry.end - entry.begin bytes).
   Status Read(const SafetensorsEntry& e, void* dst) const;
@@ -93,6 +94,7 @@ class SafetensorsFile {
   int fd_ = -1;
   uint64_t data_start_ = 0;
   std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, size_t> by_name_;  // name -> index in entries_
   std::map<std::string, std::string> metadata_;
 };
 

@@ -362,5 +362,28 @@ TEST(SafetensorsFile, NamesHoldingANulByteAreRefusedAndShownEscaped) {
   EXPECT_EQ(Quoted(std::string("p\0q\0", 4)), "'p\\0q\\0'");
 }
 
+// Find looks a tensor up by name in a map (it was a linear scan, which made opening an index
+// of n tensors O(n^2): 40,000 tensors in one file took 2 s to open through an index, 0.2 s
+// alone); every name is found, also after the file is moved, and an absent one is not.
+TEST(SafetensorsFile, FindLooksUpEveryTensorByName) {
+  testutil::TempDir dir("seedstore-stfind");
+  const int n = 5000;
+  auto name = [](int k) { return "tensor" + std::to_string(k); };
+  nlohmann::json header = nlohmann::json::object();
+  for (int k = 0; k < n; ++k) header[name(k)] = Entry("U8", {1}, k, k + 1);
+  WriteRawFile(dir / "many.safetensors", Header(header), std::string(n, '\1'));
+  auto opened = SafetensorsFile::Open(dir / "many.safetensors");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const SafetensorsFile f = std::move(*opened);
+  for (int k = 0; k < n; ++k) {
+    const SafetensorsEntry* e = f.Find(name(k));
+    ASSERT_NE(e, nullptr) << k;
+    EXPECT_EQ(e->name, name(k));
+    EXPECT_EQ(e->begin, static_cast<uint64_t>(k));
+  }
+  EXPECT_EQ(f.Find(name(n)), nullptr);
+  EXPECT_EQ(f.Find(""), nullptr);
+}
+
 }  // namespace
 }  // namespace seedstore
