@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/interop.h"
+#include "io/h5store.h"
 #include "io/open.h"
 #include "tests/store_test_util.h"
 
@@ -205,12 +206,12 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
   {
     auto ok = SafetensorsCatalog::Open(shard_file("s0.safetensors", R"({"a": {"global_shape": [10], "flat": [2, 6]}})"));
     ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-    ASSERT_TRUE((*ok)->shard(0).has_value());
-    EXPECT_EQ((*ok)->shard(0)->begin, 2u);
-    EXPECT_EQ((*ok)->shard(0)->shape[0], 10u);
+    ASSERT_TRUE((*ok)->tensors()[0].piece.has_value());
+    EXPECT_EQ((*ok)->tensors()[0].piece->begin, 2u);
+    EXPECT_EQ((*ok)->tensors()[0].piece->shape[0], 10u);
     auto box = SafetensorsCatalog::Open(shard_file("s1.safetensors", R"({"a": {"global_shape": [3, 8], "start": [1, 4], "stop": [2, 8]}})", {1, 4}));
     ASSERT_TRUE(box.ok()) << box.status().ToString();
-    EXPECT_EQ((*box)->shard(0)->stop[1], 8u);
+    EXPECT_EQ((*box)->tensors()[0].piece->stop[1], 8u);
   }
   const std::vector<std::pair<std::string, std::string>> bad_shards = {
       {R"({"a": {"global_shape": [10], "flat": [2, 7]}})", "does not have the tensor's shape"},
@@ -383,6 +384,76 @@ TEST(SafetensorsFile, FindLooksUpEveryTensorByName) {
   }
   EXPECT_EQ(f.Find(name(n)), nullptr);
   EXPECT_EQ(f.Find(""), nullptr);
+}
+
+// A rank's shard file (materialize / export --layout: seedstore.shards) holds pieces, as a
+// distributed save's rank file does (TensorRecord::piece): each tensor's fingerprint is taken
+// in the global tensor's frame -- equal to that of the same region of the model (what
+// `fingerprint MODEL --layout L --rank R` prints) -- import keeps the piece record, export
+// writes it back as seedstore.shards, and what would cut it again by a layout refuses it.
+TEST(SafetensorsCatalog, ARanksShardFileHoldsPiecesInTheGlobalFrame) {
+  testutil::TempDir dir("seedstore-stpiece");
+  auto spec = ModelSpec::Parse(R"({"seedstore": 1, "seed": 5, "tensors": [
+      {"name": "w", "shape": [10, 6], "dtype": "float32", "init": {"dist": "normal"}},
+      {"name": "f", "shape": [7, 13], "dtype": "bfloat16", "init": {"dist": "uniform"}},
+      {"name": "r", "shape": [5], "dtype": "int32", "init": {"dist": "constant", "value": 3}}]})",
+                               "spec.json");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto model = SpecCatalog::Create(*spec, "spec.json");
+  ASSERT_TRUE(model.ok());
+  auto layout = Layout::Parse(R"({"mesh": {"axes": ["d"], "shape": [3]}, "placements": [
+      {"match": "w", "spec": ["d", null]}, {"match": "f", "flat": ["d"]}]})", "lay.json");
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string file = dir / ("rank" + std::to_string(rank) + ".safetensors");
+    ExportOptions e;
+    e.layout = &*layout;
+    e.rank = rank;
+    ASSERT_TRUE(ExportSafetensors(**model, file, e).ok());
+    const std::string store = dir / ("rank" + std::to_string(rank) + ".h5");
+    ASSERT_TRUE(ImportSafetensors(file, store, ImportOptions{}).ok());
+    const std::string again = dir / ("again" + std::to_string(rank) + ".safetensors");
+    auto st = H5Store::Open(store);
+    ASSERT_TRUE(st.ok()) << st.status().ToString();
+    ASSERT_TRUE(ExportSafetensors(**st, again, ExportOptions{}).ok());
+    for (const std::string& path : {file, store, again}) {
+      auto c = OpenCatalog(path);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      ASSERT_EQ((*c)->tensors().size(), 3u) << path;
+      for (size_t k = 0; k < 3; ++k) {
+        const TensorRecord& t = (*c)->tensors()[k];
+        const int g = (*model)->Find(t.name);
+        ASSERT_GE(g, 0);
+        auto shard = layout->ShardOf(t.name, (*model)->tensors()[g].shape, rank);
+        ASSERT_TRUE(shard.ok());
+        ASSERT_TRUE(t.piece.has_value()) << path << " " << t.name;
+        EXPECT_TRUE(SameRegion(*t.piece, shard->region)) << path << " " << t.name << " " << DescribeRegion(*t.piece);
+        EXPECT_EQ(t.shape, LocalShape(shard->region)) << path << " " << t.name;
+        auto got = (*c)->FingerprintRegion(k, WholeTensor(t.shape));
+        auto want = (*model)->FingerprintRegion(g, shard->region);
+        ASSERT_TRUE(got.ok() && want.ok());
+        EXPECT_EQ(*got, *want) << path << " " << t.name;
+        if (t.fingerprint) {
+          EXPECT_EQ(*t.fingerprint, *want) << path << " " << t.name;  // the store's record
+        }
+      }
+      // A layout places whole tensors: a piece is not cut again.
+      ExportOptions re;
+      re.layout = &*layout;
+      const Status s = ExportSafetensors(**c, dir / "re.safetensors", re).status();
+      EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+      EXPECT_NE(s.message().find("is a piece"), std::string::npos) << s.ToString();
+      EXPECT_NE(s.message().find(path), std::string::npos) << s.ToString();
+    }
+    // An update replaces a piece with the same piece only.
+    ImportOptions update;
+    update.update = true;
+    EXPECT_TRUE(ImportSafetensors(again, store, update).ok());
+    if (rank == 0) continue;
+    const Status other = ImportSafetensors(dir / "rank0.safetensors", store, update).status();
+    EXPECT_EQ(other.code(), Code::kInvalidArgument) << other.ToString();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "re.safetensors"));
 }
 
 }  // namespace
