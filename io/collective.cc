@@ -214,6 +214,7 @@ Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const
     shards[i].recorded = recs[i].fingerprint;
   }
   SEEDSTORE_RETURN_IF_ERROR(CheckSameInputs(comm, layout, shards));
+  for (const TensorRecord& t : recs) SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(catalog, t, "verify-ranks"));
   SEEDSTORE_ASSIGN_OR_RETURN(const bool cuda, UseCuda(o.device));
   bool flip_pending = o.simulate == Simulate::kFlip && me == o.simulate_rank;
   for (size_t i = 0; i < recs.size(); ++i) {

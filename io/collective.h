@@ -135,7 +135,8 @@ struct VerifyOptions {
 /// composition reference is the recorded fingerprint when the catalog has one, else the lazy
 /// spec. A shard that cannot be read is reported (that rank prints the error), not fatal.
 /// Errors (identical on every rank): kInvalidArgument (ranks opened different catalogs or
-/// layouts; layout world size != comm.size()), kIo (communication, timeout).
+/// layouts; layout world size != comm.size(); a tensor is a piece, CheckWholeTensor), kIo
+/// (communication, timeout).
 Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const Layout& layout,
                                    const VerifyOptions& o = {});
 

@@ -1380,11 +1380,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   rep.writers = np;
   rep.consolidated = o.consolidate;
   rep.full_proof = o.full_proof;
-  for (const TensorRecord& t : ts)
-    if (t.piece)
-      return InvalidArgument("reshard: source '" + src.origin() + "' tensor '" + t.name +
-                             "' is a piece " + DescribeRegion(*t.piece) +
-                             " of a distributed save (a rank file): reshard the save's master instead");
+  for (const TensorRecord& t : ts) SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(src, t, "reshard"));
   uint64_t seed;
   Generator gen;
   RootSeedOf(src, &seed, &gen);

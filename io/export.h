@@ -19,7 +19,12 @@ struct ExportOptions {
 /// Writes the selected tensors (or the rank's shards of them) to `path` atomically. With a
 /// layout, empty shards are skipped and __metadata__["seedstore.shards"] maps each name to
 /// {"global_shape": [...], "start": [...], "stop": [...]} or {"global_shape": [...],
-/// "flat": [begin, end]}. Returns the number of tensors written. Errors name the tensor.
+/// "flat": [begin, end]}. A piece of a larger tensor in `c` (TensorRecord::piece: a rank's
+/// file as the source) is written as it is, with its seedstore.shards entry, so a rank's file
+/// stays one; with a layout a piece is refused (CheckWholeTensor). Returns the number of
+/// tensors written. Errors name the tensor; a name CheckSafetensorsName refuses
+/// ("__metadata__") fails before anything is written. (ExportSafetensorsFiles, io/interop.h,
+/// with no size limit: defined with it in io/interop.cc.)
 Result<int> ExportSafetensors(const Catalog& c, const std::string& path, const ExportOptions& o);
 
 }  // namespace seedstore

@@ -35,9 +35,9 @@ bool EndsWith(const std::string& s, const std::string& suf) {
 
 struct Item {
   size_t index;
-  Region region;
+  Region region;  // what is read, in the tensor's own indices
   std::vector<uint64_t> shape;
-  json shard;  // null without a layout
+  std::optional<Region> placed;  // where the written tensor lies in a global one (seedstore.shards)
   uint64_t bytes;
 };
 
@@ -68,10 +68,12 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
   return static_cast<uint64_t>(bytes);
 }
 
-Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const std::string& path,
-                                                        const ExportOptions& o,
-                                                        uint64_t max_file_bytes,
-                                                        std::function<void(uint64_t)> progress) {
+namespace {
+
+// ExportSafetensorsFiles, which also counts the tensors written into `*tensors`.
+Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string& path, const ExportOptions& o,
+                                             uint64_t max_file_bytes, std::function<void(uint64_t)> progress,
+                                             int* tensors) {
   // Select tensors and regions, in catalog order.
   std::vector<Item> items;
   const auto& ts = c.tensors();
@@ -79,22 +81,16 @@ Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const 
   for (size_t i = 0; i < ts.size(); ++i) {
     const TensorRecord& t = ts[i];
     if (!GlobMatch(o.tensors_glob, t.name)) continue;
-    Item it{i, WholeTensor(t.shape), t.shape, json(), 0};
+    Item it{i, WholeTensor(t.shape), t.shape, t.piece, 0};  // a piece stays one
     if (o.layout) {
+      SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(c, t, "--layout"));
       SEEDSTORE_ASSIGN_OR_RETURN(Shard s, o.layout->ShardOf(t.name, t.shape, o.rank));
       if (s.empty()) continue;
       it.region = s.region;
-      it.shard = {{"global_shape", t.shape}};
-      if (s.region.flat) {
-        it.shard["flat"] = {s.region.begin, s.region.end};
-        it.shape = {s.region.end - s.region.begin};
-      } else {
-        const Region& r = s.region;
-        it.shard["start"] = std::vector<uint64_t>(r.start, r.start + r.rank);
-        it.shard["stop"] = std::vector<uint64_t>(r.stop, r.stop + r.rank);
-        for (int d = 0; d < r.rank; ++d) it.shape[d] = r.stop[d] - r.start[d];
-      }
+      it.shape = LocalShape(s.region);
+      it.placed = s.region;
     }
+    SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(t.name, path));  // before any file is written
     it.bytes = it.region.Count() * DTypeSize(t.dtype);
     total += it.bytes;
     items.push_back(std::move(it));
@@ -129,23 +125,23 @@ Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const 
     for (size_t k : files[f]) {
       const Item& it = items[k];
       const TensorRecord& t = ts[it.index];
-      if (o.layout) shards[t.name] = it.shard;
+      if (const std::optional<Region>& p = it.placed) {
+        shards[t.name] = RegionToJson(*p);
+        shards[t.name]["global_shape"] = std::vector<uint64_t>(p->shape, p->shape + p->rank);
+      }
       weight_map[t.name] = BaseName(names[f]);
       const size_t idx = it.index;
       const Region r = it.region;
-      const CpuOptions cpu = o.cpu;
       const uint64_t bytes = it.bytes;
-      w.Add(t.name, t.dtype, it.shape, [&c, idx, r, cpu, bytes, &progress](void* dst) {
-        Status s = c.Read(idx, r, dst, cpu);
+      w.Add(t.name, t.dtype, it.shape, [&c, &o, idx, r, bytes, &progress](void* dst) {
+        Status s = ReadOnDevice(o.device, c, idx, r, dst, o.cpu);
         if (s.ok() && progress) progress(bytes);
         return s;
       });
     }
     std::map<std::string, std::string> meta = {{"format", "pt"}, {"seedstore.version", "1"}};
-    if (o.layout) {
-      meta["seedstore.shards"] = shards.dump();
-      meta["seedstore.rank"] = std::to_string(o.rank);
-    }
+    if (o.layout || !shards.empty()) meta["seedstore.shards"] = shards.dump();
+    if (o.layout) meta["seedstore.rank"] = std::to_string(o.rank);
     SEEDSTORE_RETURN_IF_ERROR(w.Write(names[f], meta));
   }
   if (files.size() > 1) {
@@ -158,7 +154,24 @@ Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const 
     SEEDSTORE_RETURN_IF_ERROR(af.Commit());
     names.push_back(ipath);
   }
+  *tensors = static_cast<int>(items.size());
   return names;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> ExportSafetensorsFiles(const Catalog& c, const std::string& path,
+                                                        const ExportOptions& o,
+                                                        uint64_t max_file_bytes,
+                                                        std::function<void(uint64_t)> progress) {
+  int tensors = 0;
+  return ExportFiles(c, path, o, max_file_bytes, std::move(progress), &tensors);
+}
+
+Result<int> ExportSafetensors(const Catalog& c, const std::string& path, const ExportOptions& o) {
+  int tensors = 0;
+  SEEDSTORE_RETURN_IF_ERROR(ExportFiles(c, path, o, 0, {}, &tensors).status());
+  return tensors;
 }
 
 namespace {
@@ -183,7 +196,7 @@ bool IsSafetensorsSource(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   const json j = ParseJson(ss.str(), nullptr);
-  return !j.is_discarded() && j.is_object() && j.contains("weight_map") && j["weight_map"].is_object();
+  return j.is_object() && j.contains("weight_map");  // ParseSafetensorsIndex checks the rest
 }
 
 Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::string& path) {
@@ -192,10 +205,16 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
   c->origin_ = path;
   std::map<std::string, size_t> seen;  // tensor name -> file index
   for (const std::string& f : index.files) {
-    SEEDSTORE_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(f));
-    for (const std::string& name : index.tensors[f])
+    const std::vector<std::string>& mapped = index.tensors[f];  // empty: `path` is no index
+    Result<SafetensorsFile> opened = SafetensorsFile::Open(f);
+    if (!opened.ok() && !mapped.empty())
+      return opened.status().WithContext("index file '" + path + "': tensor " + Quoted(mapped[0]) +
+                                         " is mapped to '" + f + "'");
+    SEEDSTORE_RETURN_IF_ERROR(opened.status());
+    SafetensorsFile file = std::move(*opened);
+    for (const std::string& name : mapped)
       if (!file.Find(name))
-        return NotFound("index file '" + path + "': tensor '" + name + "' is mapped to '" + f +
+        return NotFound("index file '" + path + "': tensor " + Quoted(name) + " is mapped to '" + f +
                         "', which does not hold it");
     // A rank's shard file says where each tensor lies in the global one.
     json shard_meta = json::object();
@@ -205,8 +224,8 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
         return Corrupt("safetensors file '" + f + "': __metadata__['seedstore.shards'] is not a JSON object");
       for (auto it = shard_meta.begin(); it != shard_meta.end(); ++it)
         if (!file.Find(it.key()))
-          return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor '" + it.key() +
-                         "', which the file does not hold");
+          return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor " + Quoted(it.key()) +
+                         ", which the file does not hold");
     }
     std::vector<SafetensorsEntry> v = file.entries();
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
@@ -231,7 +250,6 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
           return Corrupt(w + ": the region " + DescribeRegion(*r) + " does not have the tensor's shape");
         shard = *r;
       }
-      c->shards_.push_back(shard);
       if (auto it = seen.find(e.name); it != seen.end())
         return InvalidArgument("safetensors tensor '" + e.name + "' is held by both '" +
                                c->files_[it->second].path() + "' and '" + f + "'");
@@ -240,6 +258,7 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
       t.name = e.name;
       t.shape = e.shape;
       t.dtype = e.dtype;
+      t.piece = shard;  // fingerprints in the global tensor's frame, as a store's rank file
       c->records_.push_back(std::move(t));
       c->where_.emplace_back(k, std::move(e));
     }
@@ -264,10 +283,17 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
   auto source_of = [src](size_t i) {
     return BoxSource([src, i](const Region& box, void* out) { return src->Read(i, box, out); });
   };
+  // A rank's shard file's tensors are pieces, and stay pieces (TensorRecord::piece).
+  auto placed = [&](const std::optional<Region>& piece) {
+    DenseChunking c;
+    c.piece = piece;
+    return c;
+  };
   if (!o.update) {
     SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, o.seed, Generator::kThreefry, o.write));
     for (size_t i = 0; i < ts.size(); ++i)
-      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, ts[i].shape, ts[i].dtype, source_of(i), progress)
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, ts[i].shape, ts[i].dtype, source_of(i), progress,
+                                            placed(ts[i].piece))
                                     .WithContext("importing '" + src->file_of(i) + "'"));
     SEEDSTORE_RETURN_IF_ERROR(w->Commit());
     return static_cast<int>(ts.size());
@@ -282,6 +308,10 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
     const TensorRecord& t = st->tensors()[k];
     if (t.shape != ts[i].shape || t.dtype != ts[i].dtype)
       return InvalidArgument(w + ": shape/dtype differ from the store's (" + DTypeName(t.dtype) + ")");
+    if (t.piece.has_value() != ts[i].piece.has_value() || (t.piece && !SameRegion(*t.piece, *ts[i].piece)))
+      return InvalidArgument(w + ": " + (ts[i].piece ? "the piece " + DescribeRegion(*ts[i].piece) : std::string("the whole tensor")) +
+                             " cannot replace the store's " +
+                             (t.piece ? "piece " + DescribeRegion(*t.piece) : std::string("whole tensor")));
     values[ts[i].name] = source_of(i);
   }
   SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, st->root_seed(), st->generator(), o.write));
@@ -291,7 +321,7 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
     if (it == values.end()) {
       SEEDSTORE_RETURN_IF_ERROR(w->CopyFrom(*st, i));
     } else {
-      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second, progress));
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second, progress, placed(t.piece)));
     }
   }
   SEEDSTORE_RETURN_IF_ERROR(w->Commit());

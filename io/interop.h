@@ -12,13 +12,15 @@
 
 namespace seedstore {
 
-/// Writes the selected tensors (or one rank's shards, see ExportOptions) as safetensors.
+/// Writes the selected tensors (or one rank's shards, see ExportOptions) as safetensors;
+/// pieces and layouts as ExportSafetensors (io/export.h) says.
 /// With max_file_bytes == 0, or when all fit, one file at `path` (as ExportSafetensors).
 /// Otherwise tensors are packed in order into files of at most max_file_bytes of tensor data
 /// (a tensor larger than the limit gets a file of its own), named like Hugging Face's
 /// "<stem>-00001-of-0000N.safetensors" next to `path` (stem = file name of `path` without
 /// ".safetensors"), plus "<path>.index.json" = {"metadata": {"total_size": bytes, ...},
-/// "weight_map": {name: file}}. Every file is written atomically, the index last.
+/// "weight_map": {name: file}}. Every file is written atomically, the index last. A selected
+/// tensor whose name CheckSafetensorsName refuses fails before any file is written.
 /// Returns the files written (the index last, when there is one). `progress(bytes)` may be
 /// empty.
 Result<std::vector<std::string>> ExportSafetensorsFiles(
@@ -33,21 +35,21 @@ Result<uint64_t> ParseByteSize(const std::string& text);
 /// model.safetensors.index.json names (its `weight_map`; files in the index's folder), as one
 /// read-only Catalog. Any box or flat range is read on demand (one pread per contiguous run),
 /// never a whole file. Tensors are listed file by file, files in name order
-/// (model-00001-of-N, ...), each file's tensors in the order of their bytes. Errors name the
+/// (model-00001-of-N, ...), each file's tensors in the order of their bytes. A rank's shard
+/// file (`seedstore materialize`, `export --layout`), whose __metadata__["seedstore.shards"]
+/// maps a name to {"global_shape", "start"/"stop" or "flat"}, holds pieces: that tensor's
+/// record has `piece` set (TensorRecord::piece, as a distributed save's rank file has), so its
+/// fingerprints are taken in the global tensor's frame; Open checks that the region lies in
+/// the global shape and has the tensor's shape (CORRUPT otherwise). Errors name the
 /// file and the tensor: a tensor held by two files, an index entry whose file lacks it, a
-/// file name that is not local to the index's folder.
+/// file name that is not local to the index's folder; a file the index names that cannot be
+/// opened (missing: NOT_FOUND, or invalid) also names the index and a tensor mapped to it.
 class SafetensorsCatalog : public Catalog {
  public:
   static Result<std::unique_ptr<SafetensorsCatalog>> Open(const std::string& path);
   const std::vector<TensorRecord>& tensors() const override { return records_; }
   std::string origin() const override { return origin_; }
   Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
-  /// Where tensor i lies in a larger tensor of the same name, when its file says so: a rank's
-  /// shard file (`seedstore materialize`, `export --layout`), whose __metadata__
-  /// ["seedstore.shards"] maps the name to {"global_shape", "start"/"stop" or "flat"} (checked
-  /// at Open: the region lies in the global shape and has the tensor's shape). The region's
-  /// `shape` is the global shape. Empty for whole tensors.
-  const std::optional<Region>& shard(size_t i) const { return shards_[i]; }
   /// The file holding tensor i (for messages).
   const std::string& file_of(size_t i) const { return files_[where_[i].first].path(); }
   size_t num_files() const { return files_.size(); }
@@ -57,11 +59,12 @@ class SafetensorsCatalog : public Catalog {
   std::vector<SafetensorsFile> files_;
   std::vector<TensorRecord> records_;
   std::vector<std::pair<size_t, SafetensorsEntry>> where_;  // per record: file index, entry
-  std::vector<std::optional<Region>> shards_;               // per record (seedstore.shards)
 };
 
-/// True when `path` names safetensors: a ".safetensors" file, or a JSON file holding a
-/// `weight_map` object (a Hugging Face index). A JSON spec is not.
+/// True when `path` names safetensors: a ".safetensors" file, or a JSON file holding an
+/// object with a `weight_map` key (a Hugging Face index, checked by ParseSafetensorsIndex when
+/// opened: a weight_map that is not an object is refused there, not read as a spec). A JSON
+/// spec is not.
 bool IsSafetensorsSource(const std::string& path);
 
 struct ImportOptions {
@@ -75,7 +78,10 @@ struct ImportOptions {
 
 /// Imports `source` -- a .safetensors file or a model.safetensors.index.json -- into `store`
 /// as dense tensors, keeping dtypes (BF16, F16, F32, F64, I8..I64, U8..U64, BOOL) and bytes
-/// exactly. Atomic. Returns the number of tensors imported. Errors name the file and tensor.
+/// exactly. A rank's shard file's tensors are stored as pieces (DenseChunking::piece, their
+/// records saying where they lie in the global tensor, fingerprints in its frame), as a
+/// distributed save's rank file holds them; with `update`, a piece replaces only the same
+/// piece. Atomic. Returns the number of tensors imported. Errors name the file and tensor.
 Result<int> ImportSafetensors(const std::string& source, const std::string& store,
                               const ImportOptions& o,
                               std::function<void(uint64_t)> progress = {});

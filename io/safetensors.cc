@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
@@ -23,7 +25,14 @@ constexpr Code2 kCodes[] = {{"F32", DType::kF32}, {"F64", DType::kF64}, {"BF16",
                             {"U32", DType::kU32}, {"U64", DType::kU64}, {"I8", DType::kI8},
                             {"I16", DType::kI16}, {"I32", DType::kI32}, {"I64", DType::kI64},
                             {"BOOL", DType::kBool}};
-constexpr uint64_t kMaxHeader = 100u << 20;  // as the reference implementation
+constexpr uint64_t kMaxHeader = 100'000'000;  // bytes: the reference's MAX_HEADER_SIZE
+
+// "[begin, end)" of a tensor's bytes, for messages.
+std::string Offsets(const SafetensorsEntry& e) {
+  std::string s = "[";  // (not "[" + to_string(...): GCC 12 warns falsely, -Wrestrict)
+  s += std::to_string(e.begin) + ", " + std::to_string(e.end) + ")";
+  return s;
+}
 }  // namespace
 
 const char* SafetensorsDType(DType t) {
@@ -38,6 +47,15 @@ Result<DType> ParseSafetensorsDType(const std::string& s) {
   return Unsupported("safetensors dtype '" + s + "' is not supported");
 }
 
+Status CheckSafetensorsName(const std::string& name, const std::string& path) {
+  const std::string w = "safetensors file '" + path + "' tensor " + Quoted(name);
+  if (name == "__metadata__")
+    return InvalidArgument(w + ": the name is reserved for the header's metadata; rename the tensor");
+  if (name.find('\0') != std::string::npos)
+    return InvalidArgument(w + ": a name holding a NUL byte cannot be read back (SafetensorsFile::Open refuses it)");
+  return Status::Ok();
+}
+
 void SafetensorsWriter::Add(std::string name, DType dtype, std::vector<uint64_t> shape, Fill fill) {
   Item it;
   it.entry.name = std::move(name);
@@ -49,6 +67,7 @@ void SafetensorsWriter::Add(std::string name, DType dtype, std::vector<uint64_t>
 
 Status SafetensorsWriter::Write(const std::string& path,
                                 const std::map<std::string, std::string>& metadata) {
+  for (const Item& it : items_) SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(it.entry.name, path));
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t off = 0;
@@ -90,20 +109,33 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   SEEDSTORE_RETURN_IF_ERROR(PreadExact(s.fd_, len, 8, 0, path));
   uint64_t hl = 0;
   for (int i = 7; i >= 0; --i) hl = (hl << 8) | len[i];
-  if (hl > kMaxHeader || 8 + hl > size)
+  if (hl > kMaxHeader)
+    return Corrupt("safetensors file '" + path + "': header length " + std::to_string(hl) +
+                   " exceeds the limit of " + std::to_string(kMaxHeader) + " bytes");
+  if (8 + hl > size)
     return Corrupt("safetensors file '" + path + "': header length " + std::to_string(hl) +
                    " is invalid for a file of " + std::to_string(size) + " bytes");
   std::string h(hl, '\0');
   SEEDSTORE_RETURN_IF_ERROR(PreadExact(s.fd_, h.data(), hl, 8, path));
+  // A JSON object with only JSON whitespace around it, as the reference reads it (serde_json):
+  // no byte-order mark or other bytes before the '{', which ParseJson would skip or refuse.
+  const size_t first = h.find_first_not_of(" \t\n\r");
+  if (first == std::string::npos || h[first] != '{') {
+    char what[64] = "only whitespace";
+    if (first != std::string::npos)
+      std::snprintf(what, sizeof what, "byte 0x%02X at offset %zu", static_cast<unsigned char>(h[first]), first);
+    return Corrupt("safetensors file '" + path + "': header is not a JSON object (it begins with " + what +
+                   ", not '{')");
+  }
   std::string err;
   json j = ParseJson(h, &err);
   if (j.is_discarded()) return Corrupt("safetensors file '" + path + "': header: " + err);
-  if (!j.is_object()) return Corrupt("safetensors file '" + path + "': header is not a JSON object");
   s.data_start_ = 8 + hl;
   const uint64_t data_size = size - s.data_start_;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string w = "safetensors file '" + path + "' tensor '" + it.key() + "'";
+    const std::string w = "safetensors file '" + path + "' tensor " + Quoted(it.key());
     if (it.key() == "__metadata__") {
+      if (it->is_null()) continue;  // no metadata, as the reference reads it
       if (!it->is_object()) return Corrupt("safetensors file '" + path + "': __metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) return Corrupt("safetensors file '" + path + "': __metadata__['" + m.key() + "'] is not a string");
@@ -111,6 +143,9 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       }
       continue;
     }
+    // Valid JSON, read by the reference, but C strings (HDF5 names, messages) would cut it.
+    if (it.key().find('\0') != std::string::npos)
+      return Unsupported(w + ": a tensor name holding a NUL byte is not supported");
     const json& v = *it;
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
         !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
@@ -138,20 +173,30 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                      "] outside the data section (" + std::to_string(data_size) + " bytes)");
     if (n != e.end - e.begin)
       return Corrupt(w + ": byte size " + std::to_string(e.end - e.begin) + " does not match shape");
+    s.by_name_[e.name] = s.entries_.size();
     s.entries_.push_back(std::move(e));
   }
-  auto sorted = s.entries_;
-  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
-  for (size_t i = 1; i < sorted.size(); ++i)
-    if (sorted[i].begin < sorted[i - 1].end && sorted[i].begin != sorted[i].end)
-      return Corrupt("safetensors file '" + path + "': tensors '" + sorted[i - 1].name + "' and '" +
-                     sorted[i].name + "' overlap");
+  // In (begin, end) order, each tensor must start at or after the largest end before it -- the
+  // end of every earlier tensor, not only the previous one, so that no overlap hides behind an
+  // empty tensor. Gaps are allowed.
+  std::vector<const SafetensorsEntry*> sorted;
+  for (const SafetensorsEntry& e : s.entries_) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return std::pair(a->begin, a->end) < std::pair(b->begin, b->end);
+  });
+  const SafetensorsEntry* reach = nullptr;  // the tensor with the largest end so far
+  for (const SafetensorsEntry* e : sorted) {
+    if (reach && e->begin < reach->end)
+      return Corrupt("safetensors file '" + path + "': tensors '" + reach->name + "' " +
+                     Offsets(*reach) + " and '" + e->name + "' " + Offsets(*e) + " overlap");
+    if (!reach || e->end > reach->end) reach = e;
+  }
   return s;
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
     : path_(std::move(o.path_)), fd_(o.fd_), data_start_(o.data_start_),
-      entries_(std::move(o.entries_)), metadata_(std::move(o.metadata_)) {
+      entries_(std::move(o.entries_)), by_name_(std::move(o.by_name_)), metadata_(std::move(o.metadata_)) {
   o.fd_ = -1;
 }
 
@@ -160,25 +205,29 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
-  for (const auto& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
 Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path) {
-  const json j = ParseJson(text, nullptr);
-  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    return InvalidArgument("index file '" + path + "': not a safetensors index (no weight_map object)");
+  std::string err;
+  const json j = ParseJson(text, &err);
+  if (j.is_discarded()) return InvalidArgument("index file '" + path + "': " + err);
+  if (!j.is_object() || !j.contains("weight_map"))
+    return InvalidArgument("index file '" + path + "': not a safetensors index (no weight_map)");
+  if (!j["weight_map"].is_object())
+    return InvalidArgument("index file '" + path + "': weight_map is not an object (" +
+                           JsonPreview(j["weight_map"]) + ")");
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
   SafetensorsIndex idx;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it->is_string())
-      return InvalidArgument("index file '" + path + "': weight_map['" + it.key() + "'] is not a file name");
+      return InvalidArgument("index file '" + path + "': weight_map[" + Quoted(it.key()) + "] is not a file name");
     const std::string f = it->get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f.find('\0') != std::string::npos || f == "." || f == "..")
-      return InvalidArgument("index file '" + path + "': weight_map['" + it.key() + "'] file name '" + f +
-                             "' must be a file in the index's folder");
+      return InvalidArgument("index file '" + path + "': weight_map[" + Quoted(it.key()) + "] file name " +
+                             Quoted(f) + " must be a file in the index's folder");
     idx.tensors[dir + f].push_back(it.key());
   }
   for (const auto& [file, names] : idx.tensors) idx.files.push_back(file);  // sorted: a std::map

@@ -28,13 +28,20 @@ struct SafetensorsEntry {
 /// A Hugging Face model.safetensors.index.json: the files its `weight_map` names (paths in the
 /// index's folder, sorted -- model-00001-of-N, ... -- each once) and, per file, the tensor
 /// names the index maps to it. `path` is the index's own path (for the folder and messages).
-/// Errors name the index and the entry: not JSON, no `weight_map` object, a file name that is
-/// not a string or not local to the folder.
+/// Any JSON object with a "weight_map" key is meant as an index (IsSafetensorsSource). Errors
+/// (INVALID_ARGUMENT) name the index and the entry: not JSON, no "weight_map", a weight_map
+/// that is not an object, a file name that is not a string or not local to the folder.
 struct SafetensorsIndex {
   std::vector<std::string> files;
   std::map<std::string, std::vector<std::string>> tensors;  // file -> tensor names
 };
 Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std::string& path);
+
+/// Whether `name` may name a tensor in a safetensors file: not "__metadata__", the header's
+/// key for the metadata (a tensor so named would be read as the metadata), and without a NUL
+/// byte (SafetensorsFile::Open refuses those). INVALID_ARGUMENT naming the file `path` and
+/// the tensor (a NUL shown as \0) otherwise.
+Status CheckSafetensorsName(const std::string& name, const std::string& path);
 
 /// Streams tensors into a new safetensors file. Each tensor's bytes come from a callback
 /// that fills a caller-sized buffer, so memory is O(largest tensor), not O(file).
@@ -43,7 +50,8 @@ class SafetensorsWriter {
   using Fill = std::function<Status(void* dst)>;
   /// Adds a tensor of `bytes` bytes (must equal numel * dtype size).
   void Add(std::string name, DType dtype, std::vector<uint64_t> shape, Fill fill);
-  /// Writes the file atomically. `metadata` becomes "__metadata__".
+  /// Writes the file atomically. `metadata` becomes "__metadata__". A tensor name refused by
+  /// CheckSafetensorsName fails before anything is written (an existing file is untouched).
   Status Write(const std::string& path, const std::map<std::string, std::string>& metadata);
 
  private:
@@ -57,13 +65,21 @@ class SafetensorsWriter {
 /// A safetensors file opened for reading; tensor bytes are read on demand.
 class SafetensorsFile {
  public:
-  /// Opens and validates the header (offsets inside the file, no overlaps, sizes matching
-  /// shapes). Errors name the file and the tensor.
+  /// Opens and validates the header (docs/FORMAT.md 8) as the reference does: a length of at
+  /// most 100,000,000 bytes; one JSON object and only JSON whitespace around it (no NUL byte,
+  /// byte-order mark or trailing bytes); "__metadata__" an object of strings or null (none);
+  /// offsets inside the file and sizes matching shapes; no two tensors' bytes overlapping --
+  /// in (begin, end) order each tensor starts at or after the largest end before it, so an
+  /// empty tensor lying inside another's bytes is refused too. Unlike the reference, gaps
+  /// between tensors are accepted. Errors (CORRUPT) name the file and the tensor(s). A tensor
+  /// name holding a NUL byte is UNSUPPORTED (the name shown with the NUL as \0), as is a dtype
+  /// seedstore lacks.
   static Result<SafetensorsFile> Open(const std::string& path);
   SafetensorsFile(SafetensorsFile&& o) noexcept;
   ~SafetensorsFile();
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// The tensor called `name`, or null. O(log n), so opening an index is not quadratic.
   const SafetensorsEntry* Find(const std::string& name) const;
   /// Reads the tensor's bytes into dst (entry.end - entry.begin bytes).
   Status Read(const SafetensorsEntry& e, void* dst) const;
@@ -78,6 +94,7 @@ class SafetensorsFile {
   int fd_ = -1;
   uint64_t data_start_ = 0;
   std::vector<SafetensorsEntry> entries_;
+  std::map<std::string, size_t> by_name_;  // name -> index in entries_
   std::map<std::string, std::string> metadata_;
 };
 

@@ -62,6 +62,17 @@ Status ReadByBoxes(const TensorRecord& t, const Region& r, void* out,
   return Status::Ok();
 }
 
+Status CheckWholeTensor(const Catalog& c, const TensorRecord& t, const std::string& what) {
+  if (!t.piece) return Status::Ok();
+  std::string global;
+  for (int d = 0; d < t.piece->rank; ++d) global += (d ? ", " : "") + std::to_string(t.piece->shape[d]);
+  return InvalidArgument(what + ": source '" + c.origin() + "' tensor " + Quoted(t.name) + " is a piece " +
+                         DescribeRegion(*t.piece) + " of a [" + global +
+                         "] tensor (a rank's file: a distributed save's rank file or a rank's safetensors "
+                         "shard file), and " + what + " needs whole tensors: give the whole model instead -- for "
+                         "a distributed save, its master (reshard the save's master, not a rank file)");
+}
+
 Status CheckRegionIn(const TensorRecord& t, const Region& r) {
   const std::string w = "tensor '" + t.name + "'";
   if (r.rank != static_cast<int>(t.shape.size()))

@@ -54,6 +54,15 @@ Status ReadByBoxes(const TensorRecord& t, const Region& r, void* out,
 /// Checks that `r` (a box or a flat range) lies inside tensor `t`; the error names the tensor.
 Status CheckRegionIn(const TensorRecord& t, const Region& r);
 
+class Catalog;
+
+/// OK unless tensor `t` of `c` is a piece of a larger tensor (TensorRecord::piece: a tensor of
+/// a rank's file -- a distributed save's rank file, or a rank's safetensors shard file). What
+/// places whole tensors by a layout (reshard, save-ranks, verify-ranks; materialize, export
+/// and fingerprint with --layout) refuses a piece: INVALID_ARGUMENT, prefixed by `what` (the
+/// command), naming the source, the tensor, its region and global shape.
+Status CheckWholeTensor(const Catalog& c, const TensorRecord& t, const std::string& what);
+
 class Catalog {
  public:
   virtual ~Catalog() = default;

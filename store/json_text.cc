@@ -1,5 +1,7 @@
 #include "store/json_text.h"
 
+#include <cstdio>
+
 namespace seedstore {
 
 using json = nlohmann::json;
@@ -24,6 +26,23 @@ bool TooDeep(std::string_view text, int max) {
     }
   }
   return false;
+}
+
+// `s` with every byte outside printable ASCII as \xNN: the parser's messages quote the input
+// ("last read: ..."), which may hold invalid UTF-8 or control bytes.
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b < 0x7f) {
+      out.push_back(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", b);
+      out += hex;
+    }
+  }
+  return out;
 }
 
 // Appends `j` to `out` until it holds more than `budget` characters; containers below
@@ -53,6 +72,11 @@ void Preview(const json& j, int depth_left, size_t budget, std::string& out) {
 }  // namespace
 
 json ParseJson(std::string_view text, std::string* error) {
+  // nlohmann's parser takes a NUL byte for the end of the input and ignores what follows.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    if (error) *error = "malformed JSON: a NUL byte at offset " + std::to_string(nul);
+    return json(json::value_t::discarded);
+  }
   if (TooDeep(text, kMaxJsonDepth)) {
     if (error) *error = "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return json(json::value_t::discarded);
@@ -60,7 +84,7 @@ json ParseJson(std::string_view text, std::string* error) {
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {  // syntax errors and out-of-range numbers alike
-    if (error) *error = std::string("malformed JSON: ") + e.what();
+    if (error) *error = "malformed JSON: " + Printable(e.what());
     return json(json::value_t::discarded);
   }
 }

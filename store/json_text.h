@@ -13,8 +13,11 @@ namespace seedstore {
 /// Deepest nesting of arrays and objects accepted (seedstore's own documents use at most 6).
 constexpr int kMaxJsonDepth = 64;
 
-/// Parses `text`. On failure returns a discarded value (is_discarded()) and sets `*error` to
-/// "malformed JSON: <parser's message>" or "JSON nested deeper than 64 levels".
+/// Parses `text`, which must be one JSON value with only JSON whitespace around it (a UTF-8
+/// byte-order mark at the start is skipped). On failure returns a discarded value
+/// (is_discarded()) and sets `*error` to "malformed JSON: <the parser's message, bytes outside
+/// printable ASCII shown as \xNN>", "malformed JSON: a NUL byte at offset N" (nlohmann would
+/// end the text there and ignore the rest) or "JSON nested deeper than 64 levels".
 nlohmann::json ParseJson(std::string_view text, std::string* error);
 
 /// At most `max_chars` characters of `j`'s compact JSON text ("..." marks the cut), without

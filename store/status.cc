@@ -24,7 +24,10 @@ std::string Quoted(std::string_view s) {
   std::string q;
   q.reserve(s.size() + 2);
   q.push_back('\'');
-  q.append(s);
+  for (const char c : s) {
+    if (c == '\0') q += "\\0";
+    else q.push_back(c);
+  }
   q.push_back('\'');
   return q;
 }

@@ -50,7 +50,8 @@ inline Status Unsupported(std::string m) { return Status(Code::kUnsupported, std
 inline Status Mismatch(std::string m) { return Status(Code::kMismatch, std::move(m)); }
 inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
 
-/// `s` in single quotes, as error messages name fields, tensors and files: 'x'.
+/// `s` in single quotes, as error messages name fields, tensors and files: 'x'. A NUL byte
+/// shows as \0 ('x\0b'), so that a message printed as a C string is not cut there.
 std::string Quoted(std::string_view s);
 
 /// A value or an error.

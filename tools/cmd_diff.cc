@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "io/device.h"
-#include "io/interop.h"
 #include "io/open.h"
 #include "tools/cli.h"
 
@@ -47,7 +46,7 @@ struct Row {
   const TensorRecord* b = nullptr;
   std::optional<Fingerprint> fa, fb;
   bool by_spec = false;  // both lazy with the same resolved spec: equal without generating
-  std::optional<Region> shard;  // a side is a rank's shard file: the region compared
+  std::optional<Region> shard;  // a side is a rank's file (its piece): the region compared
 };
 
 std::vector<uint64_t> GlobalShape(const Region& r) { return std::vector<uint64_t>(r.shape, r.shape + r.rank); }
@@ -70,22 +69,18 @@ int Run(const Options& o) {
   if (!cb.ok()) return Fail(cb.status());
   const Catalog& A = **ca;
   const Catalog& B = **cb;
-  // Where tensor i of c lies in a larger tensor, when c is a rank's shard file.
-  auto shard_of = [](const Catalog& c, size_t i) -> std::optional<Region> {
-    const auto* st = dynamic_cast<const SafetensorsCatalog*>(&c);
-    return st ? st->shard(i) : std::nullopt;
-  };
+  // Where tensor i of c lies in a larger tensor, when c is a rank's file (a rank's
+  // safetensors shard file, or a distributed save's rank file): TensorRecord::piece.
+  auto shard_of = [](const Catalog& c, size_t i) { return c.tensors()[i].piece; };
   // The fingerprint of region `r` (global indices) of tensor i of c: recorded (with
   // --recorded, for a whole tensor whose source records one) or computed from its values
-  // (lazy ones generated from their spec, dense ones read). A shard file's tensor is `r`
-  // itself, hashed in the global tensor's frame.
+  // (lazy ones generated from their spec, dense ones read). A piece is `r` itself, its
+  // fingerprint taken in the global tensor's frame.
   auto fingerprint = [&](const Catalog& c, size_t i, const Region& r) -> Result<Fingerprint> {
     const TensorRecord& t = c.tensors()[i];
     Result<Fingerprint> f = Fingerprint{};
-    if (const std::optional<Region> shard = shard_of(c, i)) {
-      TensorRecord piece = t;  // the shard as a piece of the global tensor (TensorRecord::piece)
-      piece.piece = *shard;
-      f = FingerprintBySlabs(c, i, WholeTensor(t.shape), CpuOptions{o.threads}, uint64_t{64} << 20, &piece);
+    if (t.piece) {
+      f = FingerprintOnDevice(*device, c, i, WholeTensor(t.shape), CpuOptions{o.threads});
     } else if (o.recorded && t.fingerprint && SameRegion(r, WholeTensor(t.shape))) {
       return *t.fingerprint;
     } else {
@@ -115,7 +110,7 @@ int Run(const Options& o) {
       bar.Advance(ta.NumBytes());
     } else {
       r.b = &B.tensors()[it->second];
-      // A rank's shard file is compared with the same region of the other side.
+      // A rank's file's piece is compared with the same region of the other side.
       const std::optional<Region> sa = shard_of(A, i), sb = shard_of(B, it->second);
       r.shard = sa ? sa : sb;
       const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape, gb = sb ? GlobalShape(*sb) : r.b->shape;
@@ -228,8 +223,8 @@ Register reg({"diff", "Whether two checkpoints hold the same weights: tensor by 
       "distributed save under any layout, a .safetensors file or a model.safetensors.index.json. "
       "Two lazy tensors with the same init rule, key and generator are identical by their spec; "
       "other lazy tensors are generated, dense ones read; no bytes move between the two. "
-      "A rank's shard file (materialize, export --layout) is compared with the same region of the "
-      "other side. Lists what differs (--all: every tensor); exit 0 when every tensor is identical, 7 when any "
+      "A rank's file -- a safetensors shard file (materialize, export --layout) or a distributed "
+      "save's rank file -- is compared with the same region of the other side. Lists what differs (--all: every tensor); exit 0 when every tensor is identical, 7 when any "
       "differs. Fingerprints are 128-bit sums of per-element XXH3 hashes: they catch accidental "
       "differences, not a forger's.");
   app.add_option("a", o->a, "First checkpoint")->required();

@@ -39,6 +39,7 @@ int Run(const Options& o) {
     if (!GlobMatch(o.tensors, ts[i].name)) continue;
     Region r = WholeTensor(ts[i].shape);
     if (layout) {
+      if (Status w = CheckWholeTensor(**cat, ts[i], "fingerprint --layout"); !w.ok()) return Fail(w);
       auto s = layout->ShardOf(ts[i].name, ts[i].shape, o.rank);
       if (!s.ok()) return Fail(s.status());
       r = s->region;

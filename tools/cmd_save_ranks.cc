@@ -38,6 +38,7 @@ int Run(const SaveRanksOptions& o) {
   std::vector<ParamBuffer> params;
   for (size_t i = 0; i < (*cat)->tensors().size(); ++i) {
     const TensorRecord& t = (*cat)->tensors()[i];
+    if (Status w = CheckWholeTensor(**cat, t, "save-ranks"); !w.ok()) return finish(w);
     auto sh = layout->ShardOf(t.name, t.shape, me);
     if (!sh.ok()) return finish(sh.status());
     storage.emplace_back(sh->region.Count() * DTypeSize(t.dtype));

@@ -1,11 +1,13 @@
 // seedstore verify: every chunk checksum of a store or distributed save (all its rank files),
 // and every fingerprint recomputed (lazy ones from their spec; a distributed tensor's as the sum
 // of its pieces'). Corruption is reported with file, tensor and chunk; exit code non-zero.
+// Safetensors (which records neither checksums nor fingerprints) is UNSUPPORTED, pointing to diff.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "io/dist_store.h"
 #include "io/h5store.h"
+#include "io/interop.h"
 #include "tools/cli.h"
 
 namespace seedstore::cli {
@@ -22,7 +24,13 @@ int Run(const Options& o) {
   std::unique_ptr<H5Store> store;
   std::unique_ptr<DistCatalog> dist;
   Status open;
-  if (IsDistributedSave(o.source)) {
+  if (IsSafetensorsSource(o.source)) {  // valid input, but nothing in it to verify
+    open = Unsupported("'" + o.source +
+                       "' is safetensors, not a seedstore store: verify checks the chunk checksums and "
+                       "recorded fingerprints of seedstore stores and distributed saves, and a safetensors "
+                       "file records no checksums or fingerprints. To check its weights against another "
+                       "checkpoint, run: seedstore diff " + o.source + " OTHER");
+  } else if (IsDistributedSave(o.source)) {
     auto d = DistCatalog::Open(o.source);
     open = d.status();
     if (d.ok()) dist = std::move(*d);

@@ -272,6 +272,26 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
   EXPECT_NE(m.err.find("nope.safetensors"), std::string::npos) << m.err;
 }
 
+// `verify` of safetensors (a file or an index): not "corrupt" -- the input is valid, it just
+// records no checksums or fingerprints -- but UNSUPPORTED (exit 6), pointing to `diff`.
+TEST(Cli, VerifyOfSafetensorsPointsToDiff) {
+  const std::string spec = Write("spec.json", kSpec);
+  const std::string st = TempDir() + "/verify.safetensors";
+  ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
+  const std::string index = Write("verify.safetensors.index.json", R"({"weight_map": {"norm": "verify.safetensors"}})");
+  for (const std::string& source : {st, index}) {
+    for (const std::string& flags : {std::string(), std::string(" --json")}) {
+      const Proc v = Exec("verify " + source + flags);
+      EXPECT_EQ(v.code, 6) << v.err;
+      EXPECT_NE(v.err.find("UNSUPPORTED: '" + source + "' is safetensors, not a seedstore store"), std::string::npos)
+          << v.err;
+      EXPECT_NE(v.err.find("records no checksums or fingerprints"), std::string::npos) << v.err;
+      EXPECT_NE(v.err.find("seedstore diff " + source + " OTHER"), std::string::npos) << v.err;
+      EXPECT_EQ(v.err.find("corrupt"), std::string::npos) << v.err;
+    }
+  }
+}
+
 TEST(Cli, SelfTestPasses) {
   const Proc r = Exec("selftest");
   EXPECT_EQ(r.code, 0) << r.out;

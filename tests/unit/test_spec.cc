@@ -272,6 +272,13 @@ TEST(Spec, DeeplyNestedJsonIsRefusedNotACrash) {
   EXPECT_FALSE(ParseJson("[\"" + std::string(1000, '[') + "\\\"{\"]", &err).is_discarded()) << err;
   EXPECT_TRUE(ParseJson("[1,", &err).is_discarded());
   EXPECT_EQ(err.rfind("malformed JSON: ", 0), 0u) << err;
+  // A NUL byte is malformed wherever it is (nlohmann's parser would stop there and ignore the
+  // rest); the parser's quotes of the input show bytes outside printable ASCII escaped.
+  EXPECT_TRUE(ParseJson(std::string("{}\0 {{{ garbage", 15), &err).is_discarded());
+  EXPECT_EQ(err, "malformed JSON: a NUL byte at offset 2");
+  EXPECT_TRUE(ParseJson("[\"\xff\"]", &err).is_discarded());
+  EXPECT_NE(err.find("\\xFF"), std::string::npos) << err;
+  EXPECT_EQ(err.find('\xff'), std::string::npos) << err;
   // A value deep and wide, where a message shows it: a bounded preview.
   nlohmann::json v = nlohmann::json::array();
   for (int i = 0; i < 50; ++i) v = nlohmann::json::array({v, std::string(100, 'x')});
