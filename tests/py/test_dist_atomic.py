@@ -108,6 +108,8 @@ def test_kill9_during_distributed_save_never_damages_the_save(tmp_path):
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             killed += 1
+        else:  # done already: this machine is faster now than when timed; aim earlier next time
+            timing[(src, lay)] = tuple(0.7 * t for t in timing[(src, lay)])
         _, err = proc.communicate()
         assert proc.returncode in (0, -signal.SIGKILL), f"trial {trial}: rc {proc.returncode}\n{err}"
         fp = fingerprints(ckpt)
