@@ -567,7 +567,7 @@ size_t CompressChunk(void* dst, size_t cap, const void* src, size_t n, int level
 
 int ThreadCount(int requested, uint64_t work_items) {
   int t = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
-  t = std::max(1, std::min(t, 256));
+  t = std::max(1, std::min(t, kMaxCpuThreads));
   return static_cast<int>(std::min<uint64_t>(t, std::max<uint64_t>(work_items, 1)));
 }
 

@@ -351,7 +351,8 @@ std::string EscapeH5Name(const std::string& name);
 /// library in this process; idempotent. Called by Open/Create.
 void RegisterZstdFilter();
 
-/// Threads for `work_items` items: `requested` (0: all cores), at most 256 and at most the items.
+/// Threads for `work_items` items: `requested` (0: all cores), at most kMaxCpuThreads and at
+/// most the items.
 int ThreadCount(int requested, uint64_t work_items);
 
 /// Runs f(item, thread) for items 0..n-1 on `threads` threads (thread = 0..threads-1; the

@@ -23,16 +23,80 @@ int Fail(const Status& s) {
 bool StdoutIsTty() { return isatty(STDOUT_FILENO) == 1; }
 bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
 
+namespace detail {
+namespace {
+
+std::string Int128Text(__int128 v) {
+  if (v == 0) return "0";
+  const bool neg = v < 0;
+  unsigned __int128 u = static_cast<unsigned __int128>(v);
+  if (neg) u = -u;
+  std::string s;
+  for (; u != 0; u /= 10) s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(u % 10)));
+  return neg ? "-" + s : s;
+}
+
+// The text as shown in a message: at most 64 characters.
+std::string Shown(std::string_view text) {
+  return text.size() <= 64 ? std::string(text) : std::string(text.substr(0, 61)) + "...";
+}
+
+}  // namespace
+
+std::string ParseIntegerIn(std::string_view text, __int128 min, __int128 max, __int128* out) {
+  const bool neg = !text.empty() && text[0] == '-';
+  const std::string range = Int128Text(min) + ".." + Int128Text(max);
+  if (text.size() == (neg ? 1u : 0u))
+    return "'" + Shown(text) + "' is not an integer (expected " + range + ")";
+  __int128 v = 0;
+  bool huge = false;  // beyond every 64-bit range: keep checking the digits, stop accumulating
+  for (size_t i = neg ? 1 : 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c < '0' || c > '9')
+      return "'" + Shown(text) + "' is not an integer (expected " + range + ")";
+    if (!huge) {
+      v = v * 10 + (c - '0');
+      huge = v > (static_cast<__int128>(1) << 80);
+    }
+  }
+  if (neg) v = -v;
+  if (huge || v < min || v > max) return Shown(text) + " is out of range (" + range + ")";
+  *out = v;
+  return "";
+}
+
+std::string OptionDisplayName(const std::string& names) {
+  std::string first, shown;
+  size_t pos = 0;
+  while (pos <= names.size()) {
+    const size_t comma = std::min(names.find(',', pos), names.size());
+    const std::string part = names.substr(pos, comma - pos);
+    if (first.empty()) first = part;
+    if (shown.empty() && part.rfind("--", 0) == 0) shown = part;
+    pos = comma + 1;
+  }
+  return shown.empty() ? first : shown;
+}
+
+}  // namespace detail
+
 void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank) {
   app.add_option("--simulate", *simulate,
                  "Testing: process --simulate-rank hangs, dies (exit 3) or is killed (SIGKILL) "
                  "mid-save, after writing its rank files")
       ->check(CLI::IsMember({"none", "hang", "die", "kill"}));
-  app.add_option("--simulate-rank", *simulate_rank, "Testing: the process that hangs/dies");
+  AddInteger(app, "--simulate-rank", simulate_rank, "Testing: the process that hangs/dies", 0);
+}
+
+void AddThreadsOption(CLI::App& app, int* threads, const std::string& what,
+                      const std::string& zero) {
+  AddInteger(app, "--threads", threads,
+             what + ", 0.." + std::to_string(kMaxCpuThreads) + " (0 = " + zero + ")", 0,
+             kMaxCpuThreads);
 }
 
 void AddThreadsAndDeviceOptions(CLI::App& app, int* threads, std::string* device) {
-  app.add_option("--threads", *threads, "CPU threads (0 = all cores)");
+  AddThreadsOption(app, threads, "CPU threads", "all cores");
   app.add_option("--device", *device, "auto (CUDA when a GPU is present), cpu or cuda");
 }
 
@@ -56,7 +120,7 @@ void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, 
   app.add_option("--timeout", *timeout,
                  "Seconds a rank waits for the others at each step before the job is ended "
                  "(<= 0: forever)");
-  app.add_option("--threads", *threads, "CPU threads per rank (0 = cores / ranks per node)");
+  AddThreadsOption(app, threads, "CPU threads per rank", "cores / ranks per node");
 }
 
 Progress::Progress(std::string label, uint64_t total)

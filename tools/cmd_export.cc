@@ -64,12 +64,12 @@ Register reg({"export", "Write a store's tensors (or one rank's shards) as safet
   app.add_option("--format", o->format, "Output format")->check(CLI::IsMember({"safetensors"}));
   app.add_option("-o,--output", o->out, "Output file, e.g. model.safetensors")->required();
   app.add_option("--layout", o->layout, "Layout JSON: write only --rank's shards");
-  app.add_option("--rank", o->rank, "Rank whose shards to write (with --layout)");
+  AddInteger(app, "--rank", &o->rank, "Rank whose shards to write (with --layout)", 0);
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_option("--max-shard-size", o->max_size,
                  "Split into files of at most this much tensor data (e.g. 5GB), with "
                  "<output>.index.json as Hugging Face does");
-  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return Run(*o); };
 }});

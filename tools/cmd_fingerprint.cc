@@ -63,7 +63,7 @@ Register reg({"fingerprint", "Print each tensor's fingerprint (or one rank's sha
   auto o = std::make_shared<Options>();
   app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON: fingerprint one rank's shards");
-  app.add_option("--rank", o->rank, "Rank (with --layout)");
+  AddInteger(app, "--rank", &o->rank, "Rank (with --layout)", 0);
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_flag("--json", o->json, "JSON output");
   AddThreadsAndDeviceOptions(app, &o->threads, &o->device);

@@ -68,10 +68,12 @@ Register reg({"import", "Import safetensors (file or index.json) into a store as
   app.add_option("-o,--output", o->out, "Store file")->required();
   app.add_flag("--update", o->update,
                "Replace these tensors in the existing store (same shape and dtype), keep the rest");
-  app.add_option("--seed", o->seed, "Root seed recorded in a new store (default 0)");
+  AddInteger(app, "--seed", &o->seed, "Root seed recorded in a new store, 0..2^64-1 (default 0)");
   app.add_option("--zstd-level", o->level, "zstd level 1..22 (default 1)");
-  app.add_option("--chunk-bytes", o->chunk_bytes, "Target uncompressed chunk size (default 1 MiB)");
-  app.add_option("--threads", o->threads, "Compression threads (0 = all cores)");
+  AddInteger<uint64_t>(app, "--chunk-bytes", &o->chunk_bytes,
+                       "Target uncompressed chunk size in bytes, 1..2147483648 (default 1 MiB)",
+                       1, uint64_t{1} << 31);
+  AddThreadsOption(app, &o->threads, "Compression threads", "all cores");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return Run(*o); };
 }});

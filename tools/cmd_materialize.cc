@@ -39,7 +39,7 @@ Register reg({"materialize", "Write one rank's shards to a safetensors file", []
   auto o = std::make_shared<Options>();
   app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
-  app.add_option("--rank", o->rank, "Rank whose shards to write")->required();
+  AddInteger(app, "--rank", &o->rank, "Rank whose shards to write", 0)->required();
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_option("-o,--output", o->out, "Output .safetensors file")->required();
   AddThreadsAndDeviceOptions(app, &o->threads, &o->device);

@@ -124,7 +124,7 @@ TEST(Cli, BadInputGivesNamedErrorAndExitCode) {
       {"fingerprint /nonexistent/spec.json", "cannot open", 3},
       {"fingerprint " + spec + " --layout " + layout + " --rank 8", "--rank 8 is outside the mesh", 2},
       {"fingerprint " + spec + " --layout " + twice + " --rank 0", "used twice", 2},
-      {"materialize " + spec + " --layout " + layout + " --rank -1 -o /tmp/x.safetensors", "outside the mesh", 2},
+      {"materialize " + spec + " --layout " + layout + " --rank -1 -o /tmp/x.safetensors", "--rank: -1 is out of range", 2},
   };
   for (const auto& c : cases) {
     const Proc r = Exec(c.args);
@@ -163,7 +163,7 @@ TEST(Cli, FingerprintsOfRanksComposeAndShardsReassemble) {
     const auto& a = shards["act"];
     std::string box;
     for (int d = 0; d < 3; ++d)
-      box += (d ? "," : "") + std::to_string(a["start"][d].get<uint64_t>()) + ":" + std::to_string(a["stop"][d].get<uint64_t>());
+      box += std::string(d ? "," : "") + std::to_string(a["start"][d].get<uint64_t>()) + ":" + std::to_string(a["stop"][d].get<uint64_t>());
     const Proc g = Exec("gen --shape 8,6,10 --dtype bfloat16 --init '{\"dist\":\"normal\",\"scale\":0.05}' --seed 43 --box " + box);
     ASSERT_EQ(g.code, 0);
     const SafetensorsEntry* e = f->Find("act");
@@ -343,6 +343,84 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
   EXPECT_NE(out.find("\nintact\n"), std::string::npos) << out;
   EXPECT_NE(out.find("\nverified\n"), std::string::npos) << out;
   EXPECT_NE(out.find("left: out.h5 \n"), std::string::npos) << "temporaries or rank files left:\n" << out;
+}
+
+// Every integer option is parsed by one strict parser: a value outside the option's range, a
+// negative value for an unsigned one, and anything but a decimal integer are refused (exit 2)
+// naming the option and the value -- never clamped or wrapped (issue: --seed 2^64-1 --x64
+// printed what 2^63-1 does, init --seed -1 recorded 2^64-1, --seed 010 was octal 8).
+TEST(Cli, IntegerOptionsAreParsedStrictly) {
+  const std::string st = TempDir() + "/int.safetensors", store = TempDir() + "/int.h5";
+  ASSERT_EQ(Exec("export " + Write("int.json", kSpec) + " -o " + st).code, 0);
+  const std::string spec = TempDir() + "/int.json";
+  const std::string g = "gen --shape 2 --dtype uint32 --init '{\"dist\":\"bits\"}' --format text ";
+  struct Case {
+    std::string args, needle;
+  };
+  const Case cases[] = {
+      // gen --seed is jax.random.key's seed: an int64 (JAX takes np.int64(seed)), either mode.
+      {g + "--seed 18446744073709551615 --x64", "--seed: 18446744073709551615 is out of range (-9223372036854775808..9223372036854775807)"},
+      {g + "--seed 9223372036854775808", "--seed: 9223372036854775808 is out of range"},
+      {g + "--seed 99999999999999999999999", "--seed: 99999999999999999999999 is out of range"},
+      {g + "--seed -9223372036854775809", "--seed: -9223372036854775809 is out of range"},
+      {g + "--seed 1.5", "--seed: '1.5' is not an integer"},
+      {g + "--seed 0x10", "--seed: '0x10' is not an integer"},
+      {g + "--seed 1e3", "--seed: '1e3' is not an integer"},
+      {g + "--seed ''", "--seed: '' is not an integer"},
+      {g + "--seed ' 5'", "--seed: ' 5' is not an integer"},
+      {g + "--seed +5", "--seed: '+5' is not an integer"},
+      // init's root seed is a uint64.
+      {"init --preset gpt2 --no-fingerprints --seed -1 -o " + store, "--seed: -1 is out of range (0..18446744073709551615)"},
+      {"init --preset gpt2 --no-fingerprints --seed 18446744073709551616 -o " + store, "--seed: 18446744073709551616 is out of range"},
+      {"import " + st + " -o " + store + " --seed -1", "--seed: -1 is out of range"},
+      {"import " + st + " -o " + store + " --chunk-bytes -1", "--chunk-bytes: -1 is out of range (1..2147483648)"},
+      {"import " + st + " -o " + store + " --chunk-bytes 0", "--chunk-bytes: 0 is out of range"},
+      {"import " + st + " -o " + store + " --chunk-bytes 2147483649", "--chunk-bytes: 2147483649 is out of range"},
+      {"import " + st + " -o " + store + " --threads -1", "--threads: -1 is out of range (0..256)"},
+      {g + "--threads 257", "--threads: 257 is out of range (0..256)"},
+      {"fingerprint " + spec + " --threads 4294967297", "--threads: 4294967297 is out of range"},
+      {"fingerprint " + spec + " --rank -1", "--rank: -1 is out of range (0..2147483647)"},
+      {"fingerprint " + spec + " --rank 2147483648", "--rank: 2147483648 is out of range"},
+      {"verify " + st + " --threads x", "--threads: 'x' is not an integer"},
+      {"reshard " + spec + " --consolidate -o " + store + " --simulate-rank -1", "--simulate-rank: -1 is out of range"},
+      {"reshard " + spec + " --consolidate -o " + store + " --threads 1.0", "--threads: '1.0' is not an integer"},
+      {"verify-ranks " + spec + " --layout x.json --simulate-rank 4294967296", "--simulate-rank: 4294967296 is out of range"},
+      {"demo --ranks 0,-1", "--ranks: -1 is out of range (0..2147483647)"},
+      {"demo --seed -1", "--seed: -1 is out of range"},
+      // Integers inside option values go through the same parser.
+      {"gen --shape 3,18446744073709551616", "--shape '3,18446744073709551616': 18446744073709551616 is out of range"},
+      {"gen --shape 3,x", "--shape '3,x': 'x' is not an integer"},
+      {"gen --shape 3 --key 1,4294967296", "--key '1,4294967296': 4294967296 is out of range (0..4294967295)"},
+      {"gen --shape 3 --key -1,0", "--key '-1,0': -1 is out of range"},
+      {"gen --shape 3 --key 1,2,3", "--key '1,2,3': expected K0,K1"},
+  };
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << c.args;
+  }
+  // The ends of each range are accepted, with JAX's meaning: key(seed) in 32-bit mode is
+  // [0, seed mod 2^32], with x64 [seed >> 32, seed & 0xffffffff] (two's complement).
+  auto same = [&](const std::string& a, const std::string& b) {
+    const Proc x = Exec(g + a), y = Exec(g + b);
+    ASSERT_EQ(x.code, 0) << a << "\n" << x.err;
+    ASSERT_EQ(y.code, 0) << b << "\n" << y.err;
+    EXPECT_EQ(x.out, y.out) << a << " vs " << b;
+    EXPECT_EQ(x.out.size() > 0, true);
+  };
+  same("--seed 9223372036854775807 --x64", "--key 2147483647,4294967295");
+  same("--seed -9223372036854775808 --x64", "--key 2147483648,0");
+  same("--seed -1 --x64", "--key 4294967295,4294967295");
+  same("--seed -1", "--key 0,4294967295");
+  same("--seed 9223372036854775807", "--key 0,4294967295");
+  same("--seed 010", "--seed 10");  // decimal, not octal
+  EXPECT_NE(Exec(g + "--seed 9223372036854775807 --x64").out, Exec(g + "--seed 18446744073709551615 --x64").out);
+  const Proc i = Exec("init --preset gpt2 --no-fingerprints --seed 18446744073709551615 --json -o " + store);
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_EQ(nlohmann::json::parse(i.out)["seed"].get<uint64_t>(), 18446744073709551615ull);
+  const Proc c = Exec("import " + st + " -o " + store + " --chunk-bytes 2147483648 --threads 256");
+  EXPECT_EQ(c.code, 0) << c.err;
 }
 
 }  // namespace
