@@ -1607,7 +1607,7 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   m.seed = root_seed;
   m.generator = generator;
   m.opt = options;
-  m.opt.zstd_level = std::clamp(m.opt.zstd_level, 1, ZSTD_maxCLevel());
+  m.opt.zstd_level = std::clamp(m.opt.zstd_level, kMinZstdLevel, kMaxZstdLevel);
   SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path, m.opt.file_mode));
   m.file = std::make_unique<AtomicFile>(std::move(af));
   SEEDSTORE_RETURN_IF_ERROR(m.file->CloseFd());
@@ -1905,7 +1905,8 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype, const Write
   if (o.shuffle && DTypeSize(dtype) > 1) mine.push_back(kH5FilterShuffle);
   mine.push_back(kH5FilterZstd);
   return s.dense && !s.chunk.empty() && s.filters == mine &&
-         s.zstd_level == std::clamp(o.zstd_level, 1, ZSTD_maxCLevel());  // as Create clamps it
+         // as Create clamps it
+         s.zstd_level == std::clamp(o.zstd_level, kMinZstdLevel, kMaxZstdLevel);
 }
 
 bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {

@@ -61,9 +61,13 @@ const char* StoreErrorName(StoreError e);
 /// A Status whose message is "<name>: <message>", with the error's code.
 Status StoreStatus(StoreError e, const std::string& message);
 
+/// The zstd levels a store is written with (zstd's 1..ZSTD_maxCLevel(); its negative "fast"
+/// levels are not used). WriteOptions::zstd_level outside is clamped to them.
+constexpr int kMinZstdLevel = 1, kMaxZstdLevel = 22;
+
 /// Options for writing dense tensors.
 struct WriteOptions {
-  int zstd_level = 1;                 // 1..22 (negative levels: fast mode)
+  int zstd_level = 1;                 // kMinZstdLevel..kMaxZstdLevel (others: clamped)
   uint64_t chunk_bytes = 1u << 20;    // target uncompressed chunk size
   int threads = 0;                    // compression threads (0 = all cores)
   bool shuffle = true;                // byte-shuffle (HDF5 filter 2) before zstd

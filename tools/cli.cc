@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace seedstore::cli {
 
@@ -80,6 +83,31 @@ std::string OptionDisplayName(const std::string& names) {
 
 }  // namespace detail
 
+CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
+                       const std::string& help, double min) {
+  CLI::Option* opt = app.add_option(
+      name,
+      [value, min, shown = detail::OptionDisplayName(name)](const CLI::results_t& r) {
+        const std::string& text = r.back();
+        char* end = nullptr;
+        const double v = text.empty() || std::isspace(static_cast<unsigned char>(text[0]))
+                             ? NAN
+                             : std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() || !std::isfinite(v))
+          throw CLI::ValidationError(shown, "'" + detail::Shown(text) + "' is not a finite number");
+        if (v < min) {
+          char m[32];
+          std::snprintf(m, sizeof m, "%.17g", min);
+          throw CLI::ValidationError(shown, detail::Shown(text) + " is below the minimum " + m);
+        }
+        *value = v;
+        return true;
+      },
+      help);
+  opt->type_name("FLOAT")->type_size(1)->expected(1);
+  return opt;
+}
+
 void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank) {
   app.add_option("--simulate", *simulate,
                  "Testing: process --simulate-rank hangs, dies (exit 3) or is killed (SIGKILL) "
@@ -117,9 +145,9 @@ void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, 
                  "auto (mpi under mpirun, else self), mpi, nccl (GPU collectives bootstrapped "
                  "over mpi) or self")
       ->check(CLI::IsMember({"auto", "mpi", "nccl", "self"}));
-  app.add_option("--timeout", *timeout,
-                 "Seconds a rank waits for the others at each step before the job is ended "
-                 "(<= 0: forever)");
+  AddNumber(app, "--timeout", timeout,
+            "Seconds a rank waits for the others at each step before the job is ended "
+            "(<= 0: forever)");
   AddThreadsOption(app, threads, "CPU threads per rank", "cores / ranks per node");
 }
 

@@ -77,6 +77,10 @@ CLI::Option* AddInteger(CLI::App& app, const std::string& name, std::vector<T>* 
                         const std::string& help, T min = std::numeric_limits<T>::min(),
                         T max = std::numeric_limits<T>::max());
 
+/// Adds a floating-point option that must be a finite number >= min (nan and inf are refused).
+CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
+                       const std::string& help, double min = std::numeric_limits<double>::lowest());
+
 /// --simulate none|hang|die|kill and --simulate-rank R of the commands that write a
 /// distributed save (save-ranks, reshard): the fault-injection hook of tests/mpi/test_faults.cc
 /// (DistSaveOptions::simulate in io/dist_store.h).

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "io/h5store.h"
 #include "io/interop.h"
 #include "store/json_text.h"
 #include "tools/cli.h"
@@ -69,7 +70,8 @@ Register reg({"import", "Import safetensors (file or index.json) into a store as
   app.add_flag("--update", o->update,
                "Replace these tensors in the existing store (same shape and dtype), keep the rest");
   AddInteger(app, "--seed", &o->seed, "Root seed recorded in a new store, 0..2^64-1 (default 0)");
-  app.add_option("--zstd-level", o->level, "zstd level 1..22 (default 1)");
+  AddInteger(app, "--zstd-level", &o->level, "zstd level 1..22 (default 1)", kMinZstdLevel,
+             kMaxZstdLevel);
   AddInteger<uint64_t>(app, "--chunk-bytes", &o->chunk_bytes,
                        "Target uncompressed chunk size in bytes, 1..2147483648 (default 1 MiB)",
                        1, uint64_t{1} << 31);

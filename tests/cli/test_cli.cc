@@ -423,5 +423,40 @@ TEST(Cli, IntegerOptionsAreParsedStrictly) {
   EXPECT_EQ(c.code, 0) << c.err;
 }
 
+// --zstd-level accepts exactly the documented 1..22 (zstd's negative fast levels are not
+// used: the writer clamped them to 1), and the floating-point options only finite numbers in
+// range (issue: 0, -5, 23 and 1000000 were clamped silently; --max-padding nan was accepted).
+TEST(Cli, ZstdLevelAndNumberOptionsAcceptOnlyTheirRange) {
+  const std::string st = TempDir() + "/z.safetensors", store = TempDir() + "/z.h5";
+  ASSERT_EQ(Exec("export " + Write("z.json", kSpec) + " -o " + st).code, 0);
+  for (const std::string level : {"0", "-5", "23", "1000000"}) {
+    for (const std::string& cmd : {"import " + st + " -o " + store, "reshard " + st + " --consolidate -q -o " + store}) {
+      const Proc r = Exec(cmd + " --zstd-level " + level);
+      EXPECT_EQ(r.code, 2) << cmd << " " << level << "\n" << r.err;
+      EXPECT_NE(r.err.find("--zstd-level: " + level + " is out of range (1..22)"), std::string::npos) << r.err;
+    }
+  }
+  EXPECT_FALSE(std::ifstream(store).good());  // nothing was written
+  for (const std::string level : {"1", "22"}) {
+    const Proc r = Exec("import " + st + " -o " + store + " --zstd-level " + level + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const Proc j = Exec("reshard " + st + " --consolidate -q -o " + store + " --zstd-level " + level);
+    ASSERT_EQ(j.code, 0) << j.err;
+  }
+  const std::string rs = "reshard " + st + " --consolidate -q -o " + store;
+  for (const auto& [args, needle] : {std::pair<std::string, std::string>{" --max-padding nan", "--max-padding: 'nan' is not a finite number"},
+                                     {" --max-padding inf", "--max-padding: 'inf' is not a finite number"},
+                                     {" --max-padding -0.5", "--max-padding: -0.5 is below the minimum 0"},
+                                     {" --max-padding 0.25x", "--max-padding: '0.25x' is not a finite number"},
+                                     {" --timeout nan", "--timeout: 'nan' is not a finite number"},
+                                     {" --timeout -inf", "--timeout: '-inf' is not a finite number"}}) {
+    const Proc r = Exec(rs + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
+  }
+  EXPECT_EQ(Exec(rs + " --max-padding 0 --timeout -1").code, 0);
+  EXPECT_EQ(Exec(rs + " --max-padding 0.5 --timeout 30").code, 0);
+}
+
 }  // namespace
 }  // namespace seedstore
