@@ -108,6 +108,19 @@ CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
   return opt;
 }
 
+Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank) {
+  if (layout.empty()) {
+    if (rank >= 0) return InvalidArgument("--rank needs --layout");
+    return std::optional<Layout>();
+  }
+  if (rank < 0) return InvalidArgument("--layout needs --rank");
+  SEEDSTORE_ASSIGN_OR_RETURN(Layout l, Layout::Load(layout));
+  if (rank >= l.world_size())
+    return InvalidArgument("--rank " + std::to_string(rank) + " is outside the mesh of '" + layout +
+                           "' (" + std::to_string(l.world_size()) + " ranks)");
+  return std::optional<Layout>(std::move(l));
+}
+
 void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank) {
   app.add_option("--simulate", *simulate,
                  "Testing: process --simulate-rank hangs, dies (exit 3) or is killed (SIGKILL) "

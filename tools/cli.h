@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "io/collective.h"
+#include "store/layout.h"
 #include "store/status.h"
 
 namespace seedstore::cli {
@@ -80,6 +82,12 @@ CLI::Option* AddInteger(CLI::App& app, const std::string& name, std::vector<T>* 
 /// Adds a floating-point option that must be a finite number >= min (nan and inf are refused).
 CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
                        const std::string& help, double min = std::numeric_limits<double>::lowest());
+
+/// --layout L.json with --rank R, for the commands that write or hash one rank's shards: the
+/// layout, with R checked to be a rank of its mesh; nullopt when neither is given (rank < 0:
+/// --rank not given). Errors (kInvalidArgument): "--layout needs --rank", "--rank needs
+/// --layout", "--rank R is outside the mesh of 'L.json' (N ranks)"; Layout::Load's.
+Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank);
 
 /// --simulate none|hang|die|kill and --simulate-rank R of the commands that write a
 /// distributed save (save-ranks, reshard): the fault-injection hook of tests/mpi/test_faults.cc

@@ -22,17 +22,11 @@ int Run(const Options& o) {
   ExportOptions e;
   e.tensors_glob = o.tensors;
   e.cpu.threads = o.threads;
-  Result<Layout> layout = Layout();
-  if (!o.layout.empty()) {
-    layout = Layout::Load(o.layout);
-    if (!layout.ok()) return Fail(layout.status());
-    if (o.rank < 0 || o.rank >= layout->world_size())
-      return Fail(InvalidArgument("--rank " + std::to_string(o.rank) + " is outside the mesh (" +
-                                  std::to_string(layout->world_size()) + " ranks)"));
-    e.layout = &*layout;
+  auto layout = LayoutForRank(o.layout, o.rank);
+  if (!layout.ok()) return Fail(layout.status());
+  if (*layout) {
+    e.layout = &**layout;
     e.rank = o.rank;
-  } else if (o.rank >= 0) {
-    return Fail(InvalidArgument("--rank needs --layout"));
   }
   uint64_t max_bytes = 0;
   if (!o.max_size.empty()) {

@@ -10,7 +10,7 @@ namespace {
 
 struct Options {
   std::string source, layout, tensors = "*", out, device = "auto";
-  int rank = 0, threads = 0;
+  int rank = -1, threads = 0;
 };
 
 int Run(const Options& o) {
@@ -18,14 +18,11 @@ int Run(const Options& o) {
   if (!device.ok()) return Fail(device.status());
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return Fail(cat.status());
-  auto layout = Layout::Load(o.layout);
+  auto layout = LayoutForRank(o.layout, o.rank);
   if (!layout.ok()) return Fail(layout.status());
-  if (o.rank < 0 || o.rank >= layout->world_size())
-    return Fail(InvalidArgument("--rank " + std::to_string(o.rank) + " is outside the mesh (" +
-                                std::to_string(layout->world_size()) + " ranks)"));
   ExportOptions e;
   e.tensors_glob = o.tensors;
-  e.layout = &*layout;
+  e.layout = &**layout;
   e.rank = o.rank;
   e.cpu.threads = o.threads;
   e.device = *device;

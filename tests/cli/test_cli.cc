@@ -458,5 +458,33 @@ TEST(Cli, ZstdLevelAndNumberOptionsAcceptOnlyTheirRange) {
   EXPECT_EQ(Exec(rs + " --max-padding 0.5 --timeout 30").code, 0);
 }
 
+// --layout and --rank go together: each alone is named as such (issue: --layout alone was
+// reported as "--rank -1 is outside the mesh", an option the user never gave).
+TEST(Cli, LayoutAndRankAreGivenTogether) {
+  const std::string spec = Write("lr.json", kSpec), layout = Write("lr_layout.json", kLayout);
+  const std::string out = TempDir() + "/lr.safetensors";
+  struct Case {
+    std::string args, needle;
+  };
+  const Case cases[] = {
+      {"fingerprint " + spec + " --layout " + layout, "--layout needs --rank"},
+      {"export " + spec + " --layout " + layout + " -o " + out, "--layout needs --rank"},
+      {"fingerprint " + spec + " --rank 0", "--rank needs --layout"},
+      {"export " + spec + " --rank 0 -o " + out, "--rank needs --layout"},
+      {"fingerprint " + spec + " --layout " + layout + " --rank 8", "--rank 8 is outside the mesh of '" + layout + "' (8 ranks)"},
+      {"export " + spec + " --layout " + layout + " --rank 8 -o " + out, "--rank 8 is outside the mesh"},
+      {"materialize " + spec + " --layout " + layout + " --rank 8 -o " + out, "--rank 8 is outside the mesh"},
+  };
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("-1"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(std::ifstream(out).good());
+  EXPECT_EQ(Exec("export " + spec + " --layout " + layout + " --rank 7 -o " + out).code, 0);
+  EXPECT_EQ(Exec("fingerprint " + spec + " --layout " + layout + " --rank 0").code, 0);
+}
+
 }  // namespace
 }  // namespace seedstore
