@@ -89,7 +89,9 @@ int Run(const GenOptions& o) {
     return Fail(st);
   std::vector<uint64_t> box_shape;
   for (int d = 0; d < region->rank; ++d) box_shape.push_back(region->stop[d] - region->start[d]);
-  return ExitCode(WriteArray(o.out, o.format, t.dtype, box_shape, buf.data(), buf.size()));
+  if (auto st = WriteArray(o.out, o.format, t.dtype, box_shape, buf.data(), buf.size()); !st.ok())
+    return Fail(st);
+  return 0;
 }
 
 Register reg({"gen", "Generate one lazily described tensor (or one box of it)", [](CLI::App& app) {

@@ -1,6 +1,8 @@
 // The shipped binary run as a user would (label cli): output bytes and exit codes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +56,11 @@ std::string Write(const std::string& name, const std::string& text) {
   const std::string path = TempDir() + "/" + name;
   std::ofstream(path) << text;
   return path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 const char* kSpec = R"({"seedstore": 1, "seed": 7, "tensors": [
@@ -484,6 +491,68 @@ TEST(Cli, LayoutAndRankAreGivenTogether) {
   EXPECT_FALSE(std::ifstream(out).good());
   EXPECT_EQ(Exec("export " + spec + " --layout " + layout + " --rank 7 -o " + out).code, 0);
   EXPECT_EQ(Exec("fingerprint " + spec + " --layout " + layout + " --rank 0").code, 0);
+}
+
+// Runs a shell command line, returning its stdout and stderr together.
+std::string Shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(("(" + cmd + ") 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+// gen reports an output it cannot write, naming it (issue: exit 5 and not a word), and
+// replaces a regular file atomically: a failure mid-write leaves the previous file whole
+// (issue: fopen("wb") had truncated it). stdout and devices are written in place.
+TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
+  const std::string dir = TempDir() + "/gen_out";
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/folder").c_str()), 0);
+  const std::string g = "gen --shape 4 --init '{\"dist\":\"ones\"}' ";
+  {
+    const Proc r = Exec(g + "-o " + dir + "/folder");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("'" + dir + "/folder' is a directory"), std::string::npos) << r.err;
+  }
+  {
+    const Proc r = Exec(g + "-o " + dir + "/nodir/x.bin");
+    EXPECT_EQ(r.code, 5) << r.err;
+    EXPECT_NE(r.err.find(dir + "/nodir/x.bin"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("No such file or directory"), std::string::npos) << r.err;
+  }
+  struct stat full;
+  if (::stat("/dev/full", &full) == 0 && S_ISCHR(full.st_mode)) {
+    const Proc r = Exec(g + "-o /dev/full");
+    EXPECT_EQ(r.code, 5) << r.err;
+    EXPECT_NE(r.err.find("writing output '/dev/full' failed: No space left on device"), std::string::npos) << r.err;
+    ASSERT_EQ(::stat("/dev/full", &full), 0);
+    EXPECT_TRUE(S_ISCHR(full.st_mode)) << "/dev/full is no longer a device";
+  }
+  // A write that fails half-way (over the file size limit: EFBIG, with SIGXFSZ ignored)
+  // leaves the previous file as it was, and no temporary.
+  const std::string out = dir + "/out.bin";
+  std::ofstream(out) << "previous";
+  const std::string log = Shell("bash -c \"trap '' XFSZ; ulimit -f 8; exec " + Bin() +
+                                " gen --shape 100000 --init '{\\\"dist\\\":\\\"ones\\\"}' -o " + out +
+                                "\"; echo rc=$?");
+  EXPECT_NE(log.find("rc=5"), std::string::npos) << log;
+  EXPECT_NE(log.find("File too large"), std::string::npos) << log;
+  EXPECT_EQ(ReadFile(out), "previous");
+  // A successful write replaces the file (a new inode: a hard link keeps the old bytes).
+  ASSERT_EQ(::link(out.c_str(), (dir + "/keep.bin").c_str()), 0);
+  const Proc ok = Exec(g + "--format text -o " + out);
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ReadFile(out), "1\n1\n1\n1\n");
+  EXPECT_EQ(ReadFile(dir + "/keep.bin"), "previous");
+  EXPECT_EQ(Shell("ls -A " + dir), "folder\nkeep.bin\nout.bin\n");
+  // stdout, by default, "-" or /dev/stdout.
+  for (const std::string o : {"", "-o - ", "-o /dev/stdout "}) {
+    const Proc s = Exec(g + "--format text " + o);
+    EXPECT_EQ(s.code, 0) << o << s.err;
+    EXPECT_EQ(s.out, "1\n1\n1\n1\n") << o;
+  }
 }
 
 }  // namespace
