@@ -1,11 +1,17 @@
 #include "tools/cli.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
+
+#include "io/dist_store.h"
+#include "io/h5store.h"
+#include "io/interop.h"
 
 namespace seedstore::cli {
 
@@ -119,6 +125,30 @@ Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank)
     return InvalidArgument("--rank " + std::to_string(rank) + " is outside the mesh of '" + layout +
                            "' (" + std::to_string(l.world_size()) + " ranks)");
   return std::optional<Layout>(std::move(l));
+}
+
+Status CheckOutputIsNotInput(const std::string& out, const std::string& source, const Catalog* cat,
+                             bool may_rewrite_store) {
+  struct stat o;
+  if (out.empty() || source.empty() || ::stat(out.c_str(), &o) != 0)
+    return Status::Ok();  // nothing there to lose
+  auto same = [&o](const std::string& f) {
+    struct stat s;
+    return ::stat(f.c_str(), &s) == 0 && s.st_dev == o.st_dev && s.st_ino == o.st_ino;
+  };
+  const bool store = dynamic_cast<const H5Store*>(cat) || dynamic_cast<const DistCatalog*>(cat);
+  if (same(source) && !(may_rewrite_store && store))
+    return InvalidArgument("-o '" + out + "' is the input '" + source + "'; write to another path");
+  std::set<std::string> files;  // the source's other files
+  if (const auto* st = dynamic_cast<const SafetensorsCatalog*>(cat))
+    for (size_t i = 0; i < st->tensors().size(); ++i) files.insert(st->file_of(i));
+  if (const auto* d = dynamic_cast<const DistCatalog*>(cat))
+    files.insert(d->rank_files().begin(), d->rank_files().end());
+  for (const std::string& f : files)
+    if (f != source && same(f))
+      return InvalidArgument("-o '" + out + "' is " + (f == out ? "" : "'" + f + "', ") +
+                             "a file of the input '" + source + "'; write to another path");
+  return Status::Ok();
 }
 
 void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank) {

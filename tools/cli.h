@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "io/collective.h"
+#include "store/catalog.h"
 #include "store/layout.h"
 #include "store/status.h"
 
@@ -88,6 +89,17 @@ CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
 /// --rank not given). Errors (kInvalidArgument): "--layout needs --rank", "--rank needs
 /// --layout", "--rank R is outside the mesh of 'L.json' (N ranks)"; Layout::Load's.
 Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank);
+
+/// Refuses, before anything is written, an output `out` (given as -o) that is the same file
+/// (device and inode, links followed) as the input `source` (a model source, a layout file, a
+/// spec) or one of its files: the shard files of a Hugging Face index, the rank files of a
+/// distributed save (`cat`, when the source is open; may be null). Ok when either is "" or
+/// `out` does not exist. With `may_rewrite_store`, a store or distributed save's master may be
+/// its own output (reshard and save-ranks replace it atomically with the same weights); its
+/// rank files still may not. Error (kInvalidArgument): "-o 'out' is the input 'file'; write to
+/// another path".
+Status CheckOutputIsNotInput(const std::string& out, const std::string& source,
+                             const Catalog* cat = nullptr, bool may_rewrite_store = false);
 
 /// --simulate none|hang|die|kill and --simulate-rank R of the commands that write a
 /// distributed save (save-ranks, reshard): the fault-injection hook of tests/mpi/test_faults.cc

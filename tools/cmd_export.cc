@@ -34,6 +34,11 @@ int Run(const Options& o) {
     if (!m.ok()) return Fail(m.status().WithContext("--max-shard-size"));
     max_bytes = *m;
   }
+  // Neither the file nor (split) the index written may be the source or one of its files.
+  for (const std::string& out : {o.out, max_bytes > 0 ? o.out + ".index.json" : std::string()})
+    for (auto st : {CheckOutputIsNotInput(out, o.source, cat->get()),
+                    CheckOutputIsNotInput(out, o.layout)})
+      if (!st.ok()) return Fail(st);
   uint64_t total = 0;
   for (const auto& t : (*cat)->tensors())
     if (GlobMatch(o.tensors, t.name)) total += t.NumBytes();

@@ -9,6 +9,7 @@
 
 #include "io/h5store.h"
 #include "io/interop.h"
+#include "io/open.h"
 #include "store/json_text.h"
 #include "tools/cli.h"
 
@@ -23,6 +24,15 @@ struct Options {
 };
 
 int Run(const Options& o) {
+  {  // -o must not be the source, nor one of an index's shard files (checked before writing)
+    std::unique_ptr<Catalog> index;
+    if (IsSafetensorsSource(o.source) && o.source.size() > 5 &&
+        o.source.compare(o.source.size() - 5, 5, ".json") == 0) {
+      auto c = OpenCatalog(o.source);  // an index that does not open is reported by the import
+      if (c.ok()) index = std::move(*c);
+    }
+    if (auto st = CheckOutputIsNotInput(o.out, o.source, index.get()); !st.ok()) return Fail(st);
+  }
   ImportOptions io;
   io.write.zstd_level = o.level;
   io.write.threads = o.threads;

@@ -25,6 +25,8 @@ int Run(const Options& o) {
   if (o.preset.empty() == o.spec.empty())
     return Fail(InvalidArgument("give exactly one of --preset NAME or --spec SPEC.json"));
   if (o.out.empty()) return Fail(InvalidArgument("-o STORE is required"));
+  if (!o.spec.empty())
+    if (auto st = CheckOutputIsNotInput(o.out, o.spec); !st.ok()) return Fail(st);
   auto g = ParseGenerator(o.generator);
   if (!g.ok()) return Fail(g.status().WithContext("--generator"));
   Result<ModelSpec> spec = o.preset.empty() ? ModelSpec::Load(o.spec) : Preset(o.preset, o.seed, *g);

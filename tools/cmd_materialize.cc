@@ -20,6 +20,9 @@ int Run(const Options& o) {
   if (!cat.ok()) return Fail(cat.status());
   auto layout = LayoutForRank(o.layout, o.rank);
   if (!layout.ok()) return Fail(layout.status());
+  for (auto st : {CheckOutputIsNotInput(o.out, o.source, cat->get()),
+                  CheckOutputIsNotInput(o.out, o.layout)})
+    if (!st.ok()) return Fail(st);
   ExportOptions e;
   e.tensors_glob = o.tensors;
   e.layout = &**layout;

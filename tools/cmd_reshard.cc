@@ -37,6 +37,11 @@ int Run(const ReshardOptions& o) {
   }
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return finish(cat.status());
+  // A store rewritten in place is replaced atomically; a spec or safetensors source would be
+  // lost (replaced by a store), and a rank file of the source is still to be read.
+  for (auto st : {CheckOutputIsNotInput(o.output, o.source, cat->get(), true),
+                  CheckOutputIsNotInput(o.output, o.layout)})
+    if (!st.ok()) return finish(st);
   DistSaveOptions so;
   so.consolidate = o.consolidate;
   so.cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();

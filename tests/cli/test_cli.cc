@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -350,6 +352,81 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
   EXPECT_NE(out.find("\nintact\n"), std::string::npos) << out;
   EXPECT_NE(out.find("\nverified\n"), std::string::npos) << out;
   EXPECT_NE(out.find("left: out.h5 \n"), std::string::npos) << "temporaries or rank files left:\n" << out;
+}
+
+// No command writes its output over one of its inputs: -o naming the source (by another
+// spelling, a symbolic or a hard link), a shard file of a Hugging Face index, a rank file of a
+// distributed save, the layout or the spec is refused (exit 2) before anything is written, and
+// the input stays byte for byte as it was (issue: materialize model.h5 ... -o model.h5
+// replaced the store by one rank's shard; init --spec s.json -o s.json replaced the spec).
+// reshard and import --update may rewrite the store they read (atomically, same weights).
+TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
+  const std::string d = TempDir() + "/same";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = d + "/spec.json", layout = d + "/layout.json", st = d + "/w.safetensors";
+  std::ofstream(spec) << kSpec;
+  std::ofstream(layout) << kLayout;
+  const std::string model = d + "/model.h5", save = d + "/save.h5";
+  ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
+  ASSERT_EQ(Exec("import " + st + " -o " + model).code, 0);
+  ASSERT_EQ(Exec("export " + spec + " -o " + d + "/m.safetensors --max-shard-size 1KB").code, 0);
+  const std::string index = d + "/m.safetensors.index.json";
+  ASSERT_EQ(Exec("reshard " + model + " --layout " + layout + " -q -o " + save).code, 0);
+  std::string shard, rank0;  // the index's first shard file, the save's rank 0 file
+  for (const auto& e : std::filesystem::directory_iterator(d)) {
+    const std::string n = e.path().filename();
+    if (n.rfind("m-00001-of-", 0) == 0) shard = e.path();
+    if (n.rfind("save.h5.", 0) == 0 && n.size() > 9 && n.substr(n.size() - 9) == ".rank0.h5") rank0 = e.path();
+  }
+  ASSERT_FALSE(shard.empty());
+  ASSERT_FALSE(rank0.empty());
+  ASSERT_EQ(::symlink("model.h5", (d + "/link.h5").c_str()), 0);
+  ASSERT_EQ(::link(model.c_str(), (d + "/hard.h5").c_str()), 0);
+  const std::vector<std::string> inputs = {spec, layout, st, model, index, shard, save, rank0};
+  std::map<std::string, std::string> before;
+  for (const auto& f : inputs) before[f] = ReadFile(f);
+  struct Case {
+    std::string args, needle;
+  };
+  const std::string lr = " --layout " + layout + " --rank 0";
+  const Case cases[] = {
+      {"materialize " + model + lr + " -o " + model, "-o '" + model + "' is the input '" + model + "'; write to another path"},
+      {"materialize " + model + lr + " -o " + d + "/link.h5", "is the input '" + model + "'"},
+      {"materialize " + spec + lr + " -o " + layout, "-o '" + layout + "' is the input '" + layout + "'"},
+      {"export " + model + " -o " + d + "/./model.h5", "is the input '" + model + "'"},
+      {"export " + d + "/hard.h5 -o " + model, "is the input '" + d + "/hard.h5'"},
+      {"export " + index + " -o " + shard, "-o '" + shard + "' is a file of the input '" + index + "'"},
+      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1KB", "-o '" + index + "' is the input '" + index + "'"},
+      {"export " + save + " -o " + rank0, "is a file of the input '" + save + "'"},
+      {"export " + spec + lr + " -o " + layout, "is the input '" + layout + "'"},
+      {"import " + st + " -o " + st, "-o '" + st + "' is the input '" + st + "'"},
+      {"import " + st + " -o " + st + " --update", "is the input '" + st + "'"},
+      {"import " + index + " -o " + shard, "is a file of the input '" + index + "'"},
+      {"import " + index + " -o " + index, "is the input '" + index + "'"},
+      {"init --spec " + spec + " -o " + spec, "-o '" + spec + "' is the input '" + spec + "'"},
+      {"reshard " + spec + " --consolidate -q -o " + spec, "is the input '" + spec + "'"},
+      {"reshard " + st + " --consolidate -q -o " + st, "is the input '" + st + "'"},
+      {"reshard " + save + " --consolidate -q -o " + rank0, "is a file of the input '" + save + "'"},
+      {"reshard " + model + " --layout " + layout + " -q -o " + layout, "is the input '" + layout + "'"},
+  };
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+  }
+  for (const auto& f : inputs) EXPECT_TRUE(ReadFile(f) == before[f]) << f << " changed";
+  for (const auto& e : std::filesystem::directory_iterator(d))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // A store rewritten in place (atomically, the same weights) stays allowed.
+  const Proc a = Exec("reshard " + model + " --consolidate -q -o " + model);
+  EXPECT_EQ(a.code, 0) << a.err;
+  const Proc b = Exec("reshard " + save + " --layout " + layout + " -q -o " + save);
+  EXPECT_EQ(b.code, 0) << b.err;
+  const Proc u = Exec("import " + st + " -o " + model + " --update");
+  EXPECT_EQ(u.code, 0) << u.err;
+  EXPECT_EQ(Exec("verify " + model).code, 0);
+  EXPECT_EQ(Exec("verify " + save).code, 0);
+  EXPECT_EQ(Exec("diff " + model + " " + spec).code, 0);
 }
 
 // Every integer option is parsed by one strict parser: a value outside the option's range, a
