@@ -791,6 +791,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   const std::string w = "file '" + path + "'";
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return NotFound(w + ": cannot open (no such file)");
+  if (S_ISDIR(st.st_mode)) return InvalidArgument(w + ": is a directory, not a store");
   if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
     return Status(Code::kIo, w + ": cannot open: " + std::strerror(errno));
   else

@@ -152,7 +152,8 @@ class H5Store : public Catalog {
  public:
   /// Opens and validates a store: root attributes, index checksum and JSON, and for each dense
   /// record its dataset (shape, dtype, filters, checksum table). Errors name the file and are
-  /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, ...).
+  /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, ...); a missing
+  /// file is kNotFound, a directory kInvalidArgument.
   static Result<std::unique_ptr<H5Store>> Open(const std::string& path);
   ~H5Store() override;
 

@@ -632,5 +632,26 @@ TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
   }
 }
 
+// A directory given where a model source is expected is named as the wrong kind of path
+// (exit 2), not reported as a corrupt HDF5 file (exit 4).
+TEST(Cli, DirectoryAsSourceIsTheWrongKindOfPath) {
+  const std::string d = TempDir() + "/adir";
+  ASSERT_EQ(std::system(("mkdir -p " + d + " " + d + ".json " + d + ".safetensors").c_str()), 0);
+  for (const std::string& src : {d, d + ".json", d + ".safetensors"}) {
+    for (const std::string& cmd : {std::string("inspect "), std::string("fingerprint "),
+                                   "export -o " + TempDir() + "/adir.out.safetensors "}) {
+      const Proc r = Exec(cmd + src);
+      EXPECT_EQ(r.code, 2) << cmd << src << "\n" << r.err;
+      EXPECT_NE(r.err.find("'" + src + "' is a directory, not a model source"), std::string::npos) << r.err;
+    }
+  }
+  const Proc v = Exec("verify " + d);
+  EXPECT_EQ(v.code, 2) << v.err;
+  EXPECT_NE(v.err.find("file '" + d + "': is a directory, not a store"), std::string::npos) << v.err;
+  const Proc diff = Exec("diff " + d + " " + d + ".json");
+  EXPECT_EQ(diff.code, 2) << diff.err;
+  EXPECT_NE(diff.err.find("is a directory"), std::string::npos) << diff.err;
+}
+
 }  // namespace
 }  // namespace seedstore
