@@ -65,8 +65,6 @@ HashFn PickHash(DType dtype) {
   }
 }
 
-constexpr int kMaxThreads = 256;
-
 /// Calls f(global_flat_base, count, box_linear_offset) for every run piece of box-linear
 /// range [a, b), in order.
 template <class F>
@@ -87,7 +85,7 @@ void ForEachRun(const Region& r, uint64_t a, uint64_t b, F&& f) {
 template <class F>
 void Parallel(uint64_t count, CpuOptions o, F&& f) {
   int t = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
-  t = std::clamp(t, 1, kMaxThreads);
+  t = std::clamp(t, 1, kMaxCpuThreads);
   constexpr uint64_t kMinPerThread = 1 << 15;
   t = static_cast<int>(std::min<uint64_t>(t, std::max<uint64_t>(1, count / kMinPerThread)));
   if (t == 1) {
@@ -145,7 +143,7 @@ Fingerprint FingerprintCpu(DType dtype, const Region& r, const void* data, uint6
   const HashFn hash = PickHash(dtype);
   const size_t es = DTypeSize(dtype);
   const auto* base = static_cast<const unsigned char*>(data);
-  std::vector<Fingerprint> parts(kMaxThreads);
+  std::vector<Fingerprint> parts(kMaxCpuThreads);
   Parallel(r.Count(), o, [&](int k, uint64_t a, uint64_t b) {
     Fingerprint s;
     ForEachRun(r, a, b, [&](uint64_t i, uint64_t n, uint64_t at) {
@@ -164,7 +162,7 @@ Fingerprint MaterializeFingerprintCpu(const SamplerParams& p, const Region& r, v
   const HashFn hash = PickHash(p.dtype);
   const size_t es = DTypeSize(p.dtype);
   auto* base = static_cast<unsigned char*>(out);
-  std::vector<Fingerprint> parts(kMaxThreads);
+  std::vector<Fingerprint> parts(kMaxCpuThreads);
   Parallel(r.Count(), o, [&](int k, uint64_t a, uint64_t b) {
     constexpr uint64_t kTile = 4096;
     alignas(64) unsigned char tile[kTile * 8];

@@ -7,7 +7,10 @@
 
 namespace seedstore {
 
-/// Threads to use: 0 means std::thread::hardware_concurrency().
+/// The most threads one CPU computation runs (larger requests use this many).
+constexpr int kMaxCpuThreads = 256;
+
+/// Threads to use: 0 means std::thread::hardware_concurrency(); at most kMaxCpuThreads run.
 struct CpuOptions {
   int threads = 0;
 };

@@ -179,6 +179,17 @@ Result<std::string> ResolveSymlinks(const std::string& path) {
 
 Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
   SEEDSTORE_ASSIGN_OR_RETURN(const std::string path, ResolveSymlinks(requested));
+  struct stat existing;
+  if (::stat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
+    // Renaming over a directory fails only after all the work; over a device or a pipe it
+    // would replace that node (as root: /dev/full became a regular file).
+    const std::string shown =
+        "'" + requested + "'" + (path != requested ? " (-> '" + path + "')" : "");
+    const char* what = S_ISDIR(existing.st_mode)
+                           ? " is a directory"
+                           : " is not a regular file (a device, pipe or socket)";
+    return InvalidArgument(shown + what + "; give a file to write");
+  }
   RemoveStaleTemporaries(path);
   const std::string temp = TempName(path, ::getpid(), g_counter.fetch_add(1));
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -78,6 +78,9 @@ class AtomicFile {
   /// lead to), removes the stale temporaries of that path (rule above), then creates
   /// TempName(path, getpid(), n) next to it: when it replaces a file, with that file's mode
   /// (and group, where allowed); else with `mode` when >= 0, or 0644 less the umask.
+  /// Errors: kInvalidArgument naming `path` when it is a directory or another file that is not
+  /// a regular one (a device, pipe or socket: the rename would replace it); kIo when the
+  /// temporary cannot be created (e.g. the folder does not exist).
   static Result<AtomicFile> Create(const std::string& path, int mode = -1);
   AtomicFile(AtomicFile&& o) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;

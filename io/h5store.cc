@@ -605,7 +605,7 @@ size_t CompressChunk(void* dst, size_t cap, const void* src, size_t n, int level
 
 int ThreadCount(int requested, uint64_t work_items) {
   int t = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
-  t = std::max(1, std::min(t, 256));
+  t = std::max(1, std::min(t, kMaxCpuThreads));
   return static_cast<int>(std::min<uint64_t>(t, std::max<uint64_t>(work_items, 1)));
 }
 
@@ -837,6 +837,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   const std::string w = "file '" + path + "'";
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return NotFound(w + ": cannot open (no such file)");
+  if (S_ISDIR(st.st_mode)) return InvalidArgument(w + ": is a directory, not a store");
   if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
     return Status(Code::kIo, w + ": cannot open: " + std::strerror(errno));
   else
@@ -1666,7 +1667,7 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   m.seed = root_seed;
   m.generator = generator;
   m.opt = options;
-  m.opt.zstd_level = std::clamp(m.opt.zstd_level, 1, ZSTD_maxCLevel());
+  m.opt.zstd_level = std::clamp(m.opt.zstd_level, kMinZstdLevel, kMaxZstdLevel);
   SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path, m.opt.file_mode));
   m.file = std::make_unique<AtomicFile>(std::move(af));
   SEEDSTORE_RETURN_IF_ERROR(m.file->CloseFd());
@@ -1964,7 +1965,8 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype, const Write
   if (o.shuffle && DTypeSize(dtype) > 1) mine.push_back(kH5FilterShuffle);
   mine.push_back(kH5FilterZstd);
   return s.dense && !s.chunk.empty() && s.filters == mine &&
-         s.zstd_level == std::clamp(o.zstd_level, 1, ZSTD_maxCLevel());  // as Create clamps it
+         // as Create clamps it
+         s.zstd_level == std::clamp(o.zstd_level, kMinZstdLevel, kMaxZstdLevel);
 }
 
 bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {

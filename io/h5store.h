@@ -62,9 +62,13 @@ const char* StoreErrorName(StoreError e);
 /// A Status whose message is "<name>: <message>", with the error's code.
 Status StoreStatus(StoreError e, const std::string& message);
 
+/// The zstd levels a store is written with (zstd's 1..ZSTD_maxCLevel(); its negative "fast"
+/// levels are not used). WriteOptions::zstd_level outside is clamped to them.
+constexpr int kMinZstdLevel = 1, kMaxZstdLevel = 22;
+
 /// Options for writing dense tensors.
 struct WriteOptions {
-  int zstd_level = 1;                 // 1..22 (negative levels: fast mode)
+  int zstd_level = 1;                 // kMinZstdLevel..kMaxZstdLevel (others: clamped)
   uint64_t chunk_bytes = 1u << 20;    // target uncompressed chunk size
   int threads = 0;                    // compression threads (0 = all cores)
   bool shuffle = true;                // byte-shuffle (HDF5 filter 2) before zstd
@@ -149,7 +153,8 @@ class H5Store : public Catalog {
  public:
   /// Opens and validates a store: root attributes, index checksum and JSON, and for each dense
   /// record its dataset (shape, dtype, filters, checksum table). Errors name the file and are
-  /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, ...).
+  /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, ...); a missing
+  /// file is kNotFound, a directory kInvalidArgument.
   static Result<std::unique_ptr<H5Store>> Open(const std::string& path);
   ~H5Store() override;
 
@@ -352,7 +357,8 @@ std::string EscapeH5Name(const std::string& name);
 /// library in this process; idempotent. Called by Open/Create.
 void RegisterZstdFilter();
 
-/// Threads for `work_items` items: `requested` (0: all cores), at most 256 and at most the items.
+/// Threads for `work_items` items: `requested` (0: all cores), at most kMaxCpuThreads and at
+/// most the items.
 int ThreadCount(int requested, uint64_t work_items);
 
 /// Runs f(item, thread) for items 0..n-1 on `threads` threads (thread = 0..threads-1; the

@@ -1,5 +1,7 @@
 #include "io/open.h"
 
+#include <sys/stat.h>
+
 #include "io/dist_store.h"
 #include "io/h5store.h"
 #include "io/interop.h"
@@ -7,6 +9,11 @@
 namespace seedstore {
 
 Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return InvalidArgument("'" + path + "' is a directory, not a model source (a spec .json, a "
+                           "store, a distributed save, a .safetensors file or a "
+                           "model.safetensors.index.json)");
   if (IsSafetensorsSource(path)) {  // a .safetensors file or a Hugging Face index
     SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCatalog> c, SafetensorsCatalog::Open(path));
     return std::unique_ptr<Catalog>(std::move(c));

@@ -10,7 +10,7 @@ namespace seedstore {
 
 /// Opens `path`: a spec (".json"), a seedstore HDF5 store or distributed save, a
 /// ".safetensors" file or a Hugging Face model.safetensors.index.json (read-only, dense).
-/// Errors name the file.
+/// Errors name the file; a directory is kInvalidArgument (the wrong kind of path).
 Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path);
 
 }  // namespace seedstore

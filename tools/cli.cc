@@ -1,8 +1,17 @@
 #include "tools/cli.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "io/dist_store.h"
+#include "io/h5store.h"
+#include "io/interop.h"
 
 namespace seedstore::cli {
 
@@ -23,16 +32,142 @@ int Fail(const Status& s) {
 bool StdoutIsTty() { return isatty(STDOUT_FILENO) == 1; }
 bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
 
+namespace detail {
+namespace {
+
+std::string Int128Text(__int128 v) {
+  if (v == 0) return "0";
+  const bool neg = v < 0;
+  unsigned __int128 u = static_cast<unsigned __int128>(v);
+  if (neg) u = -u;
+  std::string s;
+  for (; u != 0; u /= 10) s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(u % 10)));
+  return neg ? "-" + s : s;
+}
+
+// The text as shown in a message: at most 64 characters.
+std::string Shown(std::string_view text) {
+  return text.size() <= 64 ? std::string(text) : std::string(text.substr(0, 61)) + "...";
+}
+
+}  // namespace
+
+std::string ParseIntegerIn(std::string_view text, __int128 min, __int128 max, __int128* out) {
+  const bool neg = !text.empty() && text[0] == '-';
+  const std::string range = Int128Text(min) + ".." + Int128Text(max);
+  if (text.size() == (neg ? 1u : 0u))
+    return "'" + Shown(text) + "' is not an integer (expected " + range + ")";
+  __int128 v = 0;
+  bool huge = false;  // beyond every 64-bit range: keep checking the digits, stop accumulating
+  for (size_t i = neg ? 1 : 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c < '0' || c > '9')
+      return "'" + Shown(text) + "' is not an integer (expected " + range + ")";
+    if (!huge) {
+      v = v * 10 + (c - '0');
+      huge = v > (static_cast<__int128>(1) << 80);
+    }
+  }
+  if (neg) v = -v;
+  if (huge || v < min || v > max) return Shown(text) + " is out of range (" + range + ")";
+  *out = v;
+  return "";
+}
+
+std::string OptionDisplayName(const std::string& names) {
+  std::string first, shown;
+  size_t pos = 0;
+  while (pos <= names.size()) {
+    const size_t comma = std::min(names.find(',', pos), names.size());
+    const std::string part = names.substr(pos, comma - pos);
+    if (first.empty()) first = part;
+    if (shown.empty() && part.rfind("--", 0) == 0) shown = part;
+    pos = comma + 1;
+  }
+  return shown.empty() ? first : shown;
+}
+
+}  // namespace detail
+
+CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
+                       const std::string& help, double min) {
+  CLI::Option* opt = app.add_option(
+      name,
+      [value, min, shown = detail::OptionDisplayName(name)](const CLI::results_t& r) {
+        const std::string& text = r.back();
+        char* end = nullptr;
+        const double v = text.empty() || std::isspace(static_cast<unsigned char>(text[0]))
+                             ? NAN
+                             : std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() || !std::isfinite(v))
+          throw CLI::ValidationError(shown, "'" + detail::Shown(text) + "' is not a finite number");
+        if (v < min) {
+          char m[32];
+          std::snprintf(m, sizeof m, "%.17g", min);
+          throw CLI::ValidationError(shown, detail::Shown(text) + " is below the minimum " + m);
+        }
+        *value = v;
+        return true;
+      },
+      help);
+  opt->type_name("FLOAT")->type_size(1)->expected(1);
+  return opt;
+}
+
+Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank) {
+  if (layout.empty()) {
+    if (rank >= 0) return InvalidArgument("--rank needs --layout");
+    return std::optional<Layout>();
+  }
+  if (rank < 0) return InvalidArgument("--layout needs --rank");
+  SEEDSTORE_ASSIGN_OR_RETURN(Layout l, Layout::Load(layout));
+  if (rank >= l.world_size())
+    return InvalidArgument("--rank " + std::to_string(rank) + " is outside the mesh of '" + layout +
+                           "' (" + std::to_string(l.world_size()) + " ranks)");
+  return std::optional<Layout>(std::move(l));
+}
+
+Status CheckOutputIsNotInput(const std::string& out, const std::string& source, const Catalog* cat,
+                             bool may_rewrite_store) {
+  struct stat o;
+  if (out.empty() || source.empty() || ::stat(out.c_str(), &o) != 0)
+    return Status::Ok();  // nothing there to lose
+  auto same = [&o](const std::string& f) {
+    struct stat s;
+    return ::stat(f.c_str(), &s) == 0 && s.st_dev == o.st_dev && s.st_ino == o.st_ino;
+  };
+  const bool store = dynamic_cast<const H5Store*>(cat) || dynamic_cast<const DistCatalog*>(cat);
+  if (same(source) && !(may_rewrite_store && store))
+    return InvalidArgument("-o '" + out + "' is the input '" + source + "'; write to another path");
+  std::set<std::string> files;  // the source's other files
+  if (const auto* st = dynamic_cast<const SafetensorsCatalog*>(cat))
+    for (size_t i = 0; i < st->tensors().size(); ++i) files.insert(st->file_of(i));
+  if (const auto* d = dynamic_cast<const DistCatalog*>(cat))
+    files.insert(d->rank_files().begin(), d->rank_files().end());
+  for (const std::string& f : files)
+    if (f != source && same(f))
+      return InvalidArgument("-o '" + out + "' is " + (f == out ? "" : "'" + f + "', ") +
+                             "a file of the input '" + source + "'; write to another path");
+  return Status::Ok();
+}
+
 void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank) {
   app.add_option("--simulate", *simulate,
                  "Testing: process --simulate-rank hangs, dies (exit 3) or is killed (SIGKILL) "
                  "mid-save, after writing its rank files")
       ->check(CLI::IsMember({"none", "hang", "die", "kill"}));
-  app.add_option("--simulate-rank", *simulate_rank, "Testing: the process that hangs/dies");
+  AddInteger(app, "--simulate-rank", simulate_rank, "Testing: the process that hangs/dies", 0);
+}
+
+void AddThreadsOption(CLI::App& app, int* threads, const std::string& what,
+                      const std::string& zero) {
+  AddInteger(app, "--threads", threads,
+             what + ", 0.." + std::to_string(kMaxCpuThreads) + " (0 = " + zero + ")", 0,
+             kMaxCpuThreads);
 }
 
 void AddThreadsAndDeviceOptions(CLI::App& app, int* threads, std::string* device) {
-  app.add_option("--threads", *threads, "CPU threads (0 = all cores)");
+  AddThreadsOption(app, threads, "CPU threads", "all cores");
   app.add_option("--device", *device, "auto (CUDA when a GPU is present), cpu or cuda");
 }
 
@@ -53,10 +188,10 @@ void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, 
                  "auto (mpi under mpirun, else self), mpi, nccl (GPU collectives bootstrapped "
                  "over mpi) or self")
       ->check(CLI::IsMember({"auto", "mpi", "nccl", "self"}));
-  app.add_option("--timeout", *timeout,
-                 "Seconds a rank waits for the others at each step before the job is ended "
-                 "(<= 0: forever)");
-  app.add_option("--threads", *threads, "CPU threads per rank (0 = cores / ranks per node)");
+  AddNumber(app, "--timeout", timeout,
+            "Seconds a rank waits for the others at each step before the job is ended "
+            "(<= 0: forever)");
+  AddThreadsOption(app, threads, "CPU threads per rank", "cores / ranks per node");
 }
 
 Progress::Progress(std::string label, uint64_t total)

@@ -2,10 +2,16 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "io/collective.h"
+#include "store/catalog.h"
+#include "store/layout.h"
 #include "store/status.h"
 
 namespace seedstore::cli {
@@ -52,6 +58,49 @@ class Progress {
   bool on_;
 };
 
+/// The one parser of integers on the command line (every integer option, and the integers
+/// inside option values such as --shape and --key): decimal digits with an optional leading
+/// '-', nothing else (no '+', spaces, hex, octal, exponent or fraction), of a value in
+/// [min, max]. Never clamps or wraps. Errors: kInvalidArgument "<what>: '<text>' is not an
+/// integer (expected <min>..<max>)" or "<what>: <text> is out of range (<min>..<max>)".
+template <class T>
+Result<T> ParseInteger(std::string_view text, const std::string& what,
+                       T min = std::numeric_limits<T>::min(),
+                       T max = std::numeric_limits<T>::max());
+
+/// Adds an integer option (or a list of integers, e.g. --ranks 0,5) whose values are parsed
+/// by ParseInteger within [min, max]; a value outside is a usage error (exit 2) naming the
+/// option and the value. Use it for every integer option.
+template <class T>
+CLI::Option* AddInteger(CLI::App& app, const std::string& name, T* value, const std::string& help,
+                        T min = std::numeric_limits<T>::min(),
+                        T max = std::numeric_limits<T>::max());
+template <class T>
+CLI::Option* AddInteger(CLI::App& app, const std::string& name, std::vector<T>* values,
+                        const std::string& help, T min = std::numeric_limits<T>::min(),
+                        T max = std::numeric_limits<T>::max());
+
+/// Adds a floating-point option that must be a finite number >= min (nan and inf are refused).
+CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
+                       const std::string& help, double min = std::numeric_limits<double>::lowest());
+
+/// --layout L.json with --rank R, for the commands that write or hash one rank's shards: the
+/// layout, with R checked to be a rank of its mesh; nullopt when neither is given (rank < 0:
+/// --rank not given). Errors (kInvalidArgument): "--layout needs --rank", "--rank needs
+/// --layout", "--rank R is outside the mesh of 'L.json' (N ranks)"; Layout::Load's.
+Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank);
+
+/// Refuses, before anything is written, an output `out` (given as -o) that is the same file
+/// (device and inode, links followed) as the input `source` (a model source, a layout file, a
+/// spec) or one of its files: the shard files of a Hugging Face index, the rank files of a
+/// distributed save (`cat`, when the source is open; may be null). Ok when either is "" or
+/// `out` does not exist. With `may_rewrite_store`, a store or distributed save's master may be
+/// its own output (reshard and save-ranks replace it atomically with the same weights); its
+/// rank files still may not. Error (kInvalidArgument): "-o 'out' is the input 'file'; write to
+/// another path".
+Status CheckOutputIsNotInput(const std::string& out, const std::string& source,
+                             const Catalog* cat = nullptr, bool may_rewrite_store = false);
+
 /// --simulate none|hang|die|kill and --simulate-rank R of the commands that write a
 /// distributed save (save-ranks, reshard): the fault-injection hook of tests/mpi/test_faults.cc
 /// (DistSaveOptions::simulate in io/dist_store.h).
@@ -61,11 +110,75 @@ void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank
 /// (verify-ranks, save-ranks, reshard); see OpenCollective in io/collective.h.
 void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, int* threads);
 
+/// --threads N: CPU threads, 0..kMaxCpuThreads; help "<what>, 0..256 (0 = <zero>)".
+void AddThreadsOption(CLI::App& app, int* threads, const std::string& what,
+                      const std::string& zero);
+
 /// --threads N (CPU threads, 0 = all cores) and --device auto|cpu|cuda of the single-process
 /// commands that generate or hash tensors (gen, materialize, fingerprint, diff).
 void AddThreadsAndDeviceOptions(CLI::App& app, int* threads, std::string* device);
 
 /// The name of the running subcommand (for messages).
 extern std::string g_command;
+
+// ---- templates' implementation ----
+namespace detail {
+/// Parses `text` as above into *out when it lies in [min, max]; else returns why not (without
+/// the option's name): "'x' is not an integer" or "x is out of range (min..max)".
+std::string ParseIntegerIn(std::string_view text, __int128 min, __int128 max, __int128* out);
+/// The name an option is shown by in messages: its long name ("--seed" of "-s,--seed").
+std::string OptionDisplayName(const std::string& names);
+}  // namespace detail
+
+template <class T>
+Result<T> ParseInteger(std::string_view text, const std::string& what, T min, T max) {
+  static_assert(std::is_integral_v<T> && sizeof(T) <= 8);
+  __int128 v = 0;
+  const std::string err = detail::ParseIntegerIn(text, min, max, &v);
+  if (!err.empty()) return InvalidArgument(what + ": " + err);
+  return static_cast<T>(v);
+}
+
+template <class T>
+CLI::Option* AddInteger(CLI::App& app, const std::string& name, T* value, const std::string& help,
+                        T min, T max) {
+  static_assert(std::is_integral_v<T> && sizeof(T) <= 8);
+  CLI::Option* opt = app.add_option(
+      name,
+      [value, min, max, shown = detail::OptionDisplayName(name)](const CLI::results_t& r) {
+        __int128 v = 0;
+        const std::string err = detail::ParseIntegerIn(r.back(), min, max, &v);
+        if (!err.empty()) throw CLI::ValidationError(shown, err);
+        *value = static_cast<T>(v);
+        return true;
+      },
+      help);
+  opt->type_name(min < 0 ? "INT" : "UINT")->type_size(1)->expected(1);
+  return opt;
+}
+
+template <class T>
+CLI::Option* AddInteger(CLI::App& app, const std::string& name, std::vector<T>* values,
+                        const std::string& help, T min, T max) {
+  static_assert(std::is_integral_v<T> && sizeof(T) <= 8);
+  CLI::Option* opt = app.add_option(
+      name,
+      [values, min, max, shown = detail::OptionDisplayName(name)](const CLI::results_t& r) {
+        std::vector<T> out;
+        for (const std::string& text : r) {
+          __int128 v = 0;
+          const std::string err = detail::ParseIntegerIn(text, min, max, &v);
+          if (!err.empty()) throw CLI::ValidationError(shown, err);
+          out.push_back(static_cast<T>(v));
+        }
+        *values = std::move(out);
+        return true;
+      },
+      help);
+  opt->type_name(min < 0 ? "INT" : "UINT")
+      ->type_size(1)
+      ->expected(1, CLI::detail::expected_max_vector_size);
+  return opt;
+}
 
 }  // namespace seedstore::cli

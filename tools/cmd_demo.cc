@@ -207,9 +207,10 @@ Register reg({"demo", "Main job: lazy Llama-3-8B, shards under two layouts, fing
   auto o = std::make_shared<Options>();
   app.add_option("--preset", o->preset, "Built-in model preset");
   app.add_option("--generator", o->generator, "threefry (JAX-exact) or philox (native)");
-  app.add_option("--ranks", o->ranks, "Ranks whose shards to materialize")->delimiter(',');
-  app.add_option("--seed", o->seed, "Root seed");
-  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  AddInteger(app, "--ranks", &o->ranks, "Ranks whose shards to materialize (default 0,5)", 0)
+      ->delimiter(',');
+  AddInteger(app, "--seed", &o->seed, "Root seed, 0..2^64-1 (default 0)");
+  AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
   app.add_option("--store", o->store, "Store file the demo writes");
   return [o] { return Run(*o); };
 }});

@@ -22,17 +22,11 @@ int Run(const Options& o) {
   ExportOptions e;
   e.tensors_glob = o.tensors;
   e.cpu.threads = o.threads;
-  Result<Layout> layout = Layout();
-  if (!o.layout.empty()) {
-    layout = Layout::Load(o.layout);
-    if (!layout.ok()) return Fail(layout.status());
-    if (o.rank < 0 || o.rank >= layout->world_size())
-      return Fail(InvalidArgument("--rank " + std::to_string(o.rank) + " is outside the mesh (" +
-                                  std::to_string(layout->world_size()) + " ranks)"));
-    e.layout = &*layout;
+  auto layout = LayoutForRank(o.layout, o.rank);
+  if (!layout.ok()) return Fail(layout.status());
+  if (*layout) {
+    e.layout = &**layout;
     e.rank = o.rank;
-  } else if (o.rank >= 0) {
-    return Fail(InvalidArgument("--rank needs --layout"));
   }
   uint64_t max_bytes = 0;
   if (!o.max_size.empty()) {
@@ -40,6 +34,11 @@ int Run(const Options& o) {
     if (!m.ok()) return Fail(m.status().WithContext("--max-shard-size"));
     max_bytes = *m;
   }
+  // Neither the file nor (split) the index written may be the source or one of its files.
+  for (const std::string& out : {o.out, max_bytes > 0 ? o.out + ".index.json" : std::string()})
+    for (auto st : {CheckOutputIsNotInput(out, o.source, cat->get()),
+                    CheckOutputIsNotInput(out, o.layout)})
+      if (!st.ok()) return Fail(st);
   uint64_t total = 0;
   for (const auto& t : (*cat)->tensors())
     if (GlobMatch(o.tensors, t.name)) total += t.NumBytes();
@@ -64,12 +63,12 @@ Register reg({"export", "Write a store's tensors (or one rank's shards) as safet
   app.add_option("--format", o->format, "Output format")->check(CLI::IsMember({"safetensors"}));
   app.add_option("-o,--output", o->out, "Output file, e.g. model.safetensors")->required();
   app.add_option("--layout", o->layout, "Layout JSON: write only --rank's shards");
-  app.add_option("--rank", o->rank, "Rank whose shards to write (with --layout)");
+  AddInteger(app, "--rank", &o->rank, "Rank whose shards to write (with --layout)", 0);
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_option("--max-shard-size", o->max_size,
                  "Split into files of at most this much tensor data (e.g. 5GB), with "
                  "<output>.index.json as Hugging Face does");
-  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return Run(*o); };
 }});

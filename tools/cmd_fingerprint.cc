@@ -21,17 +21,9 @@ int Run(const Options& o) {
   if (!device.ok()) return Fail(device.status());
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return Fail(cat.status());
-  std::optional<Layout> layout;
-  if (!o.layout.empty()) {
-    auto l = Layout::Load(o.layout);
-    if (!l.ok()) return Fail(l.status());
-    layout = std::move(*l);
-    if (o.rank < 0 || o.rank >= layout->world_size())
-      return Fail(InvalidArgument("--rank " + std::to_string(o.rank) + " is outside the mesh (" +
-                                  std::to_string(layout->world_size()) + " ranks)"));
-  } else if (o.rank >= 0) {
-    return Fail(InvalidArgument("--rank needs --layout"));
-  }
+  auto l = LayoutForRank(o.layout, o.rank);
+  if (!l.ok()) return Fail(l.status());
+  const std::optional<Layout>& layout = *l;
   nlohmann::json out = nlohmann::json::array();
   const auto& ts = (*cat)->tensors();
   Progress bar("fingerprint", ts.size());
@@ -64,7 +56,7 @@ Register reg({"fingerprint", "Print each tensor's fingerprint (or one rank's sha
   auto o = std::make_shared<Options>();
   app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON: fingerprint one rank's shards");
-  app.add_option("--rank", o->rank, "Rank (with --layout)");
+  AddInteger(app, "--rank", &o->rank, "Rank (with --layout)", 0);
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_flag("--json", o->json, "JSON output");
   AddThreadsAndDeviceOptions(app, &o->threads, &o->device);

@@ -29,9 +29,9 @@ Result<std::vector<uint64_t>> ParseShape(const std::string& s) {
   while (pos <= s.size()) {
     const size_t comma = s.find(',', pos);
     const std::string part = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (part.empty() || part.size() > 19 || part.find_first_not_of("0123456789") != std::string::npos)
-      return InvalidArgument("--shape '" + s + "': '" + part + "' is not a non-negative integer");
-    shape.push_back(std::stoull(part));
+    SEEDSTORE_ASSIGN_OR_RETURN(const uint64_t n,
+                               ParseInteger<uint64_t>(part, "--shape '" + s + "'"));
+    shape.push_back(n);
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
@@ -61,13 +61,16 @@ int Run(const GenOptions& o) {
     return Fail(InvalidArgument(std::string("--init: distribution '") + DistName(t.init.dist) +
                                 "' does not support dtype " + DTypeName(t.dtype)));
   if (!o.key.empty()) {
-    unsigned long long k0, k1;
-    char extra;
-    if (std::sscanf(o.key.c_str(), "%llu,%llu%c", &k0, &k1, &extra) != 2 || k0 > 0xFFFFFFFFull ||
-        k1 > 0xFFFFFFFFull)
+    const size_t comma = o.key.find(',');
+    if (comma == std::string::npos || o.key.find(',', comma + 1) != std::string::npos)
       return Fail(InvalidArgument("--key '" + o.key + "': expected K0,K1 (two uint32 words)"));
+    const std::string what = "--key '" + o.key + "'";
+    auto k0 = ParseInteger<uint32_t>(o.key.substr(0, comma), what);
+    auto k1 = ParseInteger<uint32_t>(o.key.substr(comma + 1), what);
+    if (!k0.ok()) return Fail(k0.status());
+    if (!k1.ok()) return Fail(k1.status());
     t.key.kind = KeySpec::Kind::kRaw;
-    t.key.raw = Key{static_cast<uint32_t>(k0), static_cast<uint32_t>(k1)};
+    t.key.raw = Key{*k0, *k1};
   } else {
     t.key.kind = KeySpec::Kind::kSeed;
     t.key.seed = o.seed;
@@ -86,7 +89,9 @@ int Run(const GenOptions& o) {
     return Fail(st);
   std::vector<uint64_t> box_shape;
   for (int d = 0; d < region->rank; ++d) box_shape.push_back(region->stop[d] - region->start[d]);
-  return ExitCode(WriteArray(o.out, o.format, t.dtype, box_shape, buf.data(), buf.size()));
+  if (auto st = WriteArray(o.out, o.format, t.dtype, box_shape, buf.data(), buf.size()); !st.ok())
+    return Fail(st);
+  return 0;
 }
 
 Register reg({"gen", "Generate one lazily described tensor (or one box of it)", [](CLI::App& app) {
@@ -94,7 +99,9 @@ Register reg({"gen", "Generate one lazily described tensor (or one box of it)", 
   app.add_option("--shape", o->shape, "Global shape, e.g. 32,8192,4096 (empty: scalar)")->required();
   app.add_option("--dtype", o->dtype, "float32, bfloat16, float16, float64, uint8..uint64");
   app.add_option("--init", o->init, R"(Init rule as JSON, e.g. {"dist":"normal","scale":0.05})");
-  auto* seed = app.add_option("--seed", o->seed, "jax.random.key(seed) (32-bit mode unless --x64)");
+  auto* seed = AddInteger(app, "--seed", &o->seed,
+                          "jax.random.key(seed): a 64-bit signed integer, as JAX takes a Python "
+                          "int (32-bit mode unless --x64)");
   auto* key = app.add_option("--key", o->key, "Raw key words K0,K1 (jax.random.key_data)");
   seed->excludes(key);
   app.add_flag("--x64", o->x64, "Seed with jax_enable_x64 semantics (64-bit seeds)");

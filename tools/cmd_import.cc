@@ -7,7 +7,9 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "io/h5store.h"
 #include "io/interop.h"
+#include "io/open.h"
 #include "store/json_text.h"
 #include "tools/cli.h"
 
@@ -22,6 +24,15 @@ struct Options {
 };
 
 int Run(const Options& o) {
+  {  // -o must not be the source, nor one of an index's shard files (checked before writing)
+    std::unique_ptr<Catalog> index;
+    if (IsSafetensorsSource(o.source) && o.source.size() > 5 &&
+        o.source.compare(o.source.size() - 5, 5, ".json") == 0) {
+      auto c = OpenCatalog(o.source);  // an index that does not open is reported by the import
+      if (c.ok()) index = std::move(*c);
+    }
+    if (auto st = CheckOutputIsNotInput(o.out, o.source, index.get()); !st.ok()) return Fail(st);
+  }
   ImportOptions io;
   io.write.zstd_level = o.level;
   io.write.threads = o.threads;
@@ -68,10 +79,13 @@ Register reg({"import", "Import safetensors (file or index.json) into a store as
   app.add_option("-o,--output", o->out, "Store file")->required();
   app.add_flag("--update", o->update,
                "Replace these tensors in the existing store (same shape and dtype), keep the rest");
-  app.add_option("--seed", o->seed, "Root seed recorded in a new store (default 0)");
-  app.add_option("--zstd-level", o->level, "zstd level 1..22 (default 1)");
-  app.add_option("--chunk-bytes", o->chunk_bytes, "Target uncompressed chunk size (default 1 MiB)");
-  app.add_option("--threads", o->threads, "Compression threads (0 = all cores)");
+  AddInteger(app, "--seed", &o->seed, "Root seed recorded in a new store, 0..2^64-1 (default 0)");
+  AddInteger(app, "--zstd-level", &o->level, "zstd level 1..22 (default 1)", kMinZstdLevel,
+             kMaxZstdLevel);
+  AddInteger<uint64_t>(app, "--chunk-bytes", &o->chunk_bytes,
+                       "Target uncompressed chunk size in bytes, 1..2147483648 (default 1 MiB)",
+                       1, uint64_t{1} << 31);
+  AddThreadsOption(app, &o->threads, "Compression threads", "all cores");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return Run(*o); };
 }});

@@ -25,6 +25,8 @@ int Run(const Options& o) {
   if (o.preset.empty() == o.spec.empty())
     return Fail(InvalidArgument("give exactly one of --preset NAME or --spec SPEC.json"));
   if (o.out.empty()) return Fail(InvalidArgument("-o STORE is required"));
+  if (!o.spec.empty())
+    if (auto st = CheckOutputIsNotInput(o.out, o.spec); !st.ok()) return Fail(st);
   auto g = ParseGenerator(o.generator);
   if (!g.ok()) return Fail(g.status().WithContext("--generator"));
   Result<ModelSpec> spec = o.preset.empty() ? ModelSpec::Load(o.spec) : Preset(o.preset, o.seed, *g);
@@ -64,7 +66,8 @@ Register reg({"init", "Create a store from a preset or a spec, every tensor lazy
   auto* preset = app.add_option("--preset", o->preset, "Built-in model (see --list)");
   auto* spec = app.add_option("--spec", o->spec, "Spec JSON file");
   preset->excludes(spec);
-  app.add_option("--seed", o->seed, "Root seed of the preset (default 0)")->excludes(spec);
+  AddInteger(app, "--seed", &o->seed, "Root seed of the preset, 0..2^64-1 (default 0)")
+      ->excludes(spec);
   app.add_option("--generator", o->generator, "threefry (JAX-exact, default) or philox")
       ->excludes(spec);
   app.add_option("-o,--output", o->out, "Store file to create (replaced atomically)");
@@ -72,7 +75,7 @@ Register reg({"init", "Create a store from a preset or a spec, every tensor lazy
                "Do not compute fingerprints now (verify and fingerprint compute them later)");
   app.add_flag("--list", o->list, "List the presets");
   app.add_flag("--json", o->json, "JSON summary");
-  app.add_option("--threads", o->threads, "CPU threads for fingerprints (0 = all cores)");
+  AddThreadsOption(app, &o->threads, "CPU threads for fingerprints", "all cores");
   return [o] { return Run(*o); };
 }});
 

@@ -10,7 +10,7 @@ namespace {
 
 struct Options {
   std::string source, layout, tensors = "*", out, device = "auto";
-  int rank = 0, threads = 0;
+  int rank = -1, threads = 0;
 };
 
 int Run(const Options& o) {
@@ -18,14 +18,14 @@ int Run(const Options& o) {
   if (!device.ok()) return Fail(device.status());
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return Fail(cat.status());
-  auto layout = Layout::Load(o.layout);
+  auto layout = LayoutForRank(o.layout, o.rank);
   if (!layout.ok()) return Fail(layout.status());
-  if (o.rank < 0 || o.rank >= layout->world_size())
-    return Fail(InvalidArgument("--rank " + std::to_string(o.rank) + " is outside the mesh (" +
-                                std::to_string(layout->world_size()) + " ranks)"));
+  for (auto st : {CheckOutputIsNotInput(o.out, o.source, cat->get()),
+                  CheckOutputIsNotInput(o.out, o.layout)})
+    if (!st.ok()) return Fail(st);
   ExportOptions e;
   e.tensors_glob = o.tensors;
-  e.layout = &*layout;
+  e.layout = &**layout;
   e.rank = o.rank;
   e.cpu.threads = o.threads;
   e.device = *device;
@@ -39,7 +39,7 @@ Register reg({"materialize", "Write one rank's shards to a safetensors file", []
   auto o = std::make_shared<Options>();
   app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
-  app.add_option("--rank", o->rank, "Rank whose shards to write")->required();
+  AddInteger(app, "--rank", &o->rank, "Rank whose shards to write", 0)->required();
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_option("-o,--output", o->out, "Output .safetensors file")->required();
   AddThreadsAndDeviceOptions(app, &o->threads, &o->device);

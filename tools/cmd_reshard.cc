@@ -7,6 +7,7 @@
 
 #include "io/collective.h"
 #include "io/dist_store.h"
+#include "io/h5store.h"
 #include "io/open.h"
 #include "tools/cli.h"
 
@@ -36,6 +37,11 @@ int Run(const ReshardOptions& o) {
   }
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return finish(cat.status());
+  // A store rewritten in place is replaced atomically; a spec or safetensors source would be
+  // lost (replaced by a store), and a rank file of the source is still to be read.
+  for (auto st : {CheckOutputIsNotInput(o.output, o.source, cat->get(), true),
+                  CheckOutputIsNotInput(o.output, o.layout)})
+    if (!st.ok()) return finish(st);
   DistSaveOptions so;
   so.consolidate = o.consolidate;
   so.cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();
@@ -104,12 +110,13 @@ Register reg({"reshard",
                "Prove by decoding and fingerprinting every written chunk (default: check its "
                "stored bytes against the chunk-info table and sum the recorded fingerprints)");
   AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
-  app.add_option("--zstd-level", o->zstd_level, "zstd level of written chunks");
-  app.add_option("--max-padding", o->max_padding,
-                 "Store a piece off the source's chunk grid padded to it (its chunks then copied, "
-                 "not re-encoded) when that adds at most this fraction of its elements; 0: never "
-                 "(default 0.25)")
-      ->check(CLI::NonNegativeNumber);
+  AddInteger(app, "--zstd-level", &o->zstd_level, "zstd level 1..22 of encoded chunks (default 1)",
+             kMinZstdLevel, kMaxZstdLevel);
+  AddNumber(app, "--max-padding", &o->max_padding,
+            "Store a piece off the source's chunk grid padded to it (its chunks then copied, "
+            "not re-encoded) when that adds at most this fraction of its elements; 0: never "
+            "(default 0.25)",
+            0.0);
   AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
   return [o] { return Run(*o); };
 }});

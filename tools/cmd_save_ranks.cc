@@ -31,6 +31,9 @@ int Run(const SaveRanksOptions& o) {
   if (!layout.ok()) return finish(layout.status());
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return finish(cat.status());
+  for (auto st : {CheckOutputIsNotInput(o.output, o.source, cat->get(), true),
+                  CheckOutputIsNotInput(o.output, o.layout)})
+    if (!st.ok()) return finish(st);
   CpuOptions cpu;
   cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();
   // This rank's shards, as the job holds them.

@@ -98,7 +98,7 @@ Register reg({"verify", "Check every chunk checksum and recompute every fingerpr
   auto o = std::make_shared<Options>();
   app.add_option("file", o->source, "Store file, or a distributed save's master")->required();
   app.add_flag("--json", o->json, "JSON report");
-  app.add_option("--threads", o->threads, "CPU threads (0 = all cores)");
+  AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
   return [o] { return Run(*o); };
 }});
 

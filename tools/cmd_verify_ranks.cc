@@ -79,7 +79,8 @@ Register reg({"verify-ranks",
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--simulate", o->simulate,
                  "Testing: reproduce a failure (unseeded, layout-rng, flip, hang, die, kill)");
-  app.add_option("--simulate-rank", o->simulate_rank, "Testing: the rank that flips/hangs/dies");
+  AddInteger(app, "--simulate-rank", &o->simulate_rank, "Testing: the rank that flips/hangs/dies",
+             0);
   app.add_option("--simulate-tensor", o->simulate_tensor, "Testing: the tensor to flip");
   return [o] { return Run(*o); };
 }});

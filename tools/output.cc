@@ -1,10 +1,17 @@
 #include "tools/output.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 
+#include "io/atomic_file.h"
 #include "store/spec.h"
+#include "tools/cli.h"
 
 namespace seedstore::cli {
 namespace {
@@ -51,9 +58,6 @@ std::string ElementText(DType t, const unsigned char* p) {
 
 Status WriteArray(const std::string& path, const std::string& format, DType dtype,
                   const std::vector<uint64_t>& shape, const void* bytes, size_t n) {
-  const bool to_stdout = path.empty() || path == "-";
-  std::FILE* f = to_stdout ? stdout : std::fopen(path.c_str(), "wb");
-  if (!f) return IoError("cannot open output '" + path + "' for writing");
   std::string head;
   if (format == "npy") {
     std::string dict = std::string("{'descr': '") + NpyDescr(dtype) + "', 'fortran_order': False, 'shape': (";
@@ -68,21 +72,63 @@ Status WriteArray(const std::string& path, const std::string& format, DType dtyp
     head.push_back(static_cast<char>(dict.size() >> 8));
     head += dict;
   }
-  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
-  if (format == "text") {
+  // The output's bytes, handed to `put` in pieces (text in pieces of about 1 MiB).
+  auto produce = [&](const std::function<Status(const void*, size_t)>& put) -> Status {
+    SEEDSTORE_RETURN_IF_ERROR(put(head.data(), head.size()));
+    if (format != "text") return put(bytes, n);
     const int es = DTypeSize(dtype);
     const auto* p = static_cast<const unsigned char*>(bytes);
-    for (size_t i = 0; ok && i < n; i += es) {
-      const std::string s = ElementText(dtype, p + i) + "\n";
-      ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
+    std::string text;
+    for (size_t i = 0; i < n; i += es) {
+      text += ElementText(dtype, p + i);
+      text.push_back('\n');
+      if (text.size() >= (1u << 20)) {
+        SEEDSTORE_RETURN_IF_ERROR(put(text.data(), text.size()));
+        text.clear();
+      }
     }
-  } else {
-    ok = ok && std::fwrite(bytes, 1, n, f) == n;
+    return put(text.data(), text.size());
+  };
+  // stdout, or an open descriptor named by -o (/dev/stdout, /dev/fd/N): written where it
+  // stands, sharing its offset as a shell redirection would (never truncated or replaced).
+  int fd = path.empty() || path == "-" || path == "/dev/stdout" ? 1
+           : path == "/dev/stderr"                               ? 2
+                                                                 : -1;
+  for (const char* dir : {"/dev/fd/", "/proc/self/fd/"})
+    if (path.rfind(dir, 0) == 0) {
+      auto n = ParseInteger<int>(std::string_view(path).substr(std::strlen(dir)), "-o", 0);
+      if (n.ok()) fd = *n;
+    }
+  struct stat st;
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (fd >= 0 || (exists && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))) {
+    // A descriptor, or a device or pipe: nothing to replace atomically.
+    const std::string name = path.empty() || path == "-" ? std::string("<stdout>") : path;
+    const int dup_fd = fd > 1 ? ::dup(fd) : -1;
+    std::FILE* f = fd == 1 ? stdout
+                   : fd > 1 ? (dup_fd >= 0 ? ::fdopen(dup_fd, "wb") : nullptr)
+                            : std::fopen(path.c_str(), "wb");
+    if (!f) {
+      const std::string e = std::strerror(errno);
+      if (dup_fd >= 0) ::close(dup_fd);
+      return IoError("cannot open output '" + name + "' for writing: " + e);
+    }
+    auto failed = [&name] {
+      return IoError("writing output '" + name + "' failed: " + std::strerror(errno));
+    };
+    Status s = produce([&](const void* data, size_t k) {
+      return std::fwrite(data, 1, k, f) == k ? Status::Ok() : failed();
+    });
+    if (std::fflush(f) != 0 && s.ok()) s = failed();
+    if (f != stdout && std::fclose(f) != 0 && s.ok()) s = failed();
+    return s;
   }
-  ok = (std::fflush(f) == 0) && ok;
-  if (!to_stdout) ok = (std::fclose(f) == 0) && ok;
-  if (!ok) return IoError("writing output '" + (to_stdout ? std::string("<stdout>") : path) + "' failed");
-  return Status::Ok();
+  // A regular file: replaced atomically, so a failure leaves the previous one intact (a
+  // directory is refused by AtomicFile).
+  SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path));
+  SEEDSTORE_RETURN_IF_ERROR(
+      produce([&f](const void* data, size_t k) { return f.Append(data, k); }));
+  return f.Commit();
 }
 
 std::string CountText(uint64_t n) {

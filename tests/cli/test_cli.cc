@@ -1,11 +1,15 @@
 // The shipped binary run as a user would (label cli): output bytes and exit codes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -54,6 +58,11 @@ std::string Write(const std::string& name, const std::string& text) {
   const std::string path = TempDir() + "/" + name;
   std::ofstream(path) << text;
   return path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 const char* kSpec = R"({"seedstore": 1, "seed": 7, "tensors": [
@@ -124,7 +133,7 @@ TEST(Cli, BadInputGivesNamedErrorAndExitCode) {
       {"fingerprint /nonexistent/spec.json", "cannot open", 3},
       {"fingerprint " + spec + " --layout " + layout + " --rank 8", "--rank 8 is outside the mesh", 2},
       {"fingerprint " + spec + " --layout " + twice + " --rank 0", "used twice", 2},
-      {"materialize " + spec + " --layout " + layout + " --rank -1 -o /tmp/x.safetensors", "outside the mesh", 2},
+      {"materialize " + spec + " --layout " + layout + " --rank -1 -o /tmp/x.safetensors", "--rank: -1 is out of range", 2},
   };
   for (const auto& c : cases) {
     const Proc r = Exec(c.args);
@@ -163,7 +172,7 @@ TEST(Cli, FingerprintsOfRanksComposeAndShardsReassemble) {
     const auto& a = shards["act"];
     std::string box;
     for (int d = 0; d < 3; ++d)
-      box += (d ? "," : "") + std::to_string(a["start"][d].get<uint64_t>()) + ":" + std::to_string(a["stop"][d].get<uint64_t>());
+      box += std::string(d ? "," : "") + std::to_string(a["start"][d].get<uint64_t>()) + ":" + std::to_string(a["stop"][d].get<uint64_t>());
     const Proc g = Exec("gen --shape 8,6,10 --dtype bfloat16 --init '{\"dist\":\"normal\",\"scale\":0.05}' --seed 43 --box " + box);
     ASSERT_EQ(g.code, 0);
     const SafetensorsEntry* e = f->Find("act");
@@ -363,6 +372,305 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
   EXPECT_NE(out.find("\nintact\n"), std::string::npos) << out;
   EXPECT_NE(out.find("\nverified\n"), std::string::npos) << out;
   EXPECT_NE(out.find("left: out.h5 \n"), std::string::npos) << "temporaries or rank files left:\n" << out;
+}
+
+// No command writes its output over one of its inputs: -o naming the source (by another
+// spelling, a symbolic or a hard link), a shard file of a Hugging Face index, a rank file of a
+// distributed save, the layout or the spec is refused (exit 2) before anything is written, and
+// the input stays byte for byte as it was (issue: materialize model.h5 ... -o model.h5
+// replaced the store by one rank's shard; init --spec s.json -o s.json replaced the spec).
+// reshard and import --update may rewrite the store they read (atomically, same weights).
+TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
+  const std::string d = TempDir() + "/same";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = d + "/spec.json", layout = d + "/layout.json", st = d + "/w.safetensors";
+  std::ofstream(spec) << kSpec;
+  std::ofstream(layout) << kLayout;
+  const std::string model = d + "/model.h5", save = d + "/save.h5";
+  ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
+  ASSERT_EQ(Exec("import " + st + " -o " + model).code, 0);
+  ASSERT_EQ(Exec("export " + spec + " -o " + d + "/m.safetensors --max-shard-size 1KB").code, 0);
+  const std::string index = d + "/m.safetensors.index.json";
+  ASSERT_EQ(Exec("reshard " + model + " --layout " + layout + " -q -o " + save).code, 0);
+  std::string shard, rank0;  // the index's first shard file, the save's rank 0 file
+  for (const auto& e : std::filesystem::directory_iterator(d)) {
+    const std::string n = e.path().filename();
+    if (n.rfind("m-00001-of-", 0) == 0) shard = e.path();
+    if (n.rfind("save.h5.", 0) == 0 && n.size() > 9 && n.substr(n.size() - 9) == ".rank0.h5") rank0 = e.path();
+  }
+  ASSERT_FALSE(shard.empty());
+  ASSERT_FALSE(rank0.empty());
+  ASSERT_EQ(::symlink("model.h5", (d + "/link.h5").c_str()), 0);
+  ASSERT_EQ(::link(model.c_str(), (d + "/hard.h5").c_str()), 0);
+  const std::vector<std::string> inputs = {spec, layout, st, model, index, shard, save, rank0};
+  std::map<std::string, std::string> before;
+  for (const auto& f : inputs) before[f] = ReadFile(f);
+  struct Case {
+    std::string args, needle;
+  };
+  const std::string lr = " --layout " + layout + " --rank 0";
+  const Case cases[] = {
+      {"materialize " + model + lr + " -o " + model, "-o '" + model + "' is the input '" + model + "'; write to another path"},
+      {"materialize " + model + lr + " -o " + d + "/link.h5", "is the input '" + model + "'"},
+      {"materialize " + spec + lr + " -o " + layout, "-o '" + layout + "' is the input '" + layout + "'"},
+      {"export " + model + " -o " + d + "/./model.h5", "is the input '" + model + "'"},
+      {"export " + d + "/hard.h5 -o " + model, "is the input '" + d + "/hard.h5'"},
+      {"export " + index + " -o " + shard, "-o '" + shard + "' is a file of the input '" + index + "'"},
+      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1KB", "-o '" + index + "' is the input '" + index + "'"},
+      {"export " + save + " -o " + rank0, "is a file of the input '" + save + "'"},
+      {"export " + spec + lr + " -o " + layout, "is the input '" + layout + "'"},
+      {"import " + st + " -o " + st, "-o '" + st + "' is the input '" + st + "'"},
+      {"import " + st + " -o " + st + " --update", "is the input '" + st + "'"},
+      {"import " + index + " -o " + shard, "is a file of the input '" + index + "'"},
+      {"import " + index + " -o " + index, "is the input '" + index + "'"},
+      {"init --spec " + spec + " -o " + spec, "-o '" + spec + "' is the input '" + spec + "'"},
+      {"reshard " + spec + " --consolidate -q -o " + spec, "is the input '" + spec + "'"},
+      {"reshard " + st + " --consolidate -q -o " + st, "is the input '" + st + "'"},
+      {"reshard " + save + " --consolidate -q -o " + rank0, "is a file of the input '" + save + "'"},
+      {"reshard " + model + " --layout " + layout + " -q -o " + layout, "is the input '" + layout + "'"},
+  };
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+  }
+  for (const auto& f : inputs) EXPECT_TRUE(ReadFile(f) == before[f]) << f << " changed";
+  for (const auto& e : std::filesystem::directory_iterator(d))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  // A store rewritten in place (atomically, the same weights) stays allowed.
+  const Proc a = Exec("reshard " + model + " --consolidate -q -o " + model);
+  EXPECT_EQ(a.code, 0) << a.err;
+  const Proc b = Exec("reshard " + save + " --layout " + layout + " -q -o " + save);
+  EXPECT_EQ(b.code, 0) << b.err;
+  const Proc u = Exec("import " + st + " -o " + model + " --update");
+  EXPECT_EQ(u.code, 0) << u.err;
+  EXPECT_EQ(Exec("verify " + model).code, 0);
+  EXPECT_EQ(Exec("verify " + save).code, 0);
+  EXPECT_EQ(Exec("diff " + model + " " + spec).code, 0);
+}
+
+// Every integer option is parsed by one strict parser: a value outside the option's range, a
+// negative value for an unsigned one, and anything but a decimal integer are refused (exit 2)
+// naming the option and the value -- never clamped or wrapped (issue: --seed 2^64-1 --x64
+// printed what 2^63-1 does, init --seed -1 recorded 2^64-1, --seed 010 was octal 8).
+TEST(Cli, IntegerOptionsAreParsedStrictly) {
+  const std::string st = TempDir() + "/int.safetensors", store = TempDir() + "/int.h5";
+  ASSERT_EQ(Exec("export " + Write("int.json", kSpec) + " -o " + st).code, 0);
+  const std::string spec = TempDir() + "/int.json";
+  const std::string g = "gen --shape 2 --dtype uint32 --init '{\"dist\":\"bits\"}' --format text ";
+  struct Case {
+    std::string args, needle;
+  };
+  const Case cases[] = {
+      // gen --seed is jax.random.key's seed: an int64 (JAX takes np.int64(seed)), either mode.
+      {g + "--seed 18446744073709551615 --x64", "--seed: 18446744073709551615 is out of range (-9223372036854775808..9223372036854775807)"},
+      {g + "--seed 9223372036854775808", "--seed: 9223372036854775808 is out of range"},
+      {g + "--seed 99999999999999999999999", "--seed: 99999999999999999999999 is out of range"},
+      {g + "--seed -9223372036854775809", "--seed: -9223372036854775809 is out of range"},
+      {g + "--seed 1.5", "--seed: '1.5' is not an integer"},
+      {g + "--seed 0x10", "--seed: '0x10' is not an integer"},
+      {g + "--seed 1e3", "--seed: '1e3' is not an integer"},
+      {g + "--seed ''", "--seed: '' is not an integer"},
+      {g + "--seed ' 5'", "--seed: ' 5' is not an integer"},
+      {g + "--seed +5", "--seed: '+5' is not an integer"},
+      // init's root seed is a uint64.
+      {"init --preset gpt2 --no-fingerprints --seed -1 -o " + store, "--seed: -1 is out of range (0..18446744073709551615)"},
+      {"init --preset gpt2 --no-fingerprints --seed 18446744073709551616 -o " + store, "--seed: 18446744073709551616 is out of range"},
+      {"import " + st + " -o " + store + " --seed -1", "--seed: -1 is out of range"},
+      {"import " + st + " -o " + store + " --chunk-bytes -1", "--chunk-bytes: -1 is out of range (1..2147483648)"},
+      {"import " + st + " -o " + store + " --chunk-bytes 0", "--chunk-bytes: 0 is out of range"},
+      {"import " + st + " -o " + store + " --chunk-bytes 2147483649", "--chunk-bytes: 2147483649 is out of range"},
+      {"import " + st + " -o " + store + " --threads -1", "--threads: -1 is out of range (0..256)"},
+      {g + "--threads 257", "--threads: 257 is out of range (0..256)"},
+      {"fingerprint " + spec + " --threads 4294967297", "--threads: 4294967297 is out of range"},
+      {"fingerprint " + spec + " --rank -1", "--rank: -1 is out of range (0..2147483647)"},
+      {"fingerprint " + spec + " --rank 2147483648", "--rank: 2147483648 is out of range"},
+      {"verify " + st + " --threads x", "--threads: 'x' is not an integer"},
+      {"reshard " + spec + " --consolidate -o " + store + " --simulate-rank -1", "--simulate-rank: -1 is out of range"},
+      {"reshard " + spec + " --consolidate -o " + store + " --threads 1.0", "--threads: '1.0' is not an integer"},
+      {"verify-ranks " + spec + " --layout x.json --simulate-rank 4294967296", "--simulate-rank: 4294967296 is out of range"},
+      {"demo --ranks 0,-1", "--ranks: -1 is out of range (0..2147483647)"},
+      {"demo --seed -1", "--seed: -1 is out of range"},
+      // Integers inside option values go through the same parser.
+      {"gen --shape 3,18446744073709551616", "--shape '3,18446744073709551616': 18446744073709551616 is out of range"},
+      {"gen --shape 3,x", "--shape '3,x': 'x' is not an integer"},
+      {"gen --shape 3 --key 1,4294967296", "--key '1,4294967296': 4294967296 is out of range (0..4294967295)"},
+      {"gen --shape 3 --key -1,0", "--key '-1,0': -1 is out of range"},
+      {"gen --shape 3 --key 1,2,3", "--key '1,2,3': expected K0,K1"},
+  };
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << c.args;
+  }
+  // The ends of each range are accepted, with JAX's meaning: key(seed) in 32-bit mode is
+  // [0, seed mod 2^32], with x64 [seed >> 32, seed & 0xffffffff] (two's complement).
+  auto same = [&](const std::string& a, const std::string& b) {
+    const Proc x = Exec(g + a), y = Exec(g + b);
+    ASSERT_EQ(x.code, 0) << a << "\n" << x.err;
+    ASSERT_EQ(y.code, 0) << b << "\n" << y.err;
+    EXPECT_EQ(x.out, y.out) << a << " vs " << b;
+    EXPECT_EQ(x.out.size() > 0, true);
+  };
+  same("--seed 9223372036854775807 --x64", "--key 2147483647,4294967295");
+  same("--seed -9223372036854775808 --x64", "--key 2147483648,0");
+  same("--seed -1 --x64", "--key 4294967295,4294967295");
+  same("--seed -1", "--key 0,4294967295");
+  same("--seed 9223372036854775807", "--key 0,4294967295");
+  same("--seed 010", "--seed 10");  // decimal, not octal
+  EXPECT_NE(Exec(g + "--seed 9223372036854775807 --x64").out, Exec(g + "--seed 18446744073709551615 --x64").out);
+  const Proc i = Exec("init --preset gpt2 --no-fingerprints --seed 18446744073709551615 --json -o " + store);
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_EQ(nlohmann::json::parse(i.out)["seed"].get<uint64_t>(), 18446744073709551615ull);
+  const Proc c = Exec("import " + st + " -o " + store + " --chunk-bytes 2147483648 --threads 256");
+  EXPECT_EQ(c.code, 0) << c.err;
+}
+
+// --zstd-level accepts exactly the documented 1..22 (zstd's negative fast levels are not
+// used: the writer clamped them to 1), and the floating-point options only finite numbers in
+// range (issue: 0, -5, 23 and 1000000 were clamped silently; --max-padding nan was accepted).
+TEST(Cli, ZstdLevelAndNumberOptionsAcceptOnlyTheirRange) {
+  const std::string st = TempDir() + "/z.safetensors", store = TempDir() + "/z.h5";
+  ASSERT_EQ(Exec("export " + Write("z.json", kSpec) + " -o " + st).code, 0);
+  for (const std::string level : {"0", "-5", "23", "1000000"}) {
+    for (const std::string& cmd : {"import " + st + " -o " + store, "reshard " + st + " --consolidate -q -o " + store}) {
+      const Proc r = Exec(cmd + " --zstd-level " + level);
+      EXPECT_EQ(r.code, 2) << cmd << " " << level << "\n" << r.err;
+      EXPECT_NE(r.err.find("--zstd-level: " + level + " is out of range (1..22)"), std::string::npos) << r.err;
+    }
+  }
+  EXPECT_FALSE(std::ifstream(store).good());  // nothing was written
+  for (const std::string level : {"1", "22"}) {
+    const Proc r = Exec("import " + st + " -o " + store + " --zstd-level " + level + " --json");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const Proc j = Exec("reshard " + st + " --consolidate -q -o " + store + " --zstd-level " + level);
+    ASSERT_EQ(j.code, 0) << j.err;
+  }
+  const std::string rs = "reshard " + st + " --consolidate -q -o " + store;
+  for (const auto& [args, needle] : {std::pair<std::string, std::string>{" --max-padding nan", "--max-padding: 'nan' is not a finite number"},
+                                     {" --max-padding inf", "--max-padding: 'inf' is not a finite number"},
+                                     {" --max-padding -0.5", "--max-padding: -0.5 is below the minimum 0"},
+                                     {" --max-padding 0.25x", "--max-padding: '0.25x' is not a finite number"},
+                                     {" --timeout nan", "--timeout: 'nan' is not a finite number"},
+                                     {" --timeout -inf", "--timeout: '-inf' is not a finite number"}}) {
+    const Proc r = Exec(rs + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
+  }
+  EXPECT_EQ(Exec(rs + " --max-padding 0 --timeout -1").code, 0);
+  EXPECT_EQ(Exec(rs + " --max-padding 0.5 --timeout 30").code, 0);
+}
+
+// --layout and --rank go together: each alone is named as such (issue: --layout alone was
+// reported as "--rank -1 is outside the mesh", an option the user never gave).
+TEST(Cli, LayoutAndRankAreGivenTogether) {
+  const std::string spec = Write("lr.json", kSpec), layout = Write("lr_layout.json", kLayout);
+  const std::string out = TempDir() + "/lr.safetensors";
+  struct Case {
+    std::string args, needle;
+  };
+  const Case cases[] = {
+      {"fingerprint " + spec + " --layout " + layout, "--layout needs --rank"},
+      {"export " + spec + " --layout " + layout + " -o " + out, "--layout needs --rank"},
+      {"fingerprint " + spec + " --rank 0", "--rank needs --layout"},
+      {"export " + spec + " --rank 0 -o " + out, "--rank needs --layout"},
+      {"fingerprint " + spec + " --layout " + layout + " --rank 8", "--rank 8 is outside the mesh of '" + layout + "' (8 ranks)"},
+      {"export " + spec + " --layout " + layout + " --rank 8 -o " + out, "--rank 8 is outside the mesh"},
+      {"materialize " + spec + " --layout " + layout + " --rank 8 -o " + out, "--rank 8 is outside the mesh"},
+  };
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("-1"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(std::ifstream(out).good());
+  EXPECT_EQ(Exec("export " + spec + " --layout " + layout + " --rank 7 -o " + out).code, 0);
+  EXPECT_EQ(Exec("fingerprint " + spec + " --layout " + layout + " --rank 0").code, 0);
+}
+
+// Runs a shell command line, returning its stdout and stderr together.
+std::string Shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(("(" + cmd + ") 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+// gen reports an output it cannot write, naming it (issue: exit 5 and not a word), and
+// replaces a regular file atomically: a failure mid-write leaves the previous file whole
+// (issue: fopen("wb") had truncated it). stdout and devices are written in place.
+TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
+  const std::string dir = TempDir() + "/gen_out";
+  ASSERT_EQ(std::system(("mkdir -p " + dir + "/folder").c_str()), 0);
+  const std::string g = "gen --shape 4 --init '{\"dist\":\"ones\"}' ";
+  {
+    const Proc r = Exec(g + "-o " + dir + "/folder");
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("'" + dir + "/folder' is a directory"), std::string::npos) << r.err;
+  }
+  {
+    const Proc r = Exec(g + "-o " + dir + "/nodir/x.bin");
+    EXPECT_EQ(r.code, 5) << r.err;
+    EXPECT_NE(r.err.find(dir + "/nodir/x.bin"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("No such file or directory"), std::string::npos) << r.err;
+  }
+  struct stat full;
+  if (::stat("/dev/full", &full) == 0 && S_ISCHR(full.st_mode)) {
+    const Proc r = Exec(g + "-o /dev/full");
+    EXPECT_EQ(r.code, 5) << r.err;
+    EXPECT_NE(r.err.find("writing output '/dev/full' failed: No space left on device"), std::string::npos) << r.err;
+    ASSERT_EQ(::stat("/dev/full", &full), 0);
+    EXPECT_TRUE(S_ISCHR(full.st_mode)) << "/dev/full is no longer a device";
+  }
+  // A write that fails half-way (over the file size limit: EFBIG, with SIGXFSZ ignored)
+  // leaves the previous file as it was, and no temporary.
+  const std::string out = dir + "/out.bin";
+  std::ofstream(out) << "previous";
+  const std::string log = Shell("bash -c \"trap '' XFSZ; ulimit -f 8; exec " + Bin() +
+                                " gen --shape 100000 --init '{\\\"dist\\\":\\\"ones\\\"}' -o " + out +
+                                "\"; echo rc=$?");
+  EXPECT_NE(log.find("rc=5"), std::string::npos) << log;
+  EXPECT_NE(log.find("File too large"), std::string::npos) << log;
+  EXPECT_EQ(ReadFile(out), "previous");
+  // A successful write replaces the file (a new inode: a hard link keeps the old bytes).
+  ASSERT_EQ(::link(out.c_str(), (dir + "/keep.bin").c_str()), 0);
+  const Proc ok = Exec(g + "--format text -o " + out);
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ReadFile(out), "1\n1\n1\n1\n");
+  EXPECT_EQ(ReadFile(dir + "/keep.bin"), "previous");
+  EXPECT_EQ(Shell("ls -A " + dir), "folder\nkeep.bin\nout.bin\n");
+  // stdout, by default, "-" or /dev/stdout.
+  for (const std::string o : {"", "-o - ", "-o /dev/stdout "}) {
+    const Proc s = Exec(g + "--format text " + o);
+    EXPECT_EQ(s.code, 0) << o << s.err;
+    EXPECT_EQ(s.out, "1\n1\n1\n1\n") << o;
+  }
+}
+
+// A directory given where a model source is expected is named as the wrong kind of path
+// (exit 2), not reported as a corrupt HDF5 file (exit 4).
+TEST(Cli, DirectoryAsSourceIsTheWrongKindOfPath) {
+  const std::string d = TempDir() + "/adir";
+  ASSERT_EQ(std::system(("mkdir -p " + d + " " + d + ".json " + d + ".safetensors").c_str()), 0);
+  for (const std::string& src : {d, d + ".json", d + ".safetensors"}) {
+    for (const std::string& cmd : {std::string("inspect "), std::string("fingerprint "),
+                                   "export -o " + TempDir() + "/adir.out.safetensors "}) {
+      const Proc r = Exec(cmd + src);
+      EXPECT_EQ(r.code, 2) << cmd << src << "\n" << r.err;
+      EXPECT_NE(r.err.find("'" + src + "' is a directory, not a model source"), std::string::npos) << r.err;
+    }
+  }
+  const Proc v = Exec("verify " + d);
+  EXPECT_EQ(v.code, 2) << v.err;
+  EXPECT_NE(v.err.find("file '" + d + "': is a directory, not a store"), std::string::npos) << v.err;
+  const Proc diff = Exec("diff " + d + " " + d + ".json");
+  EXPECT_EQ(diff.code, 2) << diff.err;
+  EXPECT_NE(diff.err.find("is a directory"), std::string::npos) << diff.err;
 }
 
 }  // namespace

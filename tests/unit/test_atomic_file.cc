@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -247,6 +248,28 @@ TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
   Status loop = write(dir_ + "/a", "x");
   EXPECT_EQ(loop.code(), Code::kInvalidArgument);
   EXPECT_NE(loop.message().find("'" + dir_ + "/a': more than 40 symbolic links"), std::string::npos) << loop.ToString();
+}
+
+// Only a regular file (or a new one) is replaced: a directory, a FIFO (or a device: renaming
+// over /dev/full as root replaced the device node) is refused by name before anything is
+// written, directly or through a link, and is left as it was.
+TEST_F(AtomicTemps, RefusesToReplaceDirectoriesAndSpecialFiles) {
+  const std::string folder = dir_ + "/folder", fifo = dir_ + "/fifo", link = dir_ + "/link";
+  fs::create_directory(folder);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  fs::create_symlink("fifo", link);
+  for (const auto& [path, needle] : {std::pair{folder, "'" + folder + "' is a directory"},
+                                     std::pair{fifo, "'" + fifo + "' is not a regular file"},
+                                     std::pair{link, "'" + link + "' (-> '" + fifo + "') is not a regular file"}}) {
+    auto f = AtomicFile::Create(path);
+    ASSERT_FALSE(f.ok()) << path;
+    EXPECT_EQ(f.status().code(), Code::kInvalidArgument) << path;
+    EXPECT_NE(f.status().message().find(needle), std::string::npos) << f.status().ToString();
+  }
+  EXPECT_TRUE(fs::is_directory(folder));
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 3);  // no temporaries
 }
 
 }  // namespace
