@@ -76,6 +76,7 @@ Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string
                                              int* tensors) {
   // Select tensors and regions, in catalog order.
   std::vector<Item> items;
+  json empty = json::object();  // tensors whose shard on this rank is empty: name -> shape, dtype
   const auto& ts = c.tensors();
   uint64_t total = 0;
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -85,7 +86,10 @@ Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string
     if (o.layout) {
       SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(c, t, "--layout"));
       SEEDSTORE_ASSIGN_OR_RETURN(Shard s, o.layout->ShardOf(t.name, t.shape, o.rank));
-      if (s.empty()) continue;
+      if (s.empty()) {
+        empty[t.name] = {{"global_shape", t.shape}, {"dtype", DTypeName(t.dtype)}};
+        continue;
+      }
       it.region = s.region;
       it.shape = LocalShape(s.region);
       it.placed = s.region;
@@ -142,6 +146,7 @@ Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string
     std::map<std::string, std::string> meta = {{"format", "pt"}, {"seedstore.version", "1"}};
     if (o.layout || !shards.empty()) meta["seedstore.shards"] = shards.dump();
     if (o.layout) meta["seedstore.rank"] = std::to_string(o.rank);
+    if (f == 0 && !empty.empty()) meta["seedstore.empty_shards"] = empty.dump();
     SEEDSTORE_RETURN_IF_ERROR(w.Write(names[f], meta));
   }
   if (files.size() > 1) {
@@ -226,6 +231,31 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
         if (!file.Find(it.key()))
           return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor " + Quoted(it.key()) +
                          ", which the file does not hold");
+    }
+    // And which tensors it holds no elements of (their shard on its rank is empty).
+    if (auto m = file.metadata().find("seedstore.empty_shards"); m != file.metadata().end()) {
+      const std::string w = "safetensors file '" + f + "': __metadata__['seedstore.empty_shards']";
+      const json e = ParseJson(m->second, nullptr);
+      if (!e.is_object()) return Corrupt(w + " is not a JSON object");
+      for (auto it = e.begin(); it != e.end(); ++it) {
+        const std::string tw = w + " tensor " + Quoted(it.key());
+        const json& v = *it;
+        if (!v.is_object() || !v.contains("global_shape") || !v["global_shape"].is_array() ||
+            !v.contains("dtype") || !v["dtype"].is_string())
+          return Corrupt(tw + ": needs global_shape and dtype");
+        EmptyShard s;
+        for (const json& d : v["global_shape"]) {
+          if (!d.is_number_unsigned()) return Corrupt(tw + ": global_shape holds a non-integer");
+          s.global_shape.push_back(d.get<uint64_t>());
+        }
+        auto dt = ParseDType(v["dtype"].get<std::string>());
+        if (!dt.ok()) return Corrupt(tw + ": " + dt.status().message());
+        s.dtype = *dt;
+        if (Status vs = ValidateShape(s.global_shape, s.dtype, "global_shape"); !vs.ok())
+          return Corrupt(tw + ": " + vs.message());
+        if (file.Find(it.key())) return Corrupt(tw + ": the file holds that tensor");
+        c->empty_shards_[it.key()] = std::move(s);
+      }
     }
     std::vector<SafetensorsEntry> v = file.entries();
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });

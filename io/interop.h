@@ -3,6 +3,7 @@
 // store as dense tensors, bit for bit.
 #pragma once
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,9 +54,18 @@ class SafetensorsCatalog : public Catalog {
   /// The file holding tensor i (for messages).
   const std::string& file_of(size_t i) const { return files_[where_[i].first].path(); }
   size_t num_files() const { return files_.size(); }
+  /// A rank's shard file leaves out the tensors whose shard on its rank is empty (torch.chunk
+  /// of 3 rows over 4 ranks; a tensor with no elements) and names them in
+  /// __metadata__['seedstore.empty_shards'] (docs/FORMAT.md 8): tensor name -> this.
+  struct EmptyShard {
+    std::vector<uint64_t> global_shape;
+    DType dtype = DType::kF32;
+  };
+  const std::map<std::string, EmptyShard>& empty_shards() const { return empty_shards_; }
 
  private:
   std::string origin_;
+  std::map<std::string, EmptyShard> empty_shards_;
   std::vector<SafetensorsFile> files_;
   std::vector<TensorRecord> records_;
   std::vector<std::pair<size_t, SafetensorsEntry>> where_;  // per record: file index, entry

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/device.h"
+#include "io/interop.h"
 #include "io/open.h"
 #include "tools/cli.h"
 
@@ -47,9 +48,25 @@ struct Row {
   std::optional<Fingerprint> fa, fb;
   bool by_spec = false;  // both lazy with the same resolved spec: equal without generating
   std::optional<Region> shard;  // a side is a rank's file (its piece): the region compared
+  bool empty_shard = false;     // the other side is a rank's shard file whose shard of it is empty
 };
 
 std::vector<uint64_t> GlobalShape(const Region& r) { return std::vector<uint64_t>(r.shape, r.shape + r.rank); }
+
+// Tensor `t`, on one side only: when `other` is a rank's shard file whose shard of `t` is
+// empty (named in its seedstore.empty_shards), identical -- or shape/dtype differs -- and
+// `*empty` is set; else `only` (it is on t's side only).
+Verdict EmptyShardOn(const Catalog& other, const TensorRecord& t, Verdict only, bool* empty) {
+  const auto* st = dynamic_cast<const SafetensorsCatalog*>(&other);
+  if (!st) return only;
+  auto it = st->empty_shards().find(t.name);
+  if (it == st->empty_shards().end()) return only;
+  *empty = true;
+  const std::vector<uint64_t> global = t.piece ? GlobalShape(*t.piece) : t.shape;
+  if (global != it->second.global_shape) return Verdict::kShape;
+  if (t.dtype != it->second.dtype) return Verdict::kDType;
+  return Verdict::kIdentical;
+}
 
 // Both lazy, and every element is the same pure function of its index: the same init rule,
 // key, generator, dtype and shape (the fingerprint seed follows from name, dtype and shape).
@@ -106,7 +123,7 @@ int Run(const Options& o) {
     r.a = &ta;
     auto it = in_b.find(ta.name);
     if (it == in_b.end()) {
-      r.verdict = Verdict::kOnlyA;
+      r.verdict = EmptyShardOn(B, ta, Verdict::kOnlyA, &r.empty_shard);
       bar.Advance(ta.NumBytes());
     } else {
       r.b = &B.tensors()[it->second];
@@ -143,7 +160,7 @@ int Run(const Options& o) {
     if (!GlobMatch(o.tensors, tb.name) || !in_b.count(tb.name)) continue;
     Row r;
     r.name = tb.name;
-    r.verdict = Verdict::kOnlyB;
+    r.verdict = EmptyShardOn(A, tb, Verdict::kOnlyB, &r.empty_shard);
     r.b = &tb;
     rows.push_back(std::move(r));
     bar.Advance(tb.NumBytes());
@@ -167,7 +184,7 @@ int Run(const Options& o) {
     for (const Row& r : rows)
       ts.push_back({{"name", r.name},
                     {"result", VerdictName(r.verdict)},
-                    {"by", r.by_spec ? "spec" : r.fa ? "fingerprint" : "shape/dtype/name"},
+                    {"by", r.by_spec ? "spec" : r.empty_shard ? "empty shard" : r.fa ? "fingerprint" : "shape/dtype/name"},
                     {"shard", r.shard ? nlohmann::json(DescribeRegion(*r.shard)) : nlohmann::json(nullptr)},
                     {"a", side(r.a, r.fa)},
                     {"b", side(r.b, r.fb)}});
@@ -184,11 +201,16 @@ int Run(const Options& o) {
       if (r.verdict == Verdict::kIdentical && !o.all) continue;
       std::string what;
       switch (r.verdict) {
-        case Verdict::kIdentical: what = r.by_spec ? "same spec" : FingerprintHex(*r.fa); break;
+        case Verdict::kIdentical:
+          what = r.by_spec ? "same spec" : r.empty_shard ? "an empty shard on this rank" : FingerprintHex(*r.fa);
+          break;
         case Verdict::kValues: what = "a " + FingerprintHex(*r.fa) + "  b " + FingerprintHex(*r.fb); break;
         case Verdict::kShape:
         case Verdict::kDType:
-        case Verdict::kShard: what = "a " + desc(r.a) + "  b " + desc(r.b); break;
+        case Verdict::kShard:
+          what = r.empty_shard ? desc(r.a ? r.a : r.b) + " against an empty shard of another shape or dtype"
+                               : "a " + desc(r.a) + "  b " + desc(r.b);
+          break;
         case Verdict::kOnlyA: what = desc(r.a); break;
         case Verdict::kOnlyB: what = desc(r.b); break;
       }

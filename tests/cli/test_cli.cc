@@ -281,6 +281,44 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
   EXPECT_NE(m.err.find("nope.safetensors"), std::string::npos) << m.err;
 }
 
+// A rank whose shard of a tensor is empty (torch.chunk of 4 elements over 8 flat ranks: ranks
+// 4-7 hold none of `f`; a tensor with no elements) leaves it out of its shard file and names it
+// in seedstore.empty_shards: diff against the model is identical (it was "only in b", exit 7).
+// Against a model where that tensor has another shape, it differs.
+TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
+  const std::string spec = Write("empty_spec.json", R"({"seedstore": 1, "seed": 3, "tensors": [
+    {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
+    {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
+    {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})");
+  const std::string layout = Write("empty_layout.json",
+      R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})");
+  const std::string r5 = TempDir() + "/empty_r5.safetensors";
+  ASSERT_EQ(Exec("materialize " + spec + " --layout " + layout + " --rank 5 -o " + r5).code, 0);
+  auto f = SafetensorsFile::Open(r5);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->entries().size(), 1u);  // only w
+  const auto empty = nlohmann::json::parse(f->metadata().at("seedstore.empty_shards"));
+  EXPECT_EQ(empty["f"]["global_shape"], nlohmann::json({4}));
+  EXPECT_EQ(empty["z"]["dtype"], "bfloat16");
+  for (const std::string& order : {r5 + " " + spec, spec + " " + r5}) {
+    const Proc d = Exec("diff " + order + " --json --all");
+    ASSERT_EQ(d.code, 0) << order << "\n" << d.out << d.err;
+    const auto j = nlohmann::json::parse(d.out);
+    EXPECT_EQ(j["counts"]["identical"].get<int>(), 3) << d.out;
+    for (const auto& t : j["tensors"])
+      EXPECT_EQ(t["by"], t["name"] == "w" ? "fingerprint" : "empty shard") << t.dump();
+  }
+  std::string other = R"({"seedstore": 1, "seed": 3, "tensors": [
+    {"name": "f", "shape": [5], "dtype": "float32", "init": {"dist": "normal"}},
+    {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
+    {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})";
+  const Proc d = Exec("diff " + r5 + " " + Write("empty_other.json", other));
+  EXPECT_EQ(d.code, 7) << d.out << d.err;
+  EXPECT_NE(d.out.find("shape-differs f  [5] float32 against an empty shard of another shape or dtype"),
+            std::string::npos)
+      << d.out;
+}
+
 // `verify` of safetensors (a file or an index): not "corrupt" -- the input is valid, it just
 // records no checksums or fingerprints -- but UNSUPPORTED (exit 6), pointing to `diff`.
 TEST(Cli, VerifyOfSafetensorsPointsToDiff) {
