@@ -568,7 +568,6 @@ Result<Region> ParseBox(std::string_view text, const std::vector<uint64_t>& shap
     if (c == ',') { parts.push_back(cur); cur.clear(); } else if (c != ' ') { cur.push_back(c); }
   }
   parts.push_back(cur);
-  if (text.empty()) return r;
   if (parts.size() != shape.size())
     return InvalidArgument("box '" + std::string(text) + "': has " + std::to_string(parts.size()) +
                            " dims, tensor has " + std::to_string(shape.size()));
@@ -589,7 +588,10 @@ Result<Region> ParseBox(std::string_view text, const std::vector<uint64_t>& shap
     if (!num(p.substr(0, colon), 0, &a) || !num(p.substr(colon + 1), shape[d], &b))
       return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) +
                              " '" + p + "' is not start:stop with non-negative integers");
-    if (a > b || b > shape[d])
+    if (a > b)
+      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) + " " + p +
+                             " is reversed (start " + std::to_string(a) + " > stop " + std::to_string(b) + ")");
+    if (b > shape[d])
       return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) + " " +
                              p + " is outside the tensor (size " + std::to_string(shape[d]) + ")");
     r.start[d] = a;

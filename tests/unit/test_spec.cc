@@ -202,6 +202,9 @@ TEST(Spec, BoxParsing) {
   EXPECT_NE(ParseBox("0:33,:,:", shape).status().message().find("outside the tensor"), std::string::npos);
   EXPECT_NE(ParseBox("a:b,:,:", shape).status().message().find("start:stop"), std::string::npos);
   EXPECT_EQ(ParseBox("5:5,:,:", shape)->Count(), 0u);  // empty box is fine
+  EXPECT_NE(ParseBox("5:3,:,:", shape).status().message().find("dim 0 5:3 is reversed (start 5 > stop 3)"),
+            std::string::npos)
+      << ParseBox("5:3,:,:", shape).status().ToString();
 }
 
 // A scalar (0-d) tensor has one element, index 0.
