@@ -86,6 +86,7 @@ int Run(const Options& o) {
   if (!cb.ok()) return Fail(cb.status());
   const Catalog& A = **ca;
   const Catalog& B = **cb;
+  if (Status g = CheckGlobMatches(o.tensors, {&A, &B}); !g.ok()) return Fail(g);
   // Where tensor i of c lies in a larger tensor, when c is a rank's file (a rank's
   // safetensors shard file, or a distributed save's rank file): TensorRecord::piece.
   auto shard_of = [](const Catalog& c, size_t i) { return c.tensors()[i].piece; };

@@ -19,6 +19,7 @@ struct Options {
 int Run(const Options& o) {
   auto cat = OpenCatalog(o.source);
   if (!cat.ok()) return Fail(cat.status());
+  if (Status g = CheckGlobMatches(o.tensors, {cat->get()}); !g.ok()) return Fail(g);
   ExportOptions e;
   e.tensors_glob = o.tensors;
   e.cpu.threads = o.threads;

@@ -24,6 +24,7 @@ int Run(const Options& o) {
   auto l = LayoutForRank(o.layout, o.rank);
   if (!l.ok()) return Fail(l.status());
   const std::optional<Layout>& layout = *l;
+  if (Status g = CheckGlobMatches(o.tensors, {cat->get()}); !g.ok()) return Fail(g);
   nlohmann::json out = nlohmann::json::array();
   const auto& ts = (*cat)->tensors();
   Progress bar("fingerprint", ts.size());

@@ -30,6 +30,7 @@ int Run(const Options& o) {
   const auto* store = dynamic_cast<const H5Store*>(cat->get());
   const auto* dist = dynamic_cast<const DistCatalog*>(cat->get());
   const auto* safetensors = dynamic_cast<const SafetensorsCatalog*>(cat->get());
+  if (Status g = CheckGlobMatches(o.tensors, {cat->get()}); !g.ok()) return Fail(g);
   const auto& ts = (*cat)->tensors();
   nlohmann::json rows = nlohmann::json::array();
   uint64_t params = 0, lazy = 0, dense = 0, on_disk = 0;

@@ -23,6 +23,7 @@ int Run(const Options& o) {
   for (auto st : {CheckOutputIsNotInput(o.out, o.source, cat->get()),
                   CheckOutputIsNotInput(o.out, o.layout)})
     if (!st.ok()) return Fail(st);
+  if (Status g = CheckGlobMatches(o.tensors, {cat->get()}); !g.ok()) return Fail(g);
   ExportOptions e;
   e.tensors_glob = o.tensors;
   e.layout = &**layout;

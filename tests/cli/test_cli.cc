@@ -319,6 +319,23 @@ TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
       << d.out;
 }
 
+// A --tensors glob that matches nothing is an error naming it (a typo wrote an empty file or
+// printed nothing, exit 0); one that matches is fine.
+TEST(Cli, TensorsGlobMatchingNothingIsAnError) {
+  const std::string spec = Write("glob_spec.json", kSpec);
+  const std::string layout = Write("glob_layout.json", kLayout);
+  const std::string out = TempDir() + "/glob.safetensors";
+  for (const std::string& cmd : {"inspect " + spec, "fingerprint " + spec, "export " + spec + " -o " + out,
+                                 "materialize " + spec + " --layout " + layout + " --rank 0 -o " + out,
+                                 "diff " + spec + " " + spec}) {
+    const Proc p = Exec(cmd + " --tensors 'layer.*'");
+    EXPECT_EQ(p.code, 2) << cmd << "\n" << p.err;
+    EXPECT_NE(p.err.find("--tensors 'layer.*' matches no tensor of '" + spec + "'"), std::string::npos)
+        << cmd << "\n" << p.err;
+    EXPECT_EQ(Exec(cmd + " --tensors 'layers.*'").code, 0) << cmd;
+  }
+}
+
 // `verify` of safetensors (a file or an index): not "corrupt" -- the input is valid, it just
 // records no checksums or fingerprints -- but UNSUPPORTED (exit 6), pointing to `diff`.
 TEST(Cli, VerifyOfSafetensorsPointsToDiff) {
