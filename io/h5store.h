@@ -251,7 +251,7 @@ class H5Store : public Catalog {
   Generator generator_ = Generator::kThreefry;
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
-  std::vector<int64_t> dsets_, sums_;  // HDF5 dataset ids (dense tensors), else -1
+  std::vector<int64_t> dsets_;  // HDF5 dataset ids (dense tensors), else -1
   std::vector<std::vector<uint64_t>> checksums_;
   std::vector<std::vector<ChunkInfo>> info_;  // chunk-info tables (empty when absent)
 };
