@@ -18,15 +18,7 @@ import pytest
 safetensors = pytest.importorskip("safetensors")
 from safetensors import safe_open  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("SEEDSTORE_BIN", os.path.join(ROOT, "build", "tools", "seedstore"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _need_binary():
-    if not os.access(BIN, os.X_OK):
-        pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")
+from seedstore_testlib import BIN, need_binary  # noqa: E402,F401 (an autouse fixture)
 
 
 def write(path, header, data):
