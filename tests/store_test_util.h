@@ -28,7 +28,8 @@ class TempDir {
     path_ = mkdtemp(tmpl.data());
   }
   ~TempDir() {
-    if (!std::getenv("SEEDSTORE_KEEP_TMP")) std::filesystem::remove_all(path_);
+    std::error_code ec;  // never throw (a static one is destroyed at exit)
+    if (!std::getenv("SEEDSTORE_KEEP_TMP")) std::filesystem::remove_all(path_, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -15,6 +15,7 @@
 
 #include "io/safetensors.h"
 #include "store/spec.h"
+#include "tests/store_test_util.h"
 
 namespace seedstore {
 namespace {
@@ -29,12 +30,10 @@ std::string Bin() {
   return b ? b : "seedstore";
 }
 
+// This process's folder, removed when it exits (SEEDSTORE_KEEP_TMP=1 keeps it).
 std::string TempDir() {
-  static std::string dir = [] {
-    char tmpl[] = "/tmp/seedstore-cli-XXXXXX";
-    return std::string(mkdtemp(tmpl));
-  }();
-  return dir;
+  static const testutil::TempDir dir("seedstore-cli");
+  return dir.path();
 }
 
 // Runs `seedstore <args>`, capturing stdout and stderr.

@@ -20,6 +20,7 @@
 #include "io/collective.h"
 #include "store/catalog.h"
 #include "store/verify.h"
+#include "tests/store_test_util.h"
 
 namespace seedstore::mpitest {
 
@@ -29,12 +30,10 @@ struct Proc {
   double seconds = 0;
 };
 
+// This process's folder, removed when it exits (SEEDSTORE_KEEP_TMP=1 keeps it).
 inline std::string TempDir() {
-  static std::string dir = [] {
-    char tmpl[] = "/tmp/seedstore-mpi-XXXXXX";
-    return std::string(mkdtemp(tmpl));
-  }();
-  return dir;
+  static const testutil::TempDir dir("seedstore-mpi");
+  return dir.path();
 }
 
 inline std::string Write(const std::string& name, const std::string& text) {
