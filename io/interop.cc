@@ -191,6 +191,18 @@ Result<SafetensorsIndex> ListSafetensorsFiles(const std::string& path) {
   return ParseSafetensorsIndex(ss.str(), path);
 }
 
+// The "global_shape" array of a rank file's metadata entry `m` (seedstore.shards or
+// seedstore.empty_shards), checked as a shape of `dtype`; errors (kCorrupt) start with `w`.
+Result<std::vector<uint64_t>> GlobalShapeOf(const json& m, DType dtype, const std::string& w) {
+  std::vector<uint64_t> global;
+  for (const json& d : m["global_shape"]) {
+    if (!d.is_number_unsigned()) return Corrupt(w + ": global_shape holds a non-integer");
+    global.push_back(d.get<uint64_t>());
+  }
+  if (Status vs = ValidateShape(global, dtype, "global_shape"); !vs.ok()) return Corrupt(w + ": " + vs.message());
+  return global;
+}
+
 }  // namespace
 
 bool IsSafetensorsSource(const std::string& path) {
@@ -244,15 +256,10 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
             !v.contains("dtype") || !v["dtype"].is_string())
           return Corrupt(tw + ": needs global_shape and dtype");
         EmptyShard s;
-        for (const json& d : v["global_shape"]) {
-          if (!d.is_number_unsigned()) return Corrupt(tw + ": global_shape holds a non-integer");
-          s.global_shape.push_back(d.get<uint64_t>());
-        }
         auto dt = ParseDType(v["dtype"].get<std::string>());
         if (!dt.ok()) return Corrupt(tw + ": " + dt.status().message());
         s.dtype = *dt;
-        if (Status vs = ValidateShape(s.global_shape, s.dtype, "global_shape"); !vs.ok())
-          return Corrupt(tw + ": " + vs.message());
+        SEEDSTORE_ASSIGN_OR_RETURN(s.global_shape, GlobalShapeOf(v, s.dtype, tw));
         if (file.Find(it.key())) return Corrupt(tw + ": the file holds that tensor");
         c->empty_shards_[it.key()] = std::move(s);
       }
@@ -265,15 +272,9 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
       if (shard_meta.contains(e.name)) {
         const json& m = shard_meta[e.name];
         const std::string w = "safetensors file '" + f + "' tensor '" + e.name + "': seedstore.shards";
-        std::vector<uint64_t> global;
         if (!m.is_object() || !m.contains("global_shape") || !m["global_shape"].is_array())
           return Corrupt(w + " has no global_shape");
-        for (const json& d : m["global_shape"]) {
-          if (!d.is_number_unsigned()) return Corrupt(w + ": global_shape holds a non-integer");
-          global.push_back(d.get<uint64_t>());
-        }
-        if (Status vs = ValidateShape(global, e.dtype, "global_shape"); !vs.ok())
-          return Corrupt(w + ": " + vs.message());
+        SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<uint64_t> global, GlobalShapeOf(m, e.dtype, w));
         auto r = RegionFromJson(m, global);
         if (!r.ok()) return Corrupt(w + ": " + r.status().message());
         if (LocalShape(*r) != e.shape)
