@@ -404,8 +404,11 @@ Status PadPieces(const Catalog& src, const WriteOptions& wo, double max_padding,
 // with options `wo`) as a tensor of g's local shape (the whole tensor when g is), copying the
 // source's stored chunks where they line up; counts the chunks copied and encoded into
 // `copied` and `encoded`.
+// Per tensor, what a save counts as it writes: chunks copied, chunks encoded, bytes stored.
+constexpr size_t kCounts = 3;
+
 Status AddPiece(StoreWriter& w, const WriteOptions& wo, const Catalog& src, size_t i,
-                const Region& g, bool as_piece, uint64_t* copied, uint64_t* encoded) {
+                const Region& g, bool as_piece, uint64_t* counts) {
   const TensorRecord& t = src.tensors()[i];
   const std::vector<uint64_t> shape = t.shape;
   BoxSource source = [&src, i, g, shape](const Region& local, void* out) -> Status {
@@ -430,8 +433,9 @@ Status AddPiece(StoreWriter& w, const WriteOptions& wo, const Catalog& src, size
     SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
   }
   const StoreWriter::ChunkCounts after = w.chunk_counts();
-  *copied += after.copied - before.copied;
-  *encoded += after.encoded - before.encoded;
+  counts[0] += after.copied - before.copied;
+  counts[1] += after.encoded - before.encoded;
+  counts[2] += after.stored_bytes - before.stored_bytes;
   return Status::Ok();
 }
 
@@ -508,8 +512,8 @@ Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, Cp
   return ReadBackFingerprint(out, i, r, o);
 }
 
-// Writes layout rank r's file; per tensor, adds the chunks copied and encoded to counts[2i],
-// counts[2i + 1].
+// Writes layout rank r's file; per tensor i, adds the chunks copied and encoded and the bytes
+// stored to counts[kCounts * i + 0, 1, 2].
 Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::string& file,
                      const DistSaveOptions& o, uint64_t* bytes, std::vector<uint64_t>& counts) {
   uint64_t seed;
@@ -522,7 +526,7 @@ Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::str
       const Shard& s = plan.shards[i][k];
       if (s.replicas[0] != r) continue;
       SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, o.write, src, i, plan.stored[i][k], /*as_piece=*/true,
-                                         &counts[2 * i], &counts[2 * i + 1]));
+                                         &counts[kCounts * i]));
       *bytes += s.region.Count() * DTypeSize(ts[i].dtype);
     }
   }
@@ -532,7 +536,7 @@ Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::str
 // Adds the index and the virtual datasets to the (closed, committed) master file at `file`.
 Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
                              const Layout& layout, uint32_t id, const std::string& path,
-                             const std::vector<Fingerprint>& fps) {
+                             const std::vector<Fingerprint>& fps, const std::vector<uint64_t>& counts) {
   const auto& ts = src.tensors();
   json tensors = json::array();
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -552,6 +556,8 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
                            {"shape", ts[i].shape},
                            {"dtype", DTypeName(ts[i].dtype)},
                            {"fingerprint", FingerprintHex(fps[i])},
+                           {"chunks", counts[kCounts * i] + counts[kCounts * i + 1]},
+                           {"stored_bytes", counts[kCounts * i + 2]},
                            {"pieces", pieces}});
   }
   json files = json::array();
@@ -867,6 +873,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
         if (k < 0) return bad("lazy tensor '" + name + "' is not in the master store");
         c->records_.push_back(c->master_->tensors()[k]);
         c->pieces_.emplace_back();
+        c->storage_.emplace_back();
         continue;
       }
       TensorRecord rec;
@@ -913,8 +920,16 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
                      std::to_string(ps[k].rank) + ", " + DescribeRegion(ps[k].region) +
                      ") is not its layout's (rank " + std::to_string(want[k].replicas[0]) + ", " +
                      DescribeRegion(want[k].region) + ")");
+      std::optional<Storage> storage;
+      if (t.contains("chunks") || t.contains("stored_bytes")) {
+        if (!t.contains("chunks") || !t.contains("stored_bytes") || !t["chunks"].is_number_unsigned() ||
+            !t["stored_bytes"].is_number_unsigned())
+          return bad("tensor '" + name + "': 'chunks' and 'stored_bytes' must both be unsigned integers");
+        storage = Storage{t["chunks"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>()};
+      }
       c->records_.push_back(std::move(rec));
       c->pieces_.push_back(std::move(ps));
+      c->storage_.push_back(storage);
     }
   } catch (const std::exception& e) {
     return bad(e.what());
@@ -1057,6 +1072,11 @@ Result<std::pair<const H5Store*, size_t>> DistCatalog::PieceStore(size_t i, size
 Result<const H5Store*> DistCatalog::RankStore(int rank, const std::string& tensor) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (rank_stores_[rank]) return rank_stores_[rank].get();
+  SEEDSTORE_ASSIGN_OR_RETURN(rank_stores_[rank], OpenRank(rank, tensor));
+  return rank_stores_[rank].get();
+}
+
+Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::string& tensor) const {
   const std::string& f = rank_files_[rank];
   const std::string reading = tensor.empty() ? "" : "reading tensor '" + tensor + "': ";
   if (!FileExists(f))
@@ -1082,8 +1102,29 @@ Result<const H5Store*> DistCatalog::RankStore(int rank, const std::string& tenso
                              (rp ? DescribeRegion(*rp) : std::string("(none)")) +
                              ", the index says " + DescribeRegion(p.stored));
     }
-  rank_stores_[rank] = std::move(*s);
-  return rank_stores_[rank].get();
+  return std::move(*s);
+}
+
+Result<std::vector<DistCatalog::Storage>> DistCatalog::StorageOfAll() const {
+  std::vector<Storage> out(records_.size());
+  bool recorded = true;
+  for (size_t i = 0; i < records_.size(); ++i) {
+    if (storage_[i]) out[i] = *storage_[i];
+    else recorded = recorded && pieces_[i].empty();
+  }
+  if (recorded) return out;
+  out.assign(records_.size(), Storage{});
+  for (int r = 0; r < world(); ++r) {
+    SEEDSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<H5Store> s, OpenRank(r));
+    for (size_t i = 0; i < records_.size(); ++i)
+      for (const Piece& p : pieces_[i]) {
+        if (p.rank != r) continue;
+        const StoredTensor& st = s->stored(static_cast<size_t>(s->Find(records_[i].name)));  // checked by OpenRank
+        out[i].chunks += st.num_chunks;
+        out[i].stored_bytes += st.stored_bytes;
+      }
+  }
+  return out;
 }
 
 H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {
@@ -1092,8 +1133,11 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
   rep.tensors = records_.size();
   rep.fingerprints.assign(records_.size(), Fingerprint{});
   std::vector<bool> bad(records_.size(), false);
+  std::vector<Storage> counted(records_.size());
+  // Rank by rank, each file opened for its turn and closed after it (the cache keeps only
+  // those that padding checks read from).
   for (int r = 0; r < world(); ++r) {
-    auto s = RankStore(r);
+    auto s = OpenRank(r);
     if (!s.ok()) {
       rep.problems.push_back({"", -1, s.status()});
       for (size_t i = 0; i < records_.size(); ++i)
@@ -1112,7 +1156,9 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
       for (size_t q = 0; q < pieces_[i].size(); ++q) {
         const Piece& p = pieces_[i][q];
         if (p.rank != r) continue;
-        const size_t k = static_cast<size_t>((*s)->Find(records_[i].name));  // checked by RankStore
+        const size_t k = static_cast<size_t>((*s)->Find(records_[i].name));  // checked by OpenRank
+        counted[i].chunks += (*s)->stored(k).num_chunks;
+        counted[i].stored_bytes += (*s)->stored(k).stored_bytes;
         if ((*s)->tensors()[k].piece) {
           rep.fingerprints[i].Add(rr.fingerprints[k]);  // already in the global frame
           if (SameRegion(p.stored, p.region)) continue;
@@ -1156,6 +1202,16 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
       if (k >= 0) rep.fingerprints[i] = lazy[k];
       continue;
     }
+    if (!bad[i] && storage_[i] &&
+        (storage_[i]->chunks != counted[i].chunks || storage_[i]->stored_bytes != counted[i].stored_bytes))
+      rep.problems.push_back(
+          {t.name, -1,
+           DistError("bad-index", Code::kCorrupt, path_, -1, "",
+                     std::string(kIndexPath) + ": tensor '" + t.name + "' is recorded as " +
+                         std::to_string(storage_[i]->chunks) + " chunks, " +
+                         std::to_string(storage_[i]->stored_bytes) + " bytes stored; its rank files hold " +
+                         std::to_string(counted[i].chunks) + " chunks, " +
+                         std::to_string(counted[i].stored_bytes) + " bytes")});
     if (!bad[i] && t.fingerprint && *t.fingerprint != rep.fingerprints[i])
       rep.problems.push_back(
           {t.name, -1,
@@ -1442,7 +1498,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
 
   // Write.
   uint64_t bytes = 0;
-  std::vector<uint64_t> counts(2 * n, 0);  // per tensor: chunks copied, encoded
+  std::vector<uint64_t> counts(kCounts * n, 0);  // per tensor: chunks copied, encoded; bytes stored
   if (o.consolidate) {
     if (me == 0) {
       st = [&]() -> Status {
@@ -1455,8 +1511,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
           } else {
             SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, o.write, src, i, WholeTensor(ts[i].shape),
-                                               /*as_piece=*/false, &counts[2 * i],
-                                               &counts[2 * i + 1]));
+                                               /*as_piece=*/false, &counts[kCounts * i]));
             bytes += ts[i].NumBytes();
           }
         }
@@ -1484,7 +1539,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     if (np == 1)
       for (int r : mine) pieces.Add(RankFileName(path, id, r));
     std::vector<uint64_t> file_bytes(mine.size(), 0);
-    std::vector<std::vector<uint64_t>> file_counts(mine.size(), std::vector<uint64_t>(2 * n, 0));
+    std::vector<std::vector<uint64_t>> file_counts(mine.size(), std::vector<uint64_t>(kCounts * n, 0));
     st = ParallelFor(mine.size(), ThreadCount(o.cpu.threads, mine.size()), false,
                      [&](uint64_t k, int) -> Status {
                        return WriteRankFile(src, plan, mine[k], RankFileName(path, id, mine[k]), o,
@@ -1495,7 +1550,11 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       for (size_t c = 0; c < counts.size(); ++c) counts[c] += file_counts[k][c];
     }
     SimulateFault(o.simulate, o.simulate_rank, me, "write rank files");
-    if (Status a = Agree(comm, st, "write rank files"); !a.ok()) {
+    Status a = Agree(comm, st, "write rank files");
+    // The index records each tensor's chunks and bytes over all its pieces (inspect shows
+    // them without opening a rank file).
+    if (a.ok()) a = comm.AllReduceSum(counts.data(), counts.size(), "chunk counts");
+    if (!a.ok()) {
       drop_mine();
       return a;
     }
@@ -1508,7 +1567,8 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
           if (ts[i].lazy)
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
         return w->Commit([&](const std::string& temp) {
-          SEEDSTORE_RETURN_IF_ERROR(AddDistributedObjects(temp, src, plan, layout, id, path, src_fp));
+          SEEDSTORE_RETURN_IF_ERROR(
+              AddDistributedObjects(temp, src, plan, layout, id, path, src_fp, counts));
           // Made durable here, so that between releasing the rank files and the rename there
           // is no fsync left to wait for (Commit's own then finds nothing to write).
           if (const int fd = ::open(temp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
@@ -1526,9 +1586,11 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       return a;
     }
   }
-  if (o.consolidate) SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write master"));
+  if (o.consolidate) {
+    SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write master"));
+    SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(counts.data(), counts.size(), "chunk counts"));
+  }
   SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&bytes, 1, "bytes"));
-  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(counts.data(), counts.size(), "chunk counts"));
   rep.bytes = bytes;
   const double t1 = Now();
   rep.write_s = t1 - t0;
@@ -1631,8 +1693,8 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       row.bytes = ts[i].NumBytes();
     }
     row.source_ref = ts[i].fingerprint ? "recorded" : "computed";
-    row.chunks_copied = counts[2 * i];
-    row.chunks_encoded = counts[2 * i + 1];
+    row.chunks_copied = counts[kCounts * i];
+    row.chunks_encoded = counts[kCounts * i + 1];
     rep.chunks_copied += row.chunks_copied;
     rep.chunks_encoded += row.chunks_encoded;
     row.source = src_fp[i];

@@ -99,8 +99,19 @@ class DistCatalog : public Catalog {
   /// fingerprint for that cell (padding-mismatch otherwise): so every stored copy of every cell
   /// is proven, without decoding any.
   Result<Fingerprint> ProveCells(size_t i, size_t p, CpuOptions o = {}) const;
-  /// How many rank files have been opened so far (reads open only those they need).
+  /// How many rank files are open now: reads open only those they need and keep them open;
+  /// Verify and Storage open each in turn and close it.
   size_t open_rank_files() const;
+  /// Chunks and bytes on disk (compressed chunks and their tables) of a dense tensor, over all
+  /// its pieces.
+  struct Storage {
+    uint64_t chunks = 0, stored_bytes = 0;
+  };
+  /// Storage of every tensor (zero for lazy ones), as the index records it (docs/FORMAT.md 10);
+  /// for a save whose index does not (written before it did), counted from the rank files,
+  /// opened one at a time and closed again: memory O(one rank file), however many there are.
+  /// Errors as Read.
+  Result<std::vector<Storage>> StorageOfAll() const;
   /// The store holding piece p of dense tensor i (its rank file, opened on first use) and the
   /// tensor's index there. Errors as Read (rank-file-missing, rank-file-corrupt). Thread-safe.
   Result<std::pair<const H5Store*, size_t>> PieceStore(size_t i, size_t p) const;
@@ -120,12 +131,15 @@ class DistCatalog : public Catalog {
   // Rank `rank`'s store, opened once; errors name the rank file (and `tensor`, when given: the
   // tensor being read).
   Result<const H5Store*> RankStore(int rank, const std::string& tensor = "") const;
+  // Rank `rank`'s store opened anew (not kept), checked to hold its pieces as the index says.
+  Result<std::unique_ptr<H5Store>> OpenRank(int rank, const std::string& tensor = "") const;
   Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
   std::string path_;
   std::unique_ptr<H5Store> master_;
   Layout layout_;
   std::vector<TensorRecord> records_;
   std::vector<std::vector<Piece>> pieces_;
+  std::vector<std::optional<Storage>> storage_;  // per tensor, from the index (none: not recorded)
   std::vector<std::string> rank_files_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<H5Store>> rank_stores_;

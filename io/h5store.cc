@@ -819,11 +819,39 @@ hid_t NoChunkCache() {
   return dapl;
 }
 
+// Chunk-decoding buffers (a chunk or two each), kept between reads and shared by every open
+// store: one pool per store kept two buffers per thread per store -- 525 MB of them reading a
+// 256-rank save whole (docs/PERF.md, session 10).
+static ScratchPool<ChunkScratch>& ReadScratch() {
+  static ScratchPool<ChunkScratch>* pool = new ScratchPool<ChunkScratch>();  // never destroyed
+  return *pool;
+}
+
 H5Store::~H5Store() {
   H5Guard g;
-  for (int64_t id : dsets_)
-    if (id >= 0) H5Dclose(id);
+  open_.clear();  // the store's users are done: these are the last references
   if (file_ >= 0) H5Fclose(file_);
+}
+
+Result<H5Store::DatasetHandle> H5Store::Dataset(size_t i) const {
+  H5Guard g;
+  for (size_t k = 0; k < open_.size(); ++k)
+    if (open_[k].first == i) {
+      if (k + 1 != open_.size()) std::rotate(open_.begin() + k, open_.begin() + k + 1, open_.end());
+      return open_.back().second;
+    }
+  const hid_t id = H5Dopen2(file_, stored_[i].dataset.c_str(), NoChunkCache());
+  if (id < 0)
+    return SEEDSTORE_H5_ERROR("file '" + path_ + "' tensor '" + records_[i].name + "': opening " +
+                              stored_[i].dataset);
+  DatasetHandle h(new int64_t(id), [](const int64_t* d) {
+    H5Guard g2;
+    H5Dclose(*d);
+    delete d;
+  });
+  if (open_.size() == kOpenDatasets) open_.erase(open_.begin());
+  open_.emplace_back(i, h);
+  return h;
 }
 
 // The kernel's readahead window for the device holding the file open as `fd`, in bytes (0
@@ -866,20 +894,8 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
                                                      " bytes): " + e);
     return Corrupt(w + ": HDF5 cannot open it: " + e);
   }
+  s->AttachDescriptor();
   const hid_t f = s->file_;
-  {
-    // Chunks are read with pread at their file addresses (io/h5store.cc, LoadChunk) when the
-    // file uses the default sec2 driver and has no user block (addresses are then offsets).
-    Hid fapl(H5Fget_access_plist(f), H5Pclose), fcpl(H5Fget_create_plist(f), H5Pclose);
-    hsize_t userblock = 1;
-    void* handle = nullptr;
-    if (fapl.ok() && fcpl.ok() && H5Pget_driver(fapl.get()) == H5FD_SEC2 &&
-        H5Pget_userblock(fcpl.get(), &userblock) >= 0 && userblock == 0 &&
-        H5Fget_vfd_handle(f, fapl.get(), &handle) >= 0 && handle != nullptr)
-      s->fd_ = *static_cast<int*>(handle);
-    s->kernel_readahead_ = KernelReadaheadBytes(s->fd_);
-    H5ErrorText();
-  }
   // Root attributes: magic and version.
   SEEDSTORE_ASSIGN_OR_RETURN(std::string magic, ReadStringAttr(f, "seedstore.format", w));
   if (magic != "seedstore")
@@ -950,7 +966,6 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     }
     TensorRecord tr;
     StoredTensor stt;
-    int64_t dset = -1;
     std::vector<uint64_t> checks;
     std::vector<ChunkInfo> infos;
     if (kind == "lazy") {
@@ -1015,9 +1030,10 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
           return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
         SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, tw));
       }
-      // Kept open for the chunk addresses (the checksum table is read once and closed).
-      // Chunks never go through HDF5's chunk cache -- they are read with pread and decoded
-      // here -- so it gets none: 20,000 tiny dense tensors, `inspect` peak RSS 642 -> 349 MB.
+      // Closed once checked, as are its tables: reads open it again when they need its chunk
+      // addresses (H5Store::Dataset; a few are kept open). Chunks never go through HDF5's
+      // chunk cache -- they are read with pread and decoded here -- so it gets none: 20,000
+      // tiny dense tensors, `inspect` peak RSS 642 -> 349 MB (and 349 -> see docs/PERF.md).
       Hid d(H5Dopen2(f, stt.dataset.c_str(), NoChunkCache()), H5Dclose);
       if (!d.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + stt.dataset);
       // Attributes.
@@ -1126,7 +1142,6 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
                              tw + ": the chunk fingerprints of " + info_path + " add up to " +
                                  FingerprintHex(total) + ", the record says " + FingerprintHex(*fp));
       }
-      dset = d.release();
     } else {
       return bad(where + ": unknown kind '" + kind + "'");
     }
@@ -1134,11 +1149,52 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     tr.fingerprint = fp;
     s->records_.push_back(std::move(tr));
     s->stored_.push_back(std::move(stt));
-    s->dsets_.push_back(dset);
     s->checksums_.push_back(std::move(checks));
     s->info_.push_back(std::move(infos));
   }
+  SEEDSTORE_RETURN_IF_ERROR(s->DropCachedMetadata());
   return s;
+}
+
+void H5Store::AttachDescriptor() {
+  // Chunks are read with pread at their file addresses (io/h5store.cc, LoadChunk) when the
+  // file uses the default sec2 driver and has no user block (addresses are then offsets).
+  fd_ = -1;
+  Hid fapl(H5Fget_access_plist(file_), H5Pclose), fcpl(H5Fget_create_plist(file_), H5Pclose);
+  hsize_t userblock = 1;
+  void* handle = nullptr;
+  if (fapl.ok() && fcpl.ok() && H5Pget_driver(fapl.get()) == H5FD_SEC2 &&
+      H5Pget_userblock(fcpl.get(), &userblock) >= 0 && userblock == 0 &&
+      H5Fget_vfd_handle(file_, fapl.get(), &handle) >= 0 && handle != nullptr)
+    fd_ = *static_cast<int*>(handle);
+  kernel_readahead_ = KernelReadaheadBytes(fd_);
+  H5ErrorText();
+}
+
+Status H5Store::DropCachedMetadata() {
+  // HDF5 keeps the object header of every dataset Open checked in the file's metadata cache
+  // (its size limits do not let them go): ~2.3 MB for a rank file of GPT-2's 148 tensors, on
+  // top of the 0.5 MB every open file costs. Closing the file and opening the very same one
+  // again (the descriptor's /proc/self/fd link: a file renamed over the path meanwhile is not
+  // picked up) leaves only the headers reads then use. Stores with no dense tensor (a
+  // distributed save's master, whose virtual datasets name their sources relative to its
+  // path) are left as they are; so is one whose descriptor cannot be duplicated.
+  if (fd_ < 0 || std::none_of(stored_.begin(), stored_.end(), [](const StoredTensor& t) { return t.dense; }))
+    return Status::Ok();
+  const int keep = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (keep < 0 || ::access(("/proc/self/fd/" + std::to_string(keep)).c_str(), R_OK) != 0) {
+    if (keep >= 0) ::close(keep);
+    return Status::Ok();
+  }
+  const std::string same = "/proc/self/fd/" + std::to_string(keep);
+  // Closed first: HDF5 would hand back the open file itself, cache and all.
+  H5Fclose(file_);
+  file_ = H5Fopen(same.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const std::string e = file_ < 0 ? H5ErrorText() : "";
+  ::close(keep);
+  if (file_ < 0) return Corrupt("file '" + path_ + "': HDF5 cannot open it again after checking it: " + e);
+  AttachDescriptor();
+  return Status::Ok();
 }
 
 // Where chunk j (grid origin `off`) of a chunked dataset is stored; size 0 when the chunk is
@@ -1341,8 +1397,8 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) { return ReadDense(i, b, dst, o); });
 }
 
-Status H5Store::DecodeChunk(size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
-                            bool check_info, unsigned* mask) const {
+Status H5Store::DecodeChunk(int64_t dset, size_t i, uint64_t j, std::vector<uint8_t>* out,
+                            ChunkScratch& s, bool check_info, unsigned* mask) const {
   const TensorRecord& t = records_[i];
   const Grid g = Grid::Make(t.shape, stored_[i].chunk);
   const Region box = g.Box(j);
@@ -1351,7 +1407,7 @@ Status H5Store::DecodeChunk(size_t i, uint64_t j, std::vector<uint8_t>* out, Chu
   out->resize(box.Count() * DTypeSize(t.dtype));
   const ChunkSink sink{out->data(), box.start, ext, box.start, box.stop};
   const ChunkInfo* info = check_info && !info_[i].empty() ? &info_[i][j] : nullptr;
-  return LoadChunk(path_, t, stored_[i], dsets_[i], fd_, g, j, checksums_[i][j], sink, s, info, mask);
+  return LoadChunk(path_, t, stored_[i], dset, fd_, g, j, checksums_[i][j], sink, s, info, mask);
 }
 
 Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool decode) const {
@@ -1364,20 +1420,21 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
   const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
-  std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(1);
+  SEEDSTORE_ASSIGN_OR_RETURN(const DatasetHandle ds, Dataset(i));
+  std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(1);
   ChunkScratch& s = *scratch[0];
   unsigned mask = 0;
   Status status;
   const bool from_table = !decode && info;
   if (from_table) {
     // The stored bytes alone, checked against the chunk-info table.
-    status = ReadStoredBytes(path_, t, dsets_[i], fd_, g, j, s, &mask);
+    status = ReadStoredBytes(path_, t, *ds, fd_, g, j, s, &mask);
     if (status.ok()) status = CheckStoredHash(path_, t, g, j, s, info->stored_hash);
     out->data.clear();
   } else {
     // One read of the stored bytes, decoded and checked against the checksum by the code
     // every read uses; the bytes handed out are those very bytes (s.raw).
-    status = DecodeChunk(i, j, &out->data, s, true, &mask);
+    status = DecodeChunk(*ds, i, j, &out->data, s, true, &mask);
   }
   if (status.ok()) {
     out->stored_hash = info ? info->stored_hash : Checksum64(s.raw.data(), s.raw.size());
@@ -1387,7 +1444,7 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
     out->filter_mask = mask;
     out->checksum = checksums_[i][j];
   }
-  scratch_.Return(std::move(scratch));
+  ReadScratch().Return(std::move(scratch));
   return status;
 }
 
@@ -1398,26 +1455,27 @@ Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
   const std::vector<ChunkInfo>& info = info_[i];
+  SEEDSTORE_ASSIGN_OR_RETURN(const DatasetHandle ds, Dataset(i));
   const int threads = ThreadCount(o.threads, g.num);
   const int hint = HintFd(g.ChunkElems() * DTypeSize(t.dtype));
-  std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
+  std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(threads);
   std::vector<std::vector<uint8_t>> bufs(threads);
   std::vector<Fingerprint> parts(threads);
   Status status = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
-    PrefetchChunk(hint, dsets_[i], g, j + kPrefetchAhead * threads);
+    PrefetchChunk(hint, *ds, g, j + kPrefetchAhead * threads);
     ChunkScratch& s = *scratch[th];
     unsigned mask = 0;
     if (!info.empty()) {
-      SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path_, t, dsets_[i], fd_, g, j, s, &mask));
+      SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path_, t, *ds, fd_, g, j, s, &mask));
       SEEDSTORE_RETURN_IF_ERROR(CheckStoredHash(path_, t, g, j, s, info[j].stored_hash));
       parts[th].Add(info[j].fingerprint);
       return Status::Ok();
     }
-    SEEDSTORE_RETURN_IF_ERROR(DecodeChunk(i, j, &bufs[th], s, false, &mask));
+    SEEDSTORE_RETURN_IF_ERROR(DecodeChunk(*ds, i, j, &bufs[th], s, false, &mask));
     parts[th].Add(FingerprintOf(t, g.Box(j), bufs[th].data(), CpuOptions{1}));
     return Status::Ok();
   });
-  scratch_.Return(std::move(scratch));
+  ReadScratch().Return(std::move(scratch));
   SEEDSTORE_RETURN_IF_ERROR(status);
   Fingerprint f;
   for (const Fingerprint& p : parts) f.Add(p);
@@ -1425,9 +1483,10 @@ Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
 }
 
 Status H5Store::ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
-                               const std::function<Status(uint64_t j, const uint64_t* is,
+                               const std::function<Status(int64_t dset, uint64_t j, const uint64_t* is,
                                                           const uint64_t* ie, ChunkScratch& s, int th)>& f) const {
   const StoredTensor& st = stored_[i];
+  SEEDSTORE_ASSIGN_OR_RETURN(const DatasetHandle ds, Dataset(i));
   const Grid g = Grid::Make(records_[i].shape, st.chunk);
   uint64_t lo[kMaxRank], n_in[kMaxRank];
   uint64_t total = 1;
@@ -1446,27 +1505,27 @@ Status H5Store::ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
   };
   const int threads = ThreadCount(o.threads, total);
   const int hint = HintFd(g.ChunkElems() * DTypeSize(records_[i].dtype));
-  std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
+  std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(threads);
   // The first chunks are asked for all at once; then each chunk handed out asks for the one
   // kPrefetchAhead per thread ahead of it.
   {
     uint64_t c[kMaxRank];
     for (uint64_t q = 0; q < std::min<uint64_t>(total, kPrefetchAhead * threads); ++q)
-      PrefetchChunk(hint, dsets_[i], g, intersecting(q, c));
+      PrefetchChunk(hint, *ds, g, intersecting(q, c));
   }
   Status status = ParallelFor(total, threads, false, [&](uint64_t q, int th) -> Status {
     uint64_t c[kMaxRank];
     const uint64_t ahead = q + kPrefetchAhead * threads;
-    if (ahead < total) PrefetchChunk(hint, dsets_[i], g, intersecting(ahead, c));
+    if (ahead < total) PrefetchChunk(hint, *ds, g, intersecting(ahead, c));
     const uint64_t j = intersecting(q, c);
     uint64_t is[kMaxRank], ie[kMaxRank];
     for (int d = 0; d < g.rank; ++d) {
       is[d] = std::max(c[d] * g.chunk[d], box.start[d]);
       ie[d] = std::min(c[d] * g.chunk[d] + g.chunk[d], box.stop[d]);
     }
-    return f(j, is, ie, *scratch[th], th);
+    return f(*ds, j, is, ie, *scratch[th], th);
   });
-  scratch_.Return(std::move(scratch));
+  ReadScratch().Return(std::move(scratch));
   return status;
 }
 
@@ -1480,12 +1539,14 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
   if (!g.chunked()) {
     ChunkScratch scratch;
     const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, box.start, box.stop};
-    return LoadChunk(path_, t, st, dsets_[i], fd_, g, 0, checksums_[i][0], sink, scratch);
+    SEEDSTORE_ASSIGN_OR_RETURN(const DatasetHandle ds, Dataset(i));
+    return LoadChunk(path_, t, st, *ds, fd_, g, 0, checksums_[i][0], sink, scratch);
   }
   // The chunks intersecting the box; each is decoded straight into its part of `out`.
-  return ForEachChunkIn(i, box, o, [&](uint64_t j, const uint64_t* is, const uint64_t* ie, ChunkScratch& s, int) {
+  return ForEachChunkIn(i, box, o, [&](int64_t dset, uint64_t j, const uint64_t* is, const uint64_t* ie,
+                                       ChunkScratch& s, int) {
     const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, is, ie};
-    return LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, s);
+    return LoadChunk(path_, t, st, dset, fd_, g, j, checksums_[i][j], sink, s);
   });
 }
 
@@ -1506,8 +1567,9 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
     if (box.Count() == 0) continue;
     // Each intersecting chunk's part of the box is decoded packed into the thread's buffer
     // (L2-sized, reused) and hashed there: no buffer of the region's size.
-    SEEDSTORE_RETURN_IF_ERROR(ForEachChunkIn(i, box, o, [&](uint64_t j, const uint64_t* is, const uint64_t* ie,
-                                                             ChunkScratch& s, int th) -> Status {
+    SEEDSTORE_RETURN_IF_ERROR(ForEachChunkIn(i, box, o, [&](int64_t dset, uint64_t j, const uint64_t* is,
+                                                             const uint64_t* ie, ChunkScratch& s,
+                                                             int th) -> Status {
       Region part = box;
       uint64_t ext[kMaxRank];
       for (int d = 0; d < g.rank; ++d) {
@@ -1517,7 +1579,7 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
       }
       bufs[th].resize(part.Count() * es);
       const ChunkSink sink{bufs[th].data(), is, ext, is, ie};
-      SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, dsets_[i], fd_, g, j, checksums_[i][j], sink, s));
+      SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, dset, fd_, g, j, checksums_[i][j], sink, s));
       parts[th].Add(FingerprintOf(t, part, bufs[th].data(), CpuOptions{1}));
       return Status::Ok();
     }));
@@ -1554,15 +1616,21 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       const size_t es = DTypeSize(t.dtype);
       const int threads = ThreadCount(o.threads, g.num);
       const int hint = HintFd(g.ChunkElems() * es);
-      std::vector<std::unique_ptr<ChunkScratch>> scratch = scratch_.Take(threads);
+      auto ds = Dataset(i);
+      if (!ds.ok()) {
+        rep.problems.push_back({t.name, -1, ds.status()});
+        rep.fingerprints.push_back({});
+        continue;
+      }
+      std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(threads);
       std::vector<std::vector<uint8_t>> bufs(threads);
       std::vector<Fingerprint> parts(threads);
       (void)ParallelFor(g.num, threads, true, [&](uint64_t j, int th) -> Status {
         // The chunk clipped to the tensor, decoded packed into bufs[th] and fingerprinted.
         const Region box = g.Box(j);
-        PrefetchChunk(hint, dsets_[i], g, j + kPrefetchAhead * threads);
+        PrefetchChunk(hint, **ds, g, j + kPrefetchAhead * threads);
         const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
-        Status s = DecodeChunk(i, j, &bufs[th], *scratch[th], true, nullptr);
+        Status s = DecodeChunk(**ds, i, j, &bufs[th], *scratch[th], true, nullptr);
         const Fingerprint f = s.ok() ? FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}) : Fingerprint{};
         if (s.ok() && info && f != info->fingerprint)
           s = StoreStatus(StoreError::kFingerprintMismatch,
@@ -1578,7 +1646,7 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
         report(box.Count() * es);
         return Status::Ok();
       });
-      scratch_.Return(std::move(scratch));
+      ReadScratch().Return(std::move(scratch));
       rep.chunks += g.num;
       for (const auto& p : parts) total.Add(p);
       rep.bytes += t.NumBytes();
@@ -1937,6 +2005,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.name", name));
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.dtype", DTypeName(dtype)));
   SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
+  m.counts.stored_bytes += stored.load() + g.num * 32;
   m.records.push_back(DenseRecordJson(name, shape, dtype, fp, stored.load() + g.num * 32, frame.piece));
   return Status::Ok();
 }
@@ -1965,6 +2034,7 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
                H5P_DEFAULT) < 0))
     return SEEDSTORE_H5_ERROR("copying tensor '" + t.name + "' from '" + src.origin() + "'");
   m.counts.copied += src.stored(i).num_chunks;
+  m.counts.stored_bytes += src.stored(i).stored_bytes;
   m.records.push_back(DenseRecordJson(t.name, t.shape, t.dtype, *t.fingerprint,
                                       src.stored(i).stored_bytes, t.piece));
   return Status::Ok();

@@ -230,28 +230,40 @@ class H5Store : public Catalog {
   // Calls f for every chunk of chunked dense tensor i that intersects `box` (non-empty, inside
   // the tensor), o.threads chunks at a time, with the intersection [is, ie) in tensor
   // indices, a scratch and the thread's index; prefetches ahead. The first error stops it.
+  // `dset` is the tensor's open dataset (for chunk addresses), valid during the call.
   Status ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
-                        const std::function<Status(uint64_t j, const uint64_t* is, const uint64_t* ie,
-                                                   ChunkScratch& s, int th)>& f) const;
+                        const std::function<Status(int64_t dset, uint64_t j, const uint64_t* is,
+                                                   const uint64_t* ie, ChunkScratch& s, int th)>& f) const;
   // Decodes chunk j of dense tensor i (its box clipped to the tensor, packed row-major) into
   // `out`, checking its checksum and, with `check_info`, its chunk-info stored hash; s.raw
   // keeps the stored bytes, *mask (when not null) their filter mask.
-  Status DecodeChunk(size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
+  Status DecodeChunk(int64_t dset, size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
                      bool check_info, unsigned* mask) const;
+  // An open HDF5 dataset id, closed (under the HDF5 lock) when the last holder lets go.
+  using DatasetHandle = std::shared_ptr<const int64_t>;
+  // Dense tensor i's dataset, for its chunk addresses. Open checks every dataset and closes
+  // it (an open one costs ~12 KB of HDF5 state: a store's tensors, or a distributed save's
+  // rank files, would hold them all); calls that read chunks open theirs here, and the
+  // kOpenDatasets used last stay open for the next. Thread-safe (the HDF5 lock).
+  Result<DatasetHandle> Dataset(size_t i) const;
+  static constexpr size_t kOpenDatasets = 8;
   // The descriptor to give readahead hints for chunks of `chunk_bytes` (decoded), or -1
   // when the kernel's own readahead of this file's device already runs far enough ahead.
   int HintFd(uint64_t chunk_bytes) const;
+  // Sets fd_ (and the readahead window) from the open HDF5 file.
+  void AttachDescriptor();
+  // After Open's checks: the file opened again, without the metadata they left cached.
+  Status DropCachedMetadata();
   friend class StoreWriter;
   std::string path_;
   int64_t file_ = -1;
   int fd_ = -1;  // the HDF5 file's descriptor, for pread of chunks (-1: use H5Dread_chunk)
   uint64_t kernel_readahead_ = 0;  // the kernel's readahead window for fd_'s device (0: unknown)
-  mutable ScratchPool<ChunkScratch> scratch_;  // chunk-decoding buffers, kept between reads
   uint64_t seed_ = 0, file_bytes_ = 0;
   Generator generator_ = Generator::kThreefry;
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
-  std::vector<int64_t> dsets_;  // HDF5 dataset ids (dense tensors), else -1
+  mutable std::vector<std::pair<size_t, DatasetHandle>> open_;  // Dataset(): least recent first
   std::vector<std::vector<uint64_t>> checksums_;
   std::vector<std::vector<ChunkInfo>> info_;  // chunk-info tables (empty when absent)
 };
@@ -316,9 +328,10 @@ class StoreWriter {
   bool CopiesChunksOf(const StoredTensor& s, DType dtype) const;
   /// The same for a writer that would be created with `options`.
   static bool CopiesChunksOf(const StoredTensor& s, DType dtype, const WriteOptions& options);
-  /// Chunks written so far: copied as stored (AddDense raw chunks, CopyFrom) or encoded.
+  /// Chunks written so far: copied as stored (AddDense raw chunks, CopyFrom) or encoded, and
+  /// the dense tensors' bytes on disk (each record's stored_bytes, docs/FORMAT.md 4.1).
   struct ChunkCounts {
-    uint64_t copied = 0, encoded = 0;
+    uint64_t copied = 0, encoded = 0, stored_bytes = 0;
   };
   ChunkCounts chunk_counts() const;
   /// Copies tensor `i` of `src` unchanged: lazy record, or dense chunks as stored (no

@@ -43,6 +43,12 @@ int Run(const Options& o) {
   if (!o.json)
     std::printf("%-*s  %-*s  %-8s  %-5s  %14s  %s\n", static_cast<int>(wname), "name",
                 static_cast<int>(wshape), "shape", "dtype", "kind", "bytes_on_disk", "fingerprint");
+  std::vector<DistCatalog::Storage> dist_storage;
+  if (dist) {  // from the index; a save from before it records them: each rank file in turn
+    auto s = dist->StorageOfAll();
+    if (!s.ok()) return Fail(s.status());
+    dist_storage = std::move(*s);
+  }
   for (size_t i = 0; i < ts.size(); ++i) {
     const TensorRecord& t = ts[i];
     if (!GlobMatch(o.tensors, t.name)) continue;
@@ -50,12 +56,8 @@ int Run(const Options& o) {
     uint64_t disk = store ? store->stored(i).stored_bytes : safetensors ? t.NumBytes() : 0;
     uint64_t chunks = store ? store->stored(i).num_chunks : 0;
     if (dist && is_dense) {  // a distributed save: its pieces in the rank files
-      for (size_t p = 0; p < dist->pieces(i).size(); ++p) {
-        auto sk = dist->PieceStore(i, p);
-        if (!sk.ok()) return Fail(sk.status());
-        disk += sk->first->stored(sk->second).stored_bytes;
-        chunks += sk->first->stored(sk->second).num_chunks;
-      }
+      disk += dist_storage[i].stored_bytes;
+      chunks += dist_storage[i].chunks;
     }
     params += t.NumElements();
     (is_dense ? dense : lazy) += 1;
