@@ -533,6 +533,135 @@ Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::str
   return w->Commit();
 }
 
+// ---- The master's datasets (docs/FORMAT.md 10, "Master objects") -------------------------
+//
+// One function, MasterDatasetOf, says what the master holds at /tensors/<escaped name> for a
+// dense tensor: the writer (AddDistributedObjects) creates exactly that, and the verifier
+// (DistCatalog::VerifyMasterDatasets) compares the master's objects with it.
+
+// A flat piece maps one innermost run at a time: a tensor whose flat pieces could need more
+// mappings than this (counted as (end - begin) / innermost extent + 2 per flat piece) gets no
+// virtual dataset, only the index.
+constexpr uint64_t kMaxFlatRuns = 65536;
+
+// One mapping of a virtual dataset: the box `to` of the global tensor (to.shape: the tensor's
+// shape) is the box `from` of /tensors/<escaped name> in the rank file of `rank` (from.shape:
+// that dataset's shape, the local shape of the piece's stored box; [end - begin] for a flat
+// piece). `piece` is the index of the piece in the tensor's pieces.
+struct VdsMapping {
+  int rank = 0;
+  size_t piece = 0;
+  Region to, from;
+};
+
+struct MasterDataset {
+  enum Kind {
+    kNone,     // no dataset: a lazy tensor, a tensor without elements, or too many flat runs
+    kScalar,   // a plain scalar dataset holding the value (a virtual dataset needs rank >= 1)
+    kVirtual,  // a virtual dataset of the global shape with `mappings`, in this order
+  } kind = kNone;
+  std::string why_none;  // kNone: why there is no dataset, for messages
+  std::vector<VdsMapping> mappings;
+};
+
+// A box of `shape` (rank `n`) from start `st` with extents `cnt`.
+Region BoxOf(int n, const uint64_t* shape, const uint64_t* st, const uint64_t* cnt) {
+  Region r;
+  r.rank = n;
+  for (int d = 0; d < n; ++d) {
+    r.shape[d] = shape[d];
+    r.start[d] = st[d];
+    r.stop[d] = st[d] + cnt[d];
+  }
+  return r;
+}
+
+// What the master holds for dense tensor `t` (lazy: nothing) whose non-empty pieces are
+// `pieces`, in index order. A box piece maps its region (owned box) from where that lies in its
+// (maybe padded) stored box; a flat piece maps each innermost run [g0, g1) of its range from
+// [g0 - begin, g1 - begin) of its 1-d dataset. Without `with_mappings`, only the kind (and
+// why_none) is set: a virtual dataset can have up to kMaxFlatRuns mappings.
+MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatalog::Piece>& pieces,
+                              bool with_mappings = true) {
+  MasterDataset m;
+  const int rank = static_cast<int>(t.shape.size());
+  if (t.lazy) {
+    m.why_none = "it is lazy";
+    return m;
+  }
+  if (t.NumElements() == 0) {
+    m.why_none = "it has no elements";
+    return m;
+  }
+  if (rank == 0) {
+    m.kind = MasterDataset::kScalar;
+    return m;
+  }
+  uint64_t flat_runs = 0;
+  for (const DistCatalog::Piece& p : pieces)
+    if (p.region.flat) flat_runs += (p.region.end - p.region.begin) / t.shape.back() + 2;
+  if (flat_runs > kMaxFlatRuns) {
+    m.why_none = "its flat pieces would need more than " + std::to_string(kMaxFlatRuns) +
+                 " mappings";
+    return m;
+  }
+  m.kind = MasterDataset::kVirtual;
+  if (!with_mappings) return m;
+  const uint64_t* gshape = t.shape.data();
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const DistCatalog::Piece& p = pieces[k];
+    const Region& g = p.region;
+    if (!g.flat) {
+      const Region& sb = p.stored;
+      uint64_t cnt[kMaxRank], sdims[kMaxRank], sst[kMaxRank];
+      for (int d = 0; d < rank; ++d) {
+        cnt[d] = g.stop[d] - g.start[d];
+        sdims[d] = sb.stop[d] - sb.start[d];
+        sst[d] = g.start[d] - sb.start[d];
+      }
+      m.mappings.push_back({p.rank, k, BoxOf(rank, gshape, g.start, cnt), BoxOf(rank, sdims, sst, cnt)});
+      continue;
+    }
+    const uint64_t inner = t.shape.back();
+    const uint64_t local_n = g.end - g.begin;
+    for (uint64_t g0 = g.begin; g0 < g.end;) {
+      const uint64_t g1 = std::min(g.end, (g0 / inner + 1) * inner);
+      uint64_t st[kMaxRank], cnt[kMaxRank];
+      uint64_t q = g0;
+      for (int d = rank - 1; d >= 0; --d) {
+        st[d] = q % t.shape[d];
+        q /= t.shape[d];
+        cnt[d] = 1;
+      }
+      cnt[rank - 1] = g1 - g0;
+      const uint64_t ls = g0 - g.begin, lc = g1 - g0;
+      m.mappings.push_back({p.rank, k, BoxOf(rank, gshape, st, cnt), BoxOf(1, &local_n, &ls, &lc)});
+      g0 = g1;
+    }
+  }
+  return m;
+}
+
+// A dataspace of box `b`'s shape with the box selected (a hyperslab).
+hid_t BoxSpace(const Region& b) {
+  std::vector<hsize_t> dims(b.shape, b.shape + b.rank), st(b.start, b.start + b.rank), cnt(b.rank);
+  for (int d = 0; d < b.rank; ++d) cnt[d] = b.stop[d] - b.start[d];
+  const hid_t s = H5Screate_simple(b.rank, dims.data(), nullptr);
+  if (s >= 0 && H5Sselect_hyperslab(s, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr) < 0) {
+    H5Sclose(s);
+    return -1;
+  }
+  return s;
+}
+
+// The plan's pieces of tensor i, as the index lists them.
+std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i) {
+  std::vector<DistCatalog::Piece> ps;
+  for (size_t k = 0; k < plan.shards[i].size(); ++k)
+    ps.push_back({plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k]});
+  return ps;
+}
+
 // Adds the index and the virtual datasets to the (closed, committed) master file at `file`.
 Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
                              const Layout& layout, uint32_t id, const std::string& path,
@@ -593,19 +722,15 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
           H5Aclose);
       H5Awrite(a.id, H5T_NATIVE_UINT64, &h);
     }
-    // Virtual datasets: /tensors/<escaped> of each dense tensor with at least one element and
-    // rank >= 1. A flat piece maps one innermost run at a time (at most kMaxFlatRuns mappings
-    // per tensor; beyond that the tensor gets no virtual dataset, see docs/FORMAT.md).
-    constexpr uint64_t kMaxFlatRuns = 65536;
+    // /tensors/<escaped> of each dense tensor, as MasterDatasetOf says.
     for (size_t i = 0; i < ts.size(); ++i) {
       const TensorRecord& t = ts[i];
-      if (t.lazy || t.NumElements() == 0) continue;
+      const MasterDataset want = MasterDatasetOf(t, PlannedPieces(plan, i));
+      if (want.kind == MasterDataset::kNone) continue;
       const int rank = static_cast<int>(t.shape.size());
-      const std::string esc = EscapeH5Name(t.name);
-      const std::string dset = "/tensors/" + esc;
+      const std::string dset = "/tensors/" + EscapeH5Name(t.name);
       // File type: the one the rank file holding the first piece uses.
-      const int r0 = plan.shards[i].at(0).replicas[0];
-      const std::string f0 = RankFileName(path, id, r0);
+      const std::string f0 = RankFileName(path, id, plan.shards[i].at(0).replicas[0]);
       H rf(H5Fopen(f0.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
       H rd(rf.id >= 0 ? H5Dopen2(rf.id, dset.c_str(), H5P_DEFAULT) : -1, H5Dclose);
       if (rd.id < 0) return IoError("cannot open '" + f0 + "' " + dset + " for its type");
@@ -622,7 +747,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
           return IoError("cannot write the attributes of '" + t.name + "' in the master");
         return Status::Ok();
       };
-      if (rank == 0) {  // a scalar: a plain one-element copy (a virtual dataset needs rank >= 1)
+      if (want.kind == MasterDataset::kScalar) {
         std::vector<unsigned char> v(DTypeSize(t.dtype));
         SEEDSTORE_RETURN_IF_ERROR(src.Read(i, WholeTensor(t.shape), v.data(), CpuOptions{1}));
         H space(H5Screate(H5S_SCALAR), H5Sclose);
@@ -635,56 +760,16 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
         continue;
       }
       H dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-      std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());
-      uint64_t flat_runs = 0;
-      for (const Shard& s : plan.shards[i]) {
-        if (s.region.flat) flat_runs += (s.region.end - s.region.begin) / t.shape.back() + 2;
-      }
-      if (flat_runs > kMaxFlatRuns) continue;
-      bool failed = false;
-      for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-        const Shard& s = plan.shards[i][k];
-        const std::string src_file = BaseOf(RankFileName(path, id, s.replicas[0]));
-        const Region& g = s.region;
-        if (!g.flat) {
-          // The owned box g, from where it sits in the rank file's (maybe padded) stored box.
-          const Region& sb = plan.stored[i][k];
-          std::vector<hsize_t> st(rank), cnt(rank), sdims(rank), sst(rank);
-          for (int d = 0; d < rank; ++d) {
-            st[d] = g.start[d];
-            cnt[d] = g.stop[d] - g.start[d];
-            sdims[d] = sb.stop[d] - sb.start[d];
-            sst[d] = g.start[d] - sb.start[d];
-          }
-          H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
-          H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
-          H ss(H5Screate_simple(rank, sdims.data(), nullptr), H5Sclose);
-          H5Sselect_hyperslab(ss.id, H5S_SELECT_SET, sst.data(), nullptr, cnt.data(), nullptr);
-          failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
-          continue;
-        }
-        // Flat piece: one mapping per innermost run [g0, g1) of the range.
-        const uint64_t inner = t.shape.back();
-        const hsize_t local_n = g.end - g.begin;
-        for (uint64_t g0 = g.begin; g0 < g.end;) {
-          const uint64_t g1 = std::min(g.end, (g0 / inner + 1) * inner);
-          std::vector<hsize_t> st(rank), cnt(rank, 1);
-          uint64_t q = g0;
-          for (int d = rank - 1; d >= 0; --d) {
-            st[d] = q % t.shape[d];
-            q /= t.shape[d];
-          }
-          cnt[rank - 1] = g1 - g0;
-          H vs(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
-          H5Sselect_hyperslab(vs.id, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr);
-          H ss(H5Screate_simple(1, &local_n, nullptr), H5Sclose);
-          const hsize_t ls = g0 - g.begin, lc = g1 - g0;
-          H5Sselect_hyperslab(ss.id, H5S_SELECT_SET, &ls, nullptr, &lc, nullptr);
-          failed |= H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
-          g0 = g1;
-        }
+      bool failed = dcpl.id < 0;
+      for (const VdsMapping& mp : want.mappings) {
+        const std::string src_file = BaseOf(RankFileName(path, id, mp.rank));
+        H vs(BoxSpace(mp.to), H5Sclose);
+        H ss(BoxSpace(mp.from), H5Sclose);
+        failed |= vs.id < 0 || ss.id < 0 ||
+                  H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
       }
       if (failed) return IoError("cannot map the pieces of '" + t.name + "' (H5Pset_virtual)");
+      std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());
       H space(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
       H d(H5Dcreate2(fid, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, dcpl.id, H5P_DEFAULT),
           H5Dclose);
@@ -1195,6 +1280,7 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
         }
       }
   }
+  VerifyMasterDatasets(bad, &rep.problems);
   for (size_t i = 0; i < records_.size(); ++i) {
     const TensorRecord& t = records_[i];
     if (t.lazy) {
@@ -1221,6 +1307,438 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
                            FingerprintHex(*t.fingerprint))});
   }
   return rep;
+}
+
+// ---- Verify: the master's datasets against the index --------------------------------------
+
+namespace {
+
+// ---- A virtual dataset's mappings, checked before HDF5 decodes them ------------------------
+//
+// HDF5 keeps a virtual dataset's mappings in one object of the file's global heap, which has no
+// checksum of its own; the object ends in a checksum (Jenkins lookup3, as all HDF5 metadata),
+// but HDF5 1.10 decodes every mapping before it checks it, and a damaged selection crashes it
+// (a flipped bit in a rank: a buffer overflow, tests/golden/test_flip_sweep.cc). So before the
+// verifier opens a master's dataset, SafeToOpen finds that object in the file's
+// bytes -- the dataset's object header (version 2, itself checksummed, or 1), its layout message
+// (version 4, class virtual: the heap collection's address and the object's index), the heap
+// collection ("GCOL") -- and checks its checksum (SafeToOpen). Formats: the HDF5 file format specification,
+// sections III.A.2 (object header), IV.A.2.i (layout) and III.E (global heap).
+
+// Bob Jenkins' lookup3 hashlittle() over bytes, initial value 0 (HDF5's metadata checksum).
+uint32_t Lookup3(const unsigned char* k, size_t length) {
+  auto rot = [](uint32_t x, int r) { return (x << r) | (x >> (32 - r)); };
+  uint32_t a, b, c;
+  a = b = c = 0xdeadbeefu + static_cast<uint32_t>(length);
+  auto word = [&](const unsigned char* p, size_t n) {  // n <= 4 little-endian bytes
+    uint32_t w = 0;
+    for (size_t q = 0; q < n; ++q) w |= static_cast<uint32_t>(p[q]) << (8 * q);
+    return w;
+  };
+  while (length > 12) {
+    a += word(k, 4);
+    b += word(k + 4, 4);
+    c += word(k + 8, 4);
+    a -= c; a ^= rot(c, 4);  c += b;
+    b -= a; b ^= rot(a, 6);  a += c;
+    c -= b; c ^= rot(b, 8);  b += a;
+    a -= c; a ^= rot(c, 16); c += b;
+    b -= a; b ^= rot(a, 19); a += c;
+    c -= b; c ^= rot(b, 4);  b += a;
+    length -= 12;
+    k += 12;
+  }
+  if (length == 0) return c;
+  a += word(k, std::min<size_t>(length, 4));
+  if (length > 4) b += word(k + 4, std::min<size_t>(length - 4, 4));
+  if (length > 8) c += word(k + 8, length - 8);
+  c ^= b; c -= rot(b, 14);
+  a ^= c; a -= rot(c, 11);
+  b ^= a; b -= rot(a, 25);
+  c ^= b; c -= rot(b, 16);
+  a ^= c; a -= rot(c, 4);
+  b ^= a; b -= rot(a, 14);
+  c ^= b; c -= rot(b, 24);
+  return c;
+}
+
+// Little-endian unsigned integer of n <= 8 bytes.
+uint64_t LE(const unsigned char* p, size_t n) {
+  uint64_t v = 0;
+  for (size_t q = 0; q < n; ++q) v |= static_cast<uint64_t>(p[q]) << (8 * q);
+  return v;
+}
+
+// Empty when dataset `dset` of the open HDF5 file `f` (stored at `file`) can be opened safely:
+// its layout is not virtual, or the global heap object holding its mappings is intact; else
+// what is wrong.
+std::string SafeToOpen(const std::string& file, hid_t f, const std::string& dset) {
+  H fcpl(H5Fget_create_plist(f), H5Pclose);
+  size_t sa = 0, ss = 0;
+  hsize_t ub = 0;
+  if (fcpl.id < 0 || H5Pget_sizes(fcpl.id, &sa, &ss) < 0 || H5Pget_userblock(fcpl.id, &ub) < 0 || sa == 0 ||
+      sa > 8 || ss == 0 || ss > 8)
+    return "the file's address sizes cannot be read";
+  H5O_info_t info;
+  if (H5Oget_info_by_name2(f, dset.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
+    return "its object header cannot be read";
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "the file cannot be read";
+  struct stat st;
+  const uint64_t size = ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  std::vector<unsigned char> buf;
+  // Bytes [addr, addr + n) of the file (addresses are relative to the user block's end).
+  auto read = [&](uint64_t addr, uint64_t n) -> bool {
+    if (addr > size || n > size || addr + ub > size - n) return false;
+    buf.resize(n);
+    return ::pread(fd, buf.data(), n, static_cast<off_t>(addr + ub)) == static_cast<ssize_t>(n);
+  };
+  const std::string why = [&]() -> std::string {
+    // The object header's chunks (the first, then continuations), each checksummed: find the
+    // layout message.
+    std::vector<std::pair<uint64_t, uint64_t>> chunks;  // (address, length) of continuations
+    uint64_t heap_addr = 0, heap_index = 0;
+    bool found = false, virtual_layout = false;
+    // Version 2 ("OHDR"; checksummed chunks, continuations "OCHK") or version 1 (no checksums;
+    // 8-byte aligned messages with 8-byte headers).
+    if (!read(info.addr, 16)) return "its object header is truncated";
+    const bool v2 = std::memcmp(buf.data(), "OHDR", 4) == 0 && buf[4] == 2;
+    if (!v2 && buf[0] != 1) return "its object header is of an unknown version";
+    const unsigned flags = v2 ? buf[5] : 0;
+    const uint64_t fixed = v2 ? 6 + ((flags & 0x20) ? 16 : 0) + ((flags & 0x10) ? 4 : 0) : 16;
+    const size_t width = v2 ? size_t{1} << (flags & 3) : 0;
+    if (!read(info.addr, fixed + width)) return "its object header is truncated";
+    const uint64_t len0 = v2 ? LE(buf.data() + fixed, width) : LE(buf.data() + 8, 4);
+    const size_t msg_hdr = v2 ? ((flags & 0x04) ? 6 : 4) : 8;
+    // Walks the chunk in buf: its messages from `from` (to its checksum, which must match).
+    auto walk = [&](uint64_t from) -> std::string {
+      if (buf.size() < from + (v2 ? 4 : 0)) return "its object header is truncated";
+      const size_t end = buf.size() - (v2 ? 4 : 0);
+      if (v2 && Lookup3(buf.data(), end) != LE(buf.data() + end, 4)) return "its object header's checksum differs";
+      for (size_t p = from; p + msg_hdr <= end;) {
+        const unsigned type = v2 ? buf[p] : static_cast<unsigned>(LE(buf.data() + p, 2));
+        const size_t n = LE(buf.data() + p + (v2 ? 1 : 2), 2);
+        const size_t body = p + msg_hdr;
+        if (body + n > end) return "an object header message runs past its chunk";
+        if (type == 0x10 && n >= sa + ss)  // continuation
+          chunks.push_back({LE(buf.data() + body, sa), LE(buf.data() + body + sa, ss)});
+        if (type == 0x08) {  // layout: version 3 or 4, class (3: virtual)
+          if (n < 2) return "its layout message is truncated";
+          virtual_layout = buf[body] >= 3 && buf[body + 1] == 3;
+          found = true;
+          if (!virtual_layout) return "";
+          if (buf[body] != 4 || n < 2 + sa + 4) return "its virtual layout message is malformed";
+          heap_addr = LE(buf.data() + body + 2, sa);
+          heap_index = LE(buf.data() + body + 2 + sa, 4);
+          return "";
+        }
+        p = body + n;
+      }
+      return "";
+    };
+    if (!read(info.addr, fixed + width + len0 + (v2 ? 4 : 0))) return "its object header is truncated";
+    if (std::string e = walk(fixed + width); !e.empty()) return e;
+    for (size_t c = 0; c < chunks.size() && !found; ++c) {
+      if (c >= 64) return "its object header has too many chunks";
+      if (!read(chunks[c].first, chunks[c].second) ||
+          (v2 && (buf.size() < 8 || std::memcmp(buf.data(), "OCHK", 4) != 0)))
+        return "an object header continuation is not one";
+      if (std::string e = walk(v2 ? 4 : 0); !e.empty()) return e;
+    }
+    if (!found) return "its object header has no layout message";
+    if (!virtual_layout) return "";
+    // The heap collection: header (signature, version 1, its size), then objects (index,
+    // reference count, reserved, size, data padded to 8 bytes); index 0 is the free space.
+    const uint64_t hdr = (8 + ss + 7) / 8 * 8, obj_hdr = (8 + ss + 7) / 8 * 8;
+    if (!read(heap_addr, 8 + ss) || std::memcmp(buf.data(), "GCOL", 4) != 0 || buf[4] != 1)
+      return "its mappings' global heap collection is not one";
+    const uint64_t coll = LE(buf.data() + 8, ss);
+    if (coll < hdr || coll > (uint64_t{1} << 32) || !read(heap_addr, coll))
+      return "its mappings' global heap collection is truncated";
+    for (uint64_t p = hdr; p + obj_hdr <= coll;) {
+      const uint64_t idx = LE(buf.data() + p, 2), n = LE(buf.data() + p + 8, ss);
+      const uint64_t need = idx == 0 ? n : obj_hdr + (n + 7) / 8 * 8;
+      if (need < obj_hdr || need > coll - p) return "its mappings' global heap collection is damaged";
+      if (idx == heap_index) {
+        if (n < 5) return "its mappings' heap object is too short";
+        const unsigned char* d = buf.data() + p + obj_hdr;
+        if (Lookup3(d, n - 4) != LE(d + n - 4, 4)) return "its mappings' checksum differs (damaged)";
+        return "";
+      }
+      if (idx == 0) break;  // the free space ends the objects
+      p += need;
+    }
+    return "its mappings' heap object is missing";
+  }();
+  ::close(fd);
+  return why;
+}
+
+
+// What a dataspace selects: a box (when the selection is exactly the box its bounds span), or
+// `points` elements within `box`.
+struct Selection {
+  Region box;  // box.shape: the dataspace's extent
+  uint64_t points = 0;
+  bool is_box = false;
+};
+
+// The selection of `space`. A mapping's source space may select "all" without an extent (HDF5
+// keeps no source extent; the first writer, before padded pieces, mapped every box piece from
+// its whole dataset so): it is then the whole of `source`'s shape (the rank file's dataset,
+// whose shape is checked there).
+Selection SelectionOf(hid_t space, const Region* source = nullptr) {
+  Selection s;
+  const int n = H5Sget_simple_extent_ndims(space);
+  if (n < 0 || n > kMaxRank) return s;
+  if (H5Sget_select_type(space) == H5S_SEL_ALL && n == 0 && source) {
+    s.box = WholeRegion(source->rank, source->shape);
+    s.points = s.box.Count();
+    s.is_box = true;
+    return s;
+  }
+  hsize_t dims[kMaxRank], lo[kMaxRank], hi[kMaxRank];
+  if (H5Sget_simple_extent_dims(space, dims, nullptr) < 0) return s;
+  s.box.rank = n;
+  for (int d = 0; d < n; ++d) s.box.shape[d] = dims[d];
+  const hssize_t np = H5Sget_select_npoints(space);
+  s.points = np > 0 ? static_cast<uint64_t>(np) : 0;
+  if (np > 0 && H5Sget_select_bounds(space, lo, hi) >= 0) {
+    for (int d = 0; d < n; ++d) {
+      s.box.start[d] = lo[d];
+      s.box.stop[d] = hi[d] + 1;
+    }
+    s.is_box = s.box.Count() == s.points;
+  }
+  return s;
+}
+
+std::string ShapeOf(const Region& r) {
+  std::string s = "[";
+  for (int d = 0; d < r.rank; ++d) s += (d ? ", " : "") + std::to_string(r.shape[d]);
+  return s + "]";
+}
+
+std::string DescribeSelection(const Selection& s) {
+  if (s.is_box) return DescribeRegion(s.box);
+  if (s.points == 0) return "nothing";
+  return std::to_string(s.points) + " elements within " + DescribeRegion(s.box);
+}
+
+// Whether two boxes have the same rank, start and stop (their extents aside: HDF5 keeps no
+// source dataspace extent in a virtual dataset's mappings).
+bool SameBox(const Region& a, const Region& b) {
+  if (a.flat || b.flat || a.rank != b.rank) return false;
+  for (int d = 0; d < a.rank; ++d)
+    if (a.start[d] != b.start[d] || a.stop[d] != b.stop[d]) return false;
+  return true;
+}
+
+// "[2:4, 0:8] from [0:2, 0:8] of '/tensors/x' in 'F'", for mapping messages.
+std::string DescribeMapping(const Selection& to, const Selection& from, const std::string& file,
+                            const std::string& dset) {
+  return DescribeSelection(to) + " from " + DescribeSelection(from) + " of '" + dset + "' in '" +
+         file + "'";
+}
+
+// HDF5's two-call string getters (H5Pget_virtual_filename / _dsetname).
+std::string VirtualString(ssize_t (*get)(hid_t, size_t, char*, size_t), hid_t dcpl, size_t k) {
+  const ssize_t n = get(dcpl, k, nullptr, 0);
+  if (n < 0) return "?";
+  std::string s(static_cast<size_t>(n) + 1, '\0');
+  get(dcpl, k, s.data(), s.size());
+  s.resize(static_cast<size_t>(n));
+  return s;
+}
+
+const char* LayoutName(H5D_layout_t l) {
+  switch (l) {
+    case H5D_COMPACT: return "compact";
+    case H5D_CONTIGUOUS: return "contiguous";
+    case H5D_CHUNKED: return "chunked";
+    case H5D_VIRTUAL: return "virtual";
+    default: return "unknown-layout";
+  }
+}
+
+}  // namespace
+
+void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
+                                       std::vector<H5Store::Problem>* problems) const {
+  std::vector<MasterDataset> want(records_.size());  // kinds only; mappings one tensor at a time
+  for (size_t i = 0; i < records_.size(); ++i)
+    want[i] = MasterDatasetOf(records_[i], pieces_[i], /*with_mappings=*/false);
+  // The scalars' values as their pieces hold them (read through the rank files, before taking
+  // the HDF5 lock: reads take it themselves, maybe on other threads).
+  std::map<size_t, std::vector<unsigned char>> scalar;
+  for (size_t i = 0; i < records_.size(); ++i) {
+    if (want[i].kind != MasterDataset::kScalar || bad[i]) continue;
+    std::vector<unsigned char> v(DTypeSize(records_[i].dtype));
+    if (Read(i, WholeTensor(records_[i].shape), v.data(), CpuOptions{1}).ok()) scalar[i] = std::move(v);
+  }
+  const Result<std::string> resolved = ResolveSymlinks(path_);
+  const std::string master_file = resolved.ok() ? *resolved : path_;
+  const auto lock = LockH5();
+  const hid_t f = master_->h5_file();
+  auto problem = [&](const std::string& tensor, const std::string& what) {
+    problems->push_back({tensor, -1,
+                         DistError("vds-mismatch", Code::kCorrupt, path_, -1, "",
+                                   "master " + what)});
+  };
+  // Link name under /tensors -> tensor (dense or lazy): every link must be an expected dataset.
+  std::map<std::string, size_t> by_link;
+  for (size_t i = 0; i < records_.size(); ++i) by_link[EscapeH5Name(records_[i].name)] = i;
+  const bool have_group = H5Lexists(f, "/tensors", H5P_DEFAULT) > 0;
+  for (size_t i = 0; i < records_.size(); ++i) {
+    const TensorRecord& t = records_[i];
+    if (want[i].kind == MasterDataset::kNone) continue;
+    const MasterDataset w = MasterDatasetOf(t, pieces_[i]);
+    const std::string dset = "/tensors/" + EscapeH5Name(t.name);
+    const std::string where = "tensor '" + t.name + "' " + dset + ": ";
+    const std::string expected =
+        w.kind == MasterDataset::kScalar
+            ? "a scalar dataset holding the value"
+            : "a virtual dataset of its " + std::to_string(pieces_[i].size()) + " pieces";
+    if (!have_group || H5Lexists(f, dset.c_str(), H5P_DEFAULT) <= 0) {
+      problem(t.name, where + "missing (the index's tensor needs " + expected + ")");
+      continue;
+    }
+    H5L_info_t li;
+    if (H5Lget_info(f, dset.c_str(), &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD) {
+      problem(t.name, where + "is a soft or external link, not " + expected + " of the master");
+      continue;
+    }
+    // Opening a dataset decodes its layout: a virtual one's mappings only once they are known
+    // intact (VdsHeapIntact). A dataset of another layout is not virtual; that is named below.
+    H5O_info_t oi;
+    if (H5Oget_info_by_name2(f, dset.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) {
+      problem(t.name, where + "is not a dataset (the index's tensor needs " + expected + ")");
+      continue;
+    }
+    if (const std::string why = SafeToOpen(master_file, f, dset); !why.empty()) {
+      problem(t.name, where + "cannot be opened safely: " + why);
+      continue;
+    }
+    H d(H5Dopen2(f, dset.c_str(), H5P_DEFAULT), H5Dclose);
+    if (d.id < 0) {
+      problem(t.name, where + "cannot be opened (the index's tensor needs " + expected + ")");
+      continue;
+    }
+    // Attributes (docs/FORMAT.md 4.2), against the index.
+    auto name = ReadStringAttr(d.id, "seedstore.name", where);
+    if (!name.ok()) problem(t.name, name.status().message());
+    else if (*name != t.name) problem(t.name, where + "seedstore.name is '" + *name + "'");
+    auto dt = ReadStringAttr(d.id, "seedstore.dtype", where);
+    if (!dt.ok()) problem(t.name, dt.status().message());
+    else if (*dt != DTypeName(t.dtype))
+      problem(t.name, where + "seedstore.dtype is '" + *dt + "', the index says '" + DTypeName(t.dtype) + "'");
+    auto fp = ReadU64ArrayAttr(d.id, "seedstore.fingerprint", where);
+    if (!fp.ok()) {
+      problem(t.name, fp.status().message());
+    } else if (fp->size() != 2 || !t.fingerprint || (*fp)[0] != t.fingerprint->lane0 ||
+               (*fp)[1] != t.fingerprint->lane1) {
+      std::string got;
+      if (fp->size() == 2) got = FingerprintHex(Fingerprint{(*fp)[0], (*fp)[1]});
+      else got = std::to_string(fp->size()) + " words";
+      problem(t.name, where + "seedstore.fingerprint is " + got + ", the index says " +
+                          (t.fingerprint ? FingerprintHex(*t.fingerprint) : std::string("none")));
+    }
+    // Shape and type.
+    H space(H5Dget_space(d.id), H5Sclose);
+    const Selection all = SelectionOf(space.id);
+    const std::vector<uint64_t> dshape(all.box.shape, all.box.shape + all.box.rank);
+    const bool shape_ok = space.id >= 0 && H5Sget_simple_extent_type(space.id) != H5S_NULL &&
+                          dshape == t.shape;
+    if (!shape_ok)
+      problem(t.name, where + "its shape is " + ShapeOf(all.box) + ", the index says " +
+                          ShapeOf(WholeTensor(t.shape)));
+    H type(H5Dget_type(d.id), H5Tclose);
+    const bool type_ok = type.id >= 0 && H5TypeStores(type.id, t.dtype);
+    if (!type_ok) problem(t.name, where + "its HDF5 type does not store " + DTypeName(t.dtype));
+    H dcpl(H5Dget_create_plist(d.id), H5Pclose);
+    const H5D_layout_t layout = H5Pget_layout(dcpl.id);
+    if (w.kind == MasterDataset::kScalar) {
+      if (layout == H5D_VIRTUAL) {
+        problem(t.name, where + "is a virtual dataset, not " + expected);
+        continue;
+      }
+      const auto v = scalar.find(i);
+      if (v == scalar.end() || !shape_ok || !type_ok) continue;  // nothing to compare it with
+      std::vector<unsigned char> got(v->second.size());
+      if (H5Dread(d.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, got.data()) < 0)
+        problem(t.name, where + "its value cannot be read");
+      else if (got != v->second)
+        problem(t.name, where + "its value differs from the one its piece holds (rank " +
+                            std::to_string(pieces_[i][0].rank) + " file '" + BaseOf(rank_files_[pieces_[i][0].rank]) + "')");
+      continue;
+    }
+    if (layout != H5D_VIRTUAL) {
+      problem(t.name, where + "is a " + std::string(LayoutName(layout)) + " dataset, not " + expected);
+      continue;
+    }
+    // The mappings, in order, against those the writer makes from the index's pieces.
+    size_t n = 0;
+    if (H5Pget_virtual_count(dcpl.id, &n) < 0) {
+      problem(t.name, where + "its mappings cannot be read");
+      continue;
+    }
+    if (n != w.mappings.size())
+      problem(t.name, where + "has " + std::to_string(n) + " mappings, the index's pieces give " +
+                          std::to_string(w.mappings.size()));
+    size_t differ = 0;
+    std::string first;
+    for (size_t k = 0; k < std::min(n, w.mappings.size()); ++k) {
+      const VdsMapping& m = w.mappings[k];
+      H vs(H5Pget_virtual_vspace(dcpl.id, k), H5Sclose);
+      H ss(H5Pget_virtual_srcspace(dcpl.id, k), H5Sclose);
+      const Selection to = SelectionOf(vs.id), from = SelectionOf(ss.id, &m.from);
+      const std::string file = VirtualString(H5Pget_virtual_filename, dcpl.id, k);
+      const std::string src = VirtualString(H5Pget_virtual_dsetname, dcpl.id, k);
+      const std::string want_file = BaseOf(rank_files_[m.rank]);
+      if (vs.id >= 0 && ss.id >= 0 && to.is_box && from.is_box && SameBox(to.box, m.to) &&
+          SameBox(from.box, m.from) && file == want_file && src == dset)
+        continue;
+      if (differ++ == 0) {
+        const Piece& p = pieces_[i][m.piece];
+        first = "mapping " + std::to_string(k) + " maps " + DescribeMapping(to, from, file, src) +
+                "; the index says " +
+                DescribeMapping({m.to, m.to.Count(), true}, {m.from, m.from.Count(), true}, want_file, dset) +
+                " (piece " + std::to_string(m.piece) + ", " + DescribeRegion(p.region) + " of rank " +
+                std::to_string(p.rank) +
+                (SameRegion(p.region, p.stored) ? "" : " stored as " + DescribeRegion(p.stored)) + ")";
+      }
+    }
+    if (differ)
+      problem(t.name, where + first +
+                          (differ > 1 ? " (" + std::to_string(differ - 1) + " more mappings differ)" : ""));
+  }
+  // Every dataset under /tensors must be one of those above.
+  if (!have_group) return;
+  std::vector<std::string> links;
+  H g(H5Gopen2(f, "/tensors", H5P_DEFAULT), H5Gclose);
+  if (g.id < 0) {
+    problem("", "/tensors: is not a group");
+    return;
+  }
+  hsize_t at = 0;
+  H5Literate(
+      g.id, H5_INDEX_NAME, H5_ITER_INC, &at,
+      [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+        static_cast<std::vector<std::string>*>(out)->push_back(name);
+        return 0;
+      },
+      &links);
+  for (const std::string& l : links) {
+    const auto it = by_link.find(l);
+    if (it != by_link.end() && want[it->second].kind != MasterDataset::kNone) continue;
+    if (it == by_link.end()) {
+      problem("", "/tensors/" + l + ": no dense tensor of the index has this name");
+    } else {
+      const TensorRecord& t = records_[it->second];
+      problem(t.name, "tensor '" + t.name + "' /tensors/" + l + ": exists, but the master holds no dataset for this tensor: " +
+                          want[it->second].why_none);
+    }
+  }
 }
 
 namespace {

@@ -119,9 +119,23 @@ class DistCatalog : public Catalog {
   /// chunk's checksum and chunk-info entry, every fingerprint recomputed), that each rank file
   /// holds its pieces as the index says (rank-file-missing, rank-file-corrupt), and that the
   /// recomputed fingerprints of every dense tensor's pieces add up to the index's fingerprint
-  /// (fingerprint-mismatch naming the save and tensor; invariant I4). The report's
-  /// `fingerprints` follow tensors() (a dense tensor's is the sum over its pieces); problems
-  /// name the file they were found in. Continues past problems.
+  /// (fingerprint-mismatch naming the save and tensor; invariant I4), and that the master's own
+  /// HDF5 objects under /tensors -- what h5py and other HDF5 readers read -- are exactly those
+  /// the writer makes from the index (vds-mismatch, kCorrupt, naming the save, the tensor and
+  /// what differs; docs/FORMAT.md 10):
+  ///   * each dense tensor with elements and rank >= 1 (but for one whose flat pieces need more
+  ///     than 65536 mappings) has /tensors/<escaped name>, a hard-linked virtual dataset of the
+  ///     tensor's shape, an HDF5 type storing its dtype (as H5Store::Open checks), attributes
+  ///     seedstore.name, seedstore.dtype and seedstore.fingerprint equal to the index's, and
+  ///     the mappings, in order, that the writer derives from the index's pieces (source file
+  ///     the rank file's base name, source dataset the same path, virtual box the piece's
+  ///     region or flat run, source box its place in the stored box);
+  ///   * a dense scalar has a plain scalar dataset (shape, type and attributes as above) whose
+  ///     bytes are the value its piece holds;
+  ///   * nothing else lies under /tensors (no dataset for lazy or element-less tensors, or for
+  ///     names the index does not list as dense).
+  /// The report's `fingerprints` follow tensors() (a dense tensor's is the sum over its pieces);
+  /// problems name the file they were found in. Continues past problems.
   H5Store::VerifyReport Verify(CpuOptions o = {}, std::function<void(uint64_t)> progress = {}) const;
   uint64_t root_seed() const { return master_->root_seed(); }
   Generator generator() const { return master_->generator(); }
@@ -134,6 +148,10 @@ class DistCatalog : public Catalog {
   // Rank `rank`'s store opened anew (not kept), checked to hold its pieces as the index says.
   Result<std::unique_ptr<H5Store>> OpenRank(int rank, const std::string& tensor = "") const;
   Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
+  // Verify's check of the master's datasets under /tensors against the index (as the writer
+  // makes them: MasterDatasetOf in io/dist_store.cc); appends vds-mismatch problems. bad[i]:
+  // tensor i's pieces could not all be read (a scalar's value is then not compared).
+  void VerifyMasterDatasets(const std::vector<bool>& bad, std::vector<H5Store::Problem>* problems) const;
   std::string path_;
   std::unique_ptr<H5Store> master_;
   Layout layout_;

@@ -1,8 +1,11 @@
 // HDF5 helpers shared by the io/ files that write seedstore files (internal to io/).
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "gen/dtype.h"
 #include "store/status.h"
 
 namespace seedstore {
@@ -28,6 +31,20 @@ void AbandonH5File(int64_t file);
 /// variable-length (as files written before fixed-length strings, or by other tools, hold).
 /// Errors name `where` and the attribute: missing-attribute, not a string (kCorrupt), HDF5's.
 Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::string& where);
+
+/// Reads integer attribute `name` of `obj` as uint64 words (a scalar or a 1-d array of at most
+/// 1024). Errors name `where`: missing-attribute, not an integer (kCorrupt), HDF5's.
+Result<std::vector<uint64_t>> ReadU64ArrayAttr(int64_t obj, const char* name, const std::string& where);
+
+/// Whether HDF5 type `type` stores dtype `d` bit for bit as seedstore reads it (docs/FORMAT.md
+/// 4.2 and the dtype-mismatch row of section 7: class, size, little-endian order, sign, full
+/// precision at offset 0, a float's IEEE fields and bias): the check H5Store::Open makes.
+bool H5TypeStores(int64_t type, DType d);
+
+/// Holds the lock every HDF5 call of this process goes through (the serial library is not
+/// reentrant; recursive) and silences HDF5's error printing in this thread. Calls that read a
+/// store's chunks spread work over threads that take this lock too: do not make them holding it.
+std::unique_lock<std::recursive_mutex> LockH5();
 
 /// The root attribute that marks a distributed save's master (docs/FORMAT.md 10), and its value.
 constexpr const char* kRoleAttr = "seedstore.role";

@@ -773,6 +773,22 @@ Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::str
   return s;
 }
 
+Result<std::vector<uint64_t>> ReadU64ArrayAttr(int64_t obj, const char* name, const std::string& where) {
+  H5Guard g;
+  return ReadU64Attr(obj, name, where);
+}
+
+bool H5TypeStores(int64_t type, DType d) {
+  H5Guard g;
+  return TypeMatches(type, d);
+}
+
+std::unique_lock<std::recursive_mutex> LockH5() {
+  std::unique_lock<std::recursive_mutex> l(H5Mutex());
+  InitH5();
+  return l;
+}
+
 void AbandonH5File(int64_t file) {
   if (file < 0) return;
 #if defined(__linux__)

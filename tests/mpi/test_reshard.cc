@@ -1,7 +1,8 @@
 // Distributed saves and `seedstore reshard` (issue 5, items 5-7): N=4 -> M=2, M=3 (uneven) and
 // consolidated, bit-exact against the source for every tensor; under mpirun -np 2; h5py reads
 // the master's virtual datasets; a missing or corrupted rank file is named; a second writer is
-// refused and the existing save stays intact.
+// refused and the existing save stays intact; verify checks the master's own datasets (what
+// h5py reads) against the index (ReshardVds).
 #include <hdf5.h>
 
 #include <xxhash.h>
@@ -1474,6 +1475,412 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
             std::string::npos)
       << rbad.status().ToString();
   EXPECT_EQ(Shell("md5sum < " + c1).out, before);
+}
+
+
+// ---- The master's datasets against the index (verify: vds-mismatch) -------------------------
+//
+// h5py users read the master's /tensors/<name> (virtual datasets stitching the rank files, or a
+// scalar's plain copy), so verify checks them against /distributed/index. A 2-rank save of: w
+// (boxes [0:5] / [5:10] of rows), fl (flat [0, 10) / [10, 20) of a [5, 4]: 3 runs each), long
+// (flat pieces of 35,000 rows each: more than 65,536 runs, so no virtual dataset), s (a scalar),
+// e (no elements), lz (lazy).
+const char* kVdsSpec = R"({"seedstore": 1, "seed": 3, "tensors": [
+   {"name": "w", "shape": [10, 8], "dtype": "float32", "init": {"dist": "normal"}},
+   {"name": "fl", "shape": [5, 4], "dtype": "float32", "init": {"dist": "uniform"}},
+   {"name": "long", "shape": [70000, 1], "dtype": "uint8", "init": {"dist": "zeros"}},
+   {"name": "s", "shape": [], "dtype": "float64", "init": {"dist": "normal"}},
+   {"name": "e", "shape": [0, 3], "dtype": "float32", "init": {"dist": "zeros"}},
+   {"name": "lz", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}}]})";
+
+std::string VdsLayout() {
+  return Write("rv_layout.json", R"({"mesh": {"axes": ["data"], "shape": [2]},
+ "placements": [{"match": "w", "spec": ["data", null]}, {"match": "fl", "flat": ["data"]},
+                {"match": "long", "flat": ["data"]}]})");
+}
+
+const RawFixture& GetVds() {
+  static RawFixture f = MakeRawSource(kVdsSpec, "rv_source.h5", 4096);
+  return f;
+}
+
+// A fresh save of GetVds() at TempDir()/<name>; its rank files' base names in *files.
+std::string VdsSave(const std::string& name, std::vector<std::string>* files = nullptr) {
+  const std::string out = TempDir() + "/" + name;
+  auto r = ReshardHere(GetVds().source, VdsLayout(), out);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (files) {
+    auto d = DistCatalog::Open(out);
+    EXPECT_TRUE(d.ok());
+    files->clear();
+    if (d.ok())
+      for (const std::string& f : (*d)->rank_files()) files->push_back(f.substr(f.rfind('/') + 1));
+  }
+  return out;
+}
+
+// The messages of the problems DistCatalog::Verify finds in the save at `path`.
+std::vector<std::string> VerifyProblems(const std::string& path) {
+  auto d = DistCatalog::Open(path);
+  if (!d.ok()) return {"open: " + d.status().ToString()};
+  std::vector<std::string> out;
+  for (const auto& p : (*d)->Verify(CpuOptions{1}).problems) {
+    EXPECT_EQ(p.status.code(), Code::kCorrupt) << p.status.ToString();
+    out.push_back(p.status.message());
+  }
+  return out;
+}
+
+// Opens HDF5 file `file` for writing, runs `edit` on it, closes it.
+void EditH5(const std::string& file, const std::function<void(hid_t)>& edit) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0) << file;
+  edit(f);
+  ASSERT_GE(H5Fclose(f), 0);
+}
+
+// One mapping of a virtual dataset, as plain numbers (bounds of its two box selections; HDF5
+// does not keep the source dataspace's extent: sdims is what it reports, the selection's end).
+struct TestMapping {
+  std::vector<hsize_t> vstart, vcount, sdims, sstart, scount;
+  std::string file, dset;
+};
+
+std::vector<hsize_t> Dims(hid_t space) {
+  std::vector<hsize_t> d(static_cast<size_t>(std::max(H5Sget_simple_extent_ndims(space), 0)));
+  H5Sget_simple_extent_dims(space, d.data(), nullptr);
+  return d;
+}
+
+// The box a dataspace selects: start and count.
+void Box(hid_t space, std::vector<hsize_t>* start, std::vector<hsize_t>* count) {
+  const size_t n = Dims(space).size();
+  std::vector<hsize_t> lo(n), hi(n);
+  EXPECT_GE(H5Sget_select_bounds(space, lo.data(), hi.data()), 0);
+  *start = lo;
+  count->resize(n);
+  for (size_t d = 0; d < n; ++d) (*count)[d] = hi[d] - lo[d] + 1;
+}
+
+std::vector<TestMapping> Mappings(hid_t dset) {
+  std::vector<TestMapping> out;
+  const hid_t dcpl = H5Dget_create_plist(dset);
+  size_t n = 0;
+  EXPECT_GE(H5Pget_virtual_count(dcpl, &n), 0);
+  for (size_t k = 0; k < n; ++k) {
+    TestMapping m;
+    const hid_t vs = H5Pget_virtual_vspace(dcpl, k), ss = H5Pget_virtual_srcspace(dcpl, k);
+    Box(vs, &m.vstart, &m.vcount);
+    Box(ss, &m.sstart, &m.scount);
+    m.sdims = Dims(ss);
+    char buf[4096];
+    H5Pget_virtual_filename(dcpl, k, buf, sizeof buf);
+    m.file = buf;
+    H5Pget_virtual_dsetname(dcpl, k, buf, sizeof buf);
+    m.dset = buf;
+    H5Sclose(vs);
+    H5Sclose(ss);
+    out.push_back(m);
+  }
+  H5Pclose(dcpl);
+  return out;
+}
+
+// Copies every attribute of `from` onto `to` (raw bytes; fixed-size types only).
+void CopyAttrs(hid_t from, hid_t to) {
+  H5O_info_t info;
+  ASSERT_GE(H5Oget_info(from, &info), 0);
+  for (hsize_t k = 0; k < info.num_attrs; ++k) {
+    const hid_t a = H5Aopen_by_idx(from, ".", H5_INDEX_NAME, H5_ITER_INC, k, H5P_DEFAULT, H5P_DEFAULT);
+    char name[256];
+    H5Aget_name(a, sizeof name, name);
+    const hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
+    std::vector<unsigned char> v(H5Tget_size(ty) * static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+    H5Aread(a, ty, v.data());
+    const hid_t b = H5Acreate2(to, name, ty, sp, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(b, ty, v.data()), 0);
+    H5Aclose(b);
+    H5Sclose(sp);
+    H5Tclose(ty);
+    H5Aclose(a);
+  }
+}
+
+// Replaces the virtual dataset at `path` of the open master `f` by one whose mappings are
+// `edit`'s change of its own (same shape and attributes; HDF5 type `type` when >= 0).
+void RewriteVds(hid_t f, const std::string& path, const std::function<void(std::vector<TestMapping>&)>& edit,
+                hid_t type = -1) {
+  const hid_t d = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
+  ASSERT_GE(d, 0) << path;
+  std::vector<TestMapping> ms = Mappings(d);
+  ASSERT_FALSE(ms.empty());
+  edit(ms);
+  const hid_t space = H5Dget_space(d);
+  const hid_t ty = type >= 0 ? H5Tcopy(type) : H5Dget_type(d);
+  const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  for (const TestMapping& m : ms) {
+    const hid_t vs = H5Scopy(space);
+    H5Sselect_hyperslab(vs, H5S_SELECT_SET, m.vstart.data(), nullptr, m.vcount.data(), nullptr);
+    std::vector<hsize_t> sdims = m.sdims;  // HDF5 keeps no source extent: room for the selection
+    for (size_t k = 0; k < sdims.size(); ++k) sdims[k] = std::max(sdims[k], m.sstart[k] + m.scount[k]);
+    const hid_t ss = H5Screate_simple(static_cast<int>(sdims.size()), sdims.data(), nullptr);
+    H5Sselect_hyperslab(ss, H5S_SELECT_SET, m.sstart.data(), nullptr, m.scount.data(), nullptr);
+    EXPECT_GE(H5Pset_virtual(dcpl, vs, m.file.c_str(), m.dset.c_str(), ss), 0);
+    H5Sclose(vs);
+    H5Sclose(ss);
+  }
+  const hid_t nd = H5Dcreate2(f, "/tensors/rewritten", ty, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  ASSERT_GE(nd, 0);
+  CopyAttrs(d, nd);
+  H5Dclose(nd);
+  H5Pclose(dcpl);
+  H5Tclose(ty);
+  H5Sclose(space);
+  H5Dclose(d);
+  ASSERT_GE(H5Ldelete(f, path.c_str(), H5P_DEFAULT), 0);
+  ASSERT_GE(H5Lmove(f, "/tensors/rewritten", f, path.c_str(), H5P_DEFAULT, H5P_DEFAULT), 0);
+}
+
+// A small plain dataset at `path` of the open file `f`.
+void AddPlainDataset(hid_t f, const std::string& path) {
+  hsize_t n = 3;
+  const hid_t sp = H5Screate_simple(1, &n, nullptr);
+  const hid_t d = H5Dcreate2(f, path.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(d, 0) << path;
+  const float v[3] = {1, 2, 3};
+  EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+  H5Dclose(d);
+  H5Sclose(sp);
+}
+
+TEST(ReshardVds, UntouchedSavesVerifyCleanAndTheirVirtualDatasetsAreTheIndexs) {
+  // Box pieces, flat pieces of several runs, a flat tensor with too many runs for a virtual
+  // dataset, a scalar, an empty tensor, a lazy one.
+  std::vector<std::string> files;
+  const std::string v2 = VdsSave("rv_clean.h5", &files);
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(VerifyProblems(v2), std::vector<std::string>{});
+  // The mappings, worked out by hand from docs/FORMAT.md 10.
+  EditH5(v2, [&](hid_t f) {
+    EXPECT_EQ(H5Lexists(f, "/tensors/long", H5P_DEFAULT), 0);  // > 65536 runs
+    EXPECT_EQ(H5Lexists(f, "/tensors/e", H5P_DEFAULT), 0);     // no elements
+    EXPECT_EQ(H5Lexists(f, "/tensors/lz", H5P_DEFAULT), 0);    // lazy
+    const hid_t w = H5Dopen2(f, "/tensors/w", H5P_DEFAULT);
+    const auto mw = Mappings(w);
+    H5Dclose(w);
+    ASSERT_EQ(mw.size(), 2u);
+    EXPECT_EQ(mw[1].vstart, (std::vector<hsize_t>{5, 0}));
+    EXPECT_EQ(mw[1].vcount, (std::vector<hsize_t>{5, 8}));
+    EXPECT_EQ(mw[1].sstart, (std::vector<hsize_t>{0, 0}));
+    EXPECT_EQ(mw[1].file, files[1]);
+    EXPECT_EQ(mw[1].dset, "/tensors/w");
+    const hid_t fl = H5Dopen2(f, "/tensors/fl", H5P_DEFAULT);
+    const auto mf = Mappings(fl);
+    H5Dclose(fl);
+    ASSERT_EQ(mf.size(), 6u);  // rows 0, 1, 2[0:2] | 2[2:4], 3, 4
+    EXPECT_EQ(mf[3].vstart, (std::vector<hsize_t>{2, 2}));
+    EXPECT_EQ(mf[3].vcount, (std::vector<hsize_t>{1, 2}));
+    EXPECT_EQ(mf[3].sstart, (std::vector<hsize_t>{0}));
+    EXPECT_EQ(mf[3].scount, (std::vector<hsize_t>{2}));
+    EXPECT_EQ(mf[3].file, files[1]);
+    EXPECT_EQ(mf[5].sstart, (std::vector<hsize_t>{6}));
+  });
+  // Uneven rows, empty shards, a scalar and an empty tensor; padded pieces (b's rows [0, 19)
+  // stored as [0, 20)); pieces padded in two dims over a 3 x 2 mesh; nested and flat
+  // shardings of the small model.
+  const std::string r3 = TempDir() + "/rv_rows3.h5", r2 = TempDir() + "/rv_rows2.h5";
+  const std::string p6 = TempDir() + "/rv_pad6.h5", m4 = TempDir() + "/rv_model4.h5";
+  ASSERT_TRUE(ReshardHere(GetRaw().source, RowsLayout(3), r3).ok());
+  ASSERT_TRUE(ReshardHere(GetRaw().source, RowsLayout(2), r2).ok());
+  ASSERT_TRUE(ReshardHere(GetPad().source, PadLayout(3, 2), p6).ok());
+  ASSERT_TRUE(ReshardHere(Get().source, LayoutFile(2, 2), m4).ok());
+  for (const std::string& p : {r3, r2, p6, m4}) EXPECT_EQ(VerifyProblems(p), std::vector<std::string>{}) << p;
+  auto d2 = DistCatalog::Open(r2);
+  ASSERT_TRUE(d2.ok());
+  const auto& pb = (*d2)->pieces((*d2)->Find("b"));
+  ASSERT_EQ(pb.size(), 2u);
+  EXPECT_FALSE(SameRegion(pb[0].region, pb[0].stored));  // padded
+  auto d6 = DistCatalog::Open(p6);
+  ASSERT_TRUE(d6.ok());
+  EXPECT_FALSE(SameRegion((*d6)->pieces(0)[3].region, (*d6)->pieces(0)[3].stored));
+  d2->reset();  // HDF5 opens a file only once for writing
+  d6->reset();
+  // The padded piece maps its region from where it lies in its stored box.
+  EditH5(r2, [&](hid_t f) {
+    const hid_t b = H5Dopen2(f, "/tensors/b", H5P_DEFAULT);
+    const auto mb = Mappings(b);
+    H5Dclose(b);
+    ASSERT_EQ(mb.size(), 2u);
+    EXPECT_EQ(mb[0].vcount, (std::vector<hsize_t>{19, 23}));
+    EXPECT_EQ(mb[0].sstart, (std::vector<hsize_t>{0, 0}));
+    EXPECT_EQ(mb[0].scount, (std::vector<hsize_t>{19, 23}));  // of the stored [20, 23]
+  });
+}
+
+TEST(ReshardVds, VerifyNamesEveryWayTheMasterDiffersFromTheIndex) {
+  struct Case {
+    std::string name;
+    std::function<void(hid_t, const std::vector<std::string>&)> tamper;
+    std::vector<std::string> want;  // each problem's message, after "vds-mismatch: distributed save 'P': master "
+  };
+  std::vector<Case> cases = {
+      {"wrong_file",  // (a) mapping 1 of w reads rank 0's file
+       [](hid_t f, const std::vector<std::string>& files) {
+         RewriteVds(f, "/tensors/w", [&](std::vector<TestMapping>& m) { m[1].file = files[0]; });
+       },
+       {"tensor 'w' /tensors/w: mapping 1 maps [5:10, 0:8] from [0:5, 0:8] of '/tensors/w' in "
+        "'F0'; the index says [5:10, 0:8] from [0:5, 0:8] of '/tensors/w' in 'F1' (piece 1, "
+        "[5:10, 0:8] of rank 1)"}},
+      {"swapped_boxes",  // (a) w's two pieces mapped to each other's rows
+       [](hid_t f, const std::vector<std::string>&) {
+         RewriteVds(f, "/tensors/w", [](std::vector<TestMapping>& m) { std::swap(m[0].vstart, m[1].vstart); });
+       },
+       {"tensor 'w' /tensors/w: mapping 0 maps [5:10, 0:8] from [0:5, 0:8] of '/tensors/w' in "
+        "'F0'; the index says [0:5, 0:8] from [0:5, 0:8] of '/tensors/w' in 'F0' (piece 0, "
+        "[0:5, 0:8] of rank 0) (1 more mappings differ)"}},
+      {"flat_run_dropped",  // (a) fl without its last run
+       [](hid_t f, const std::vector<std::string>&) {
+         RewriteVds(f, "/tensors/fl", [](std::vector<TestMapping>& m) { m.pop_back(); });
+       },
+       {"tensor 'fl' /tensors/fl: has 5 mappings, the index's pieces give 6"}},
+      {"flat_run_shifted",  // (a) fl's run 4 read from the wrong place of rank 1's piece
+       [](hid_t f, const std::vector<std::string>&) {
+         RewriteVds(f, "/tensors/fl", [](std::vector<TestMapping>& m) { m[4].sstart[0] = 6; });
+       },
+       {"tensor 'fl' /tensors/fl: mapping 4 maps [3:4, 0:4] from [6:10] of '/tensors/fl' in 'F1'; "
+        "the index says [3:4, 0:4] from [2:6] of '/tensors/fl' in 'F1' (piece 1, flat[10:20] of "
+        "rank 1)"}},
+      {"wrong_type",
+       [](hid_t f, const std::vector<std::string>&) {
+         RewriteVds(f, "/tensors/w", [](std::vector<TestMapping>&) {}, H5T_STD_I32LE);
+       },
+       {"tensor 'w' /tensors/w: its HDF5 type does not store float32"}},
+      {"deleted",  // (b)
+       [](hid_t f, const std::vector<std::string>&) { ASSERT_GE(H5Ldelete(f, "/tensors/w", H5P_DEFAULT), 0); },
+       {"tensor 'w' /tensors/w: missing (the index's tensor needs a virtual dataset of its 2 pieces)"}},
+      {"scalar_deleted",  // (b)
+       [](hid_t f, const std::vector<std::string>&) { ASSERT_GE(H5Ldelete(f, "/tensors/s", H5P_DEFAULT), 0); },
+       {"tensor 's' /tensors/s: missing (the index's tensor needs a scalar dataset holding the value)"}},
+      {"extra",  // (c)
+       [](hid_t f, const std::vector<std::string>&) { AddPlainDataset(f, "/tensors/ghost"); },
+       {"/tensors/ghost: no dense tensor of the index has this name"}},
+      {"extra_empty",  // (c) a dataset for the tensor without elements
+       [](hid_t f, const std::vector<std::string>&) { AddPlainDataset(f, "/tensors/e"); },
+       {"tensor 'e' /tensors/e: exists, but the master holds no dataset for this tensor: it has no elements"}},
+      {"extra_lazy",  // (c)
+       [](hid_t f, const std::vector<std::string>&) { AddPlainDataset(f, "/tensors/lz"); },
+       {"tensor 'lz' /tensors/lz: exists, but the master holds no dataset for this tensor: it is lazy"}},
+      {"extra_long",  // (c)
+       [](hid_t f, const std::vector<std::string>&) { AddPlainDataset(f, "/tensors/long"); },
+       {"tensor 'long' /tensors/long: exists, but the master holds no dataset for this tensor: its flat "
+        "pieces would need more than 65536 mappings"}},
+      {"plain_instead_of_virtual",
+       [](hid_t f, const std::vector<std::string>&) {
+         const hid_t d = H5Dopen2(f, "/tensors/w", H5P_DEFAULT);
+         std::vector<float> v(80);
+         ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+         const hid_t sp = H5Dget_space(d);
+         const hid_t nd = H5Dcreate2(f, "/tensors/plain", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+         H5Dwrite(nd, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+         CopyAttrs(d, nd);
+         H5Dclose(nd);
+         H5Sclose(sp);
+         H5Dclose(d);
+         ASSERT_GE(H5Ldelete(f, "/tensors/w", H5P_DEFAULT), 0);
+         ASSERT_GE(H5Lmove(f, "/tensors/plain", f, "/tensors/w", H5P_DEFAULT, H5P_DEFAULT), 0);
+       },
+       {"tensor 'w' /tensors/w: is a contiguous dataset, not a virtual dataset of its 2 pieces"}},
+      {"fingerprint",  // (d)
+       [](hid_t f, const std::vector<std::string>&) {
+         const hid_t d = H5Dopen2(f, "/tensors/w", H5P_DEFAULT);
+         const hid_t a = H5Aopen(d, "seedstore.fingerprint", H5P_DEFAULT);
+         const uint64_t lanes[2] = {1, 2};
+         EXPECT_GE(H5Awrite(a, H5T_NATIVE_UINT64, lanes), 0);
+         H5Aclose(a);
+         H5Dclose(d);
+       },
+       {"tensor 'w' /tensors/w: seedstore.fingerprint is 00000000000000010000000000000002, the index says FP_w"}},
+      {"scalar_value",  // (e)
+       [](hid_t f, const std::vector<std::string>&) {
+         const hid_t d = H5Dopen2(f, "/tensors/s", H5P_DEFAULT);
+         const double v = 0.5;
+         ASSERT_GE(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v), 0);
+         H5Dclose(d);
+       },
+       {"tensor 's' /tensors/s: its value differs from the one its piece holds (rank 0 file 'F0')"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> files;
+    const std::string p = VdsSave("rv_" + c.name + ".h5", &files);
+    ASSERT_EQ(files.size(), 2u);
+    std::string fp_w;
+    {
+      auto d = DistCatalog::Open(p);
+      ASSERT_TRUE(d.ok());
+      fp_w = FingerprintHex(*(*d)->tensors()[(*d)->Find("w")].fingerprint);
+    }
+    ASSERT_NO_FATAL_FAILURE(EditH5(p, [&](hid_t f) { c.tamper(f, files); }));
+    std::vector<std::string> want;
+    for (std::string w : c.want) {
+      for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+               {"'F0'", "'" + files[0] + "'"}, {"'F1'", "'" + files[1] + "'"}, {"FP_w", fp_w}})
+        for (size_t at; (at = w.find(from)) != std::string::npos;) w.replace(at, from.size(), to);
+      want.push_back("vds-mismatch: distributed save '" + p + "': master " + w);
+    }
+    EXPECT_EQ(VerifyProblems(p), want);
+    // The CLI fails, naming it.
+    if (Bin().empty()) continue;
+    Proc v = Shell(Bin() + " verify " + p);
+    EXPECT_EQ(v.code, 1 + static_cast<int>(Code::kCorrupt)) << v.out << v.err;
+    EXPECT_NE((v.out + v.err).find(want[0]), std::string::npos) << v.out << v.err;
+  }
+}
+
+TEST(ReshardVds, VerifyContinuesPastProblemsOfTheMasterAndOfTheRankFiles) {
+  std::vector<std::string> files;
+  const std::string p = VdsSave("rv_many.h5", &files);
+  ASSERT_NO_FATAL_FAILURE(EditH5(p, [](hid_t f) {
+    ASSERT_GE(H5Ldelete(f, "/tensors/fl", H5P_DEFAULT), 0);
+    AddPlainDataset(f, "/tensors/ghost");
+    const hid_t d = H5Dopen2(f, "/tensors/s", H5P_DEFAULT);
+    const double v = -1;
+    ASSERT_GE(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v), 0);
+    H5Dclose(d);
+  }));
+  auto d = DistCatalog::Open(p);
+  ASSERT_TRUE(d.ok());
+  const std::string rank1 = (*d)->rank_files()[1];
+  d->reset();
+  ASSERT_NO_FATAL_FAILURE(CorruptChunk(rank1, "w", 0));
+  d = DistCatalog::Open(p);
+  ASSERT_TRUE(d.ok());
+  std::vector<std::string> got;
+  for (const auto& pr : (*d)->Verify(CpuOptions{1}).problems) got.push_back(pr.status.message());
+  ASSERT_EQ(got.size(), 4u) << ::testing::PrintToString(got);
+  EXPECT_EQ(got[0].find("chunk-corrupt: file '" + rank1 + "' tensor 'w' chunk 0"), 0u) << got[0];
+  EXPECT_NE(got[1].find("master tensor 'fl' /tensors/fl: missing"), std::string::npos) << got[1];
+  EXPECT_NE(got[2].find("master tensor 's' /tensors/s: its value differs"), std::string::npos) << got[2];
+  EXPECT_NE(got[3].find("master /tensors/ghost: no dense tensor"), std::string::npos) << got[3];
+}
+
+
+// HDF5 1.10 decodes a virtual dataset's mappings (in the global heap, without a checksum of its
+// own) before checking their checksum, and can crash on damaged ones: verify checks the heap
+// object's checksum first and names the damage instead.
+TEST(ReshardVds, DamagedMappingsAreNamedNotDecoded) {
+  std::vector<std::string> files;
+  const std::string p = VdsSave("rv_heap.h5", &files);
+  std::string all = mpitest::ReadAll(p);
+  const std::string entry = files[1] + std::string(1, '\0') + "/tensors/w" + std::string(1, '\0');
+  const size_t at = all.find(entry);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(all.find(entry, at + 1), std::string::npos);
+  all[at + entry.size()] ^= 0x40;  // the first byte of the mapping's source selection
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << all;
+  EXPECT_EQ(VerifyProblems(p), std::vector<std::string>{"vds-mismatch: distributed save '" + p +
+                                                        "': master tensor 'w' /tensors/w: cannot be opened safely: "
+                                                        "its mappings' checksum differs (damaged)"});
 }
 
 }  // namespace
