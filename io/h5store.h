@@ -152,7 +152,9 @@ struct StoredChunk {
 class H5Store : public Catalog {
  public:
   /// Opens and validates a store: root attributes, index checksum and JSON, and for each dense
-  /// record its dataset (shape, dtype, filters, checksum table). Errors name the file and are
+  /// record its dataset (shape, dtype, filters, checksum table) -- then closes the datasets
+  /// and lets go of the metadata HDF5 cached checking them (reads open what they use; memory
+  /// per tensor is the record and its tables). Errors name the file and are
   /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, ...); a missing
   /// file is kNotFound, a directory kInvalidArgument.
   static Result<std::unique_ptr<H5Store>> Open(const std::string& path);
@@ -221,6 +223,10 @@ class H5Store : public Catalog {
   /// is decoded and fingerprinted chunk by chunk (as Verify does). `o.threads` threads.
   Result<Fingerprint> ProveStored(size_t i, CpuOptions o = {}) const;
 
+  /// Most datasets an open store keeps open: Open checks each dense tensor's dataset and
+  /// closes it; reads open the one they need, and the last few used stay open.
+  static constexpr size_t kOpenDatasets = 8;
+
   /// Raw access for copying: HDF5 file id (valid while the store is open).
   int64_t h5_file() const { return file_; }
 
@@ -246,7 +252,6 @@ class H5Store : public Catalog {
   // rank files, would hold them all); calls that read chunks open theirs here, and the
   // kOpenDatasets used last stay open for the next. Thread-safe (the HDF5 lock).
   Result<DatasetHandle> Dataset(size_t i) const;
-  static constexpr size_t kOpenDatasets = 8;
   // The descriptor to give readahead hints for chunks of `chunk_bytes` (decoded), or -1
   // when the kernel's own readahead of this file's device already runs far enough ahead.
   int HintFd(uint64_t chunk_bytes) const;

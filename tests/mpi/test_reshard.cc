@@ -1125,6 +1125,102 @@ void EditIndex(const std::string& file, const std::function<void(nlohmann::json&
   H5Fclose(f);
 }
 
+// The index records each dense tensor's chunks and bytes on disk over its pieces, so
+// `inspect` of a save opens none of its rank files; a save without them (written before) is
+// counted from the rank files, one open at a time; verify checks the recorded numbers.
+// Reads and verify leave no dataset of a rank file open beyond H5Store::kOpenDatasets.
+TEST(ReshardRaw, TheIndexRecordsEachTensorsStorageAndInspectOpensNoRankFile) {
+  const RawFixture& f = GetRaw();
+  const std::string d3 = TempDir() + "/rr_storage3.h5";
+  ASSERT_TRUE(ReshardHere(f.source, RowsLayout(3), d3).ok());
+  std::vector<DistCatalog::Storage> recorded;
+  {
+    auto d = DistCatalog::Open(d3);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    auto s = (*d)->StorageOfAll();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*d)->open_rank_files(), 0u);
+    recorded = *s;
+    // Each equals the sum over the tensor's pieces as their rank files hold them.
+    size_t dense = 0;
+    for (size_t i = 0; i < (*d)->tensors().size(); ++i) {
+      DistCatalog::Storage sum;
+      for (size_t p = 0; p < (*d)->pieces(i).size(); ++p) {
+        auto sk = (*d)->PieceStore(i, p);
+        ASSERT_TRUE(sk.ok()) << sk.status().ToString();
+        sum.chunks += sk->first->stored(sk->second).num_chunks;
+        sum.stored_bytes += sk->first->stored(sk->second).stored_bytes;
+        // The rank store keeps none of its datasets open after Open, a few after reads.
+        EXPECT_LE(H5Fget_obj_count(sk->first->h5_file(), H5F_OBJ_DATASET),
+                  static_cast<ssize_t>(H5Store::kOpenDatasets));
+      }
+      EXPECT_EQ(recorded[i].chunks, sum.chunks) << (*d)->tensors()[i].name;
+      EXPECT_EQ(recorded[i].stored_bytes, sum.stored_bytes) << (*d)->tensors()[i].name;
+      if (!(*d)->pieces(i).empty()) {
+        ++dense;
+        EXPECT_GT(sum.chunks, 0u);
+        EXPECT_GT(sum.stored_bytes, 0u);
+      }
+    }
+    EXPECT_GT(dense, 0u);
+    // Verify opens each rank file for its turn only (the one holding the scalar stays open:
+    // the master's copy of its value is compared through a read).
+    auto d2 = DistCatalog::Open(d3);
+    ASSERT_TRUE(d2.ok());
+    const auto rep = (*d2)->Verify(CpuOptions{1});
+    for (const auto& p : rep.problems) ADD_FAILURE() << p.status.ToString();
+    EXPECT_LE((*d2)->open_rank_files(), 1u);
+  }
+  // A save whose index does not record them: the same numbers, from the rank files.
+  const std::string old = TempDir() + "/rr_storage_old.h5";
+  ASSERT_TRUE(ReshardHere(f.source, RowsLayout(3), old).ok());
+  ASSERT_NO_FATAL_FAILURE(EditIndex(old, [](nlohmann::json& j) {
+    for (auto& t : j["tensors"]) {
+      t.erase("chunks");
+      t.erase("stored_bytes");
+    }
+  }));
+  {
+    auto d = DistCatalog::Open(old);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    auto s = (*d)->StorageOfAll();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*d)->open_rank_files(), 0u);  // each was closed after its turn
+    ASSERT_EQ(s->size(), recorded.size());
+    for (size_t i = 0; i < recorded.size(); ++i) {
+      EXPECT_EQ((*s)[i].chunks, recorded[i].chunks);
+      EXPECT_EQ((*s)[i].stored_bytes, recorded[i].stored_bytes);
+    }
+    const auto rep = (*d)->Verify(CpuOptions{1});
+    for (const auto& p : rep.problems) ADD_FAILURE() << p.status.ToString();
+  }
+  // Numbers that are not the rank files' fail verify by name; malformed ones fail Open.
+  ASSERT_NO_FATAL_FAILURE(EditIndex(d3, [](nlohmann::json& j) {
+    for (auto& t : j["tensors"])
+      if (t["name"] == "a") t["stored_bytes"] = t["stored_bytes"].get<uint64_t>() + 1;
+  }));
+  {
+    auto d = DistCatalog::Open(d3);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    const auto rep = (*d)->Verify(CpuOptions{1});
+    ASSERT_EQ(rep.problems.size(), 1u);
+    EXPECT_EQ(rep.problems[0].tensor, "a");
+    EXPECT_NE(rep.problems[0].status.message().find("bad-index"), std::string::npos)
+        << rep.problems[0].status.ToString();
+    EXPECT_NE(rep.problems[0].status.message().find("bytes stored; its rank files hold"), std::string::npos)
+        << rep.problems[0].status.ToString();
+  }
+  ASSERT_NO_FATAL_FAILURE(EditIndex(d3, [](nlohmann::json& j) {
+    for (auto& t : j["tensors"])
+      if (t["name"] == "a") t["chunks"] = -3;
+  }));
+  auto bad = DistCatalog::Open(d3);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'chunks' and 'stored_bytes' must both be unsigned integers"),
+            std::string::npos)
+      << bad.status().ToString();
+}
+
 // Pieces off the source's chunk grid: prime extents, a 3 x 2 mesh, chunks [15, 9] (w) and
 // [4, 6, 5] (x, replicated over "tensor"). Every piece is padded to the grid (each by at most
 // a quarter; some in both dims), so every chunk is copied as stored; reads of any box, h5py

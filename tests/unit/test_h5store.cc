@@ -404,6 +404,51 @@ TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
 // Chunks are read at the addresses HDF5 reports, from the store's own file: a dataset (or its
 // group) behind an external link lives in another file and was read wrong -- verify passed on
 // bytes h5py never sees. Such links, and soft links, are refused, naming the link.
+// Open checks every dataset and closes it; reads open the one they need and keep at most
+// kOpenDatasets. The file checked is the file read: a store renamed over the path after Open
+// changes nothing for the open store.
+TEST(H5Store, DatasetsAreClosedAfterOpenAndTheFileReadIsTheOneChecked) {
+  TempDir dir;
+  const std::string path = dir / "many.h5", other = dir / "other.h5";
+  std::mt19937_64 g(41);
+  std::vector<std::vector<uint8_t>> data;
+  data.reserve(80);
+  WriteOptions wo;
+  wo.chunk_bytes = 64;
+  for (const std::string& p : {path, other}) {
+    auto w = StoreWriter::Create(p, 7, Generator::kThreefry, wo);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (int k = 0; k < 40; ++k) {
+      const Shape s{static_cast<uint64_t>(3 + k % 7), 5};
+      data.push_back(RandomBytes(Numel(s) * 4, g()));
+      std::string name = "t";  // not "t" + to_string: GCC 12's -Wrestrict false positive
+      name += std::to_string(k);
+      ASSERT_TRUE((*w)->AddDense(name, s, DType::kF32, FromWhole(&data.back(), s, 4)).ok());
+    }
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  auto st = H5Store::Open(path);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(H5Fget_obj_count((*st)->h5_file(), H5F_OBJ_DATASET), 0);
+  // Another store replaces the file at the path; the open store still reads its own.
+  ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
+  for (int pass = 0; pass < 2; ++pass)
+    for (size_t i = 0; i < 40; ++i) {
+      const TensorRecord& t = (*st)->tensors()[i];
+      std::vector<uint8_t> got(t.NumBytes());
+      ASSERT_TRUE((*st)->Read(i, WholeTensor(t.shape), got.data(), CpuOptions{2}).ok()) << t.name;
+      ASSERT_EQ(got, data[i]) << t.name;
+      auto f = (*st)->FingerprintRegion(i, WholeTensor(t.shape), CpuOptions{1});
+      ASSERT_TRUE(f.ok());
+      EXPECT_EQ(*f, *t.fingerprint);
+      EXPECT_LE(H5Fget_obj_count((*st)->h5_file(), H5F_OBJ_DATASET),
+                static_cast<ssize_t>(H5Store::kOpenDatasets));
+    }
+  const H5Store::VerifyReport rep = (*st)->Verify(CpuOptions{2});
+  EXPECT_TRUE(rep.problems.empty());
+  EXPECT_EQ(rep.tensors, 40u);
+}
+
 TEST(H5Store, LinksToOtherFilesAreRefused) {
   TempDir dir;
   const std::string a = dir / "a.h5", b = dir / "b.h5";
