@@ -251,6 +251,33 @@ bool TypeMatches(hid_t t, DType d) {
   }
 }
 
+// A checksum or chunk-info table's own hash (docs/FORMAT.md 4.3): XXH3-64 of its entries as
+// little-endian bytes, in attribute seedstore.xxh3 of the table.
+constexpr const char* kTableHashAttr = "seedstore.xxh3";
+uint64_t TableHash(const std::vector<uint64_t>& entries) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tables are hashed as stored (little-endian)");
+  return Checksum64(entries.data(), entries.size() * sizeof(uint64_t));
+}
+
+Status WriteU64Attr(hid_t obj, const char* name, const std::vector<uint64_t>& v, bool scalar);
+Result<std::vector<uint64_t>> ReadU64Attr(hid_t obj, const char* name, const std::string& where);
+
+// Checks a table read at open against its hash attribute (table-corrupt); tables written
+// before the attribute existed have none and pass.
+Status CheckTableHash(hid_t table, const std::vector<uint64_t>& entries, const std::string& what) {
+  const htri_t has = H5Aexists(table, kTableHashAttr);
+  if (has < 0) return StoreStatus(StoreError::kTableCorrupt, what + ": its attributes cannot be read");
+  if (has == 0) return Status::Ok();
+  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> h, ReadU64Attr(table, kTableHashAttr, what));
+  const uint64_t computed = TableHash(entries);
+  if (h.size() != 1 || h[0] != computed)
+    return StoreStatus(StoreError::kTableCorrupt,
+                       what + " does not match its hash (" + kTableHashAttr + " " +
+                           (h.size() == 1 ? Hex64(h[0]) : std::string("?")) + ", computed " +
+                           Hex64(computed) + "): an entry is damaged, the chunks may be intact");
+  return Status::Ok();
+}
+
 Status WriteU64Attr(hid_t obj, const char* name, const std::vector<uint64_t>& v, bool scalar) {
   const hsize_t n = v.size();
   Hid space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr), H5Sclose);
@@ -702,6 +729,7 @@ const char* StoreErrorName(StoreError e) {
     case StoreError::kChunkCorrupt: return "chunk-corrupt";
     case StoreError::kFingerprintMismatch: return "fingerprint-mismatch";
     case StoreError::kBadLayout: return "bad-layout";
+    case StoreError::kTableCorrupt: return "table-corrupt";
   }
   return "?";
 }
@@ -1129,6 +1157,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       checks.resize(grid.num);
       if (H5Dread(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, checks.data()) < 0)
         return SEEDSTORE_H5_ERROR(tw + ": reading " + sums_path);
+      SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(cs.get(), checks, tw + ": checksum table " + sums_path));
       // Chunk-info table (optional: files written before it existed have none).
       const std::string info_path = "/chunkinfo/" + esc;
       if (H5Lexists(f, "/chunkinfo", H5P_DEFAULT) > 0 && H5Lexists(f, info_path.c_str(), H5P_DEFAULT) > 0) {
@@ -1146,6 +1175,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
         std::vector<uint64_t> rows(grid.num * 3);
         if (H5Dread(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
           return SEEDSTORE_H5_ERROR(tw + ": reading " + info_path);
+        SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(ci.get(), rows, tw + ": chunk-info table " + info_path));
         Fingerprint total;
         infos.resize(grid.num);
         for (uint64_t j = 0; j < grid.num; ++j) {
@@ -2002,6 +2032,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
            H5Dclose);
     if (!cs.ok() || H5Dwrite(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
       return SEEDSTORE_H5_ERROR(tw + ": writing the checksum table");
+    SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(cs.get(), kTableHashAttr, {TableHash(sums)}, true));
   }
   {
     const hsize_t dims[2] = {g.num, 3};
@@ -2017,6 +2048,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
            H5Dclose);
     if (!ci.ok() || H5Dwrite(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
       return SEEDSTORE_H5_ERROR(tw + ": writing the chunk-info table");
+    SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(ci.get(), kTableHashAttr, {TableHash(rows)}, true));
   }
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.name", name));
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.dtype", DTypeName(dtype)));

@@ -57,6 +57,7 @@ enum class StoreError {
   kChunkCorrupt,        // "chunk-corrupt" (kCorrupt): checksum mismatch or undecodable chunk
   kFingerprintMismatch, // "fingerprint-mismatch" (kCorrupt)
   kBadLayout,           // "bad-layout" (kCorrupt): a storage layout the format does not allow
+  kTableCorrupt,        // "table-corrupt" (kCorrupt): a checksum or chunk-info table fails its hash
 };
 const char* StoreErrorName(StoreError e);
 /// A Status whose message is "<name>: <message>", with the error's code.
