@@ -539,9 +539,13 @@ Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::str
 // dense tensor: the writer (AddDistributedObjects) creates exactly that, and the verifier
 // (DistCatalog::VerifyMasterDatasets) compares the master's objects with it.
 
-// A flat piece maps one innermost run at a time: a tensor whose flat pieces could need more
-// mappings than this (counted as (end - begin) / innermost extent + 2 per flat piece) gets no
-// virtual dataset, only the index.
+// How a flat piece is mapped (docs/FORMAT.md 10; the index's "flat_mappings"). kBoxes (saves
+// from 2026-12-02, session 10, on): one mapping per box of the range's row-major
+// decomposition (FlatRangeToBoxes: at most 2 x rank - 1), each from a contiguous run of the
+// piece's 1-d dataset. kRuns (before): one mapping per innermost run; a tensor whose flat
+// pieces could need more than kMaxFlatRuns of them (counted as (end - begin) / innermost extent
+// + 2 per flat piece) got no virtual dataset.
+enum class FlatMappings { kRuns, kBoxes };
 constexpr uint64_t kMaxFlatRuns = 65536;
 
 // One mapping of a virtual dataset: the box `to` of the global tensor (to.shape: the tensor's
@@ -578,11 +582,11 @@ Region BoxOf(int n, const uint64_t* shape, const uint64_t* st, const uint64_t* c
 
 // What the master holds for dense tensor `t` (lazy: nothing) whose non-empty pieces are
 // `pieces`, in index order. A box piece maps its region (owned box) from where that lies in its
-// (maybe padded) stored box; a flat piece maps each innermost run [g0, g1) of its range from
-// [g0 - begin, g1 - begin) of its 1-d dataset. Without `with_mappings`, only the kind (and
-// why_none) is set: a virtual dataset can have up to kMaxFlatRuns mappings.
+// (maybe padded) stored box; a flat piece maps, in order, each box of its range (`style`
+// kBoxes) or each innermost run (kRuns) from the same elements of its 1-d dataset. Without
+// `with_mappings`, only the kind (and why_none) is set.
 MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatalog::Piece>& pieces,
-                              bool with_mappings = true) {
+                              FlatMappings style, bool with_mappings = true) {
   MasterDataset m;
   const int rank = static_cast<int>(t.shape.size());
   if (t.lazy) {
@@ -600,7 +604,7 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
   uint64_t flat_runs = 0;
   for (const DistCatalog::Piece& p : pieces)
     if (p.region.flat) flat_runs += (p.region.end - p.region.begin) / t.shape.back() + 2;
-  if (flat_runs > kMaxFlatRuns) {
+  if (style == FlatMappings::kRuns && flat_runs > kMaxFlatRuns) {
     m.why_none = "its flat pieces would need more than " + std::to_string(kMaxFlatRuns) +
                  " mappings";
     return m;
@@ -622,8 +626,19 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
       m.mappings.push_back({p.rank, k, BoxOf(rank, gshape, g.start, cnt), BoxOf(rank, sdims, sst, cnt)});
       continue;
     }
-    const uint64_t inner = t.shape.back();
     const uint64_t local_n = g.end - g.begin;
+    if (style == FlatMappings::kBoxes) {
+      uint64_t ls = 0;  // boxes in row-major order: each is the next run of the 1-d dataset
+      for (const Region& b : FlatRangeToBoxes(t.shape, g.begin, g.end)) {
+        uint64_t cnt[kMaxRank];
+        for (int d = 0; d < rank; ++d) cnt[d] = b.stop[d] - b.start[d];
+        const uint64_t lc = b.Count();
+        m.mappings.push_back({p.rank, k, BoxOf(rank, gshape, b.start, cnt), BoxOf(1, &local_n, &ls, &lc)});
+        ls += lc;
+      }
+      continue;
+    }
+    const uint64_t inner = t.shape.back();
     for (uint64_t g0 = g.begin; g0 < g.end;) {
       const uint64_t g1 = std::min(g.end, (g0 / inner + 1) * inner);
       uint64_t st[kMaxRank], cnt[kMaxRank];
@@ -695,7 +710,8 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
   std::snprintf(idhex, sizeof idhex, "%08x", id);
   const json index = {{"format", "seedstore-distributed"}, {"version", 1},   {"save_id", idhex},
                       {"world", layout.world_size()},      {"layout", layout.ToJson()},
-                      {"rank_files", files},               {"tensors", tensors}};
+                      {"rank_files", files},               {"flat_mappings", "boxes"},
+                      {"tensors", tensors}};
   const std::string text = index.dump();
 
   H fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
@@ -725,7 +741,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     // /tensors/<escaped> of each dense tensor, as MasterDatasetOf says.
     for (size_t i = 0; i < ts.size(); ++i) {
       const TensorRecord& t = ts[i];
-      const MasterDataset want = MasterDatasetOf(t, PlannedPieces(plan, i));
+      const MasterDataset want = MasterDatasetOf(t, PlannedPieces(plan, i), FlatMappings::kBoxes);
       if (want.kind == MasterDataset::kNone) continue;
       const int rank = static_cast<int>(t.shape.size());
       const std::string dset = "/tensors/" + EscapeH5Name(t.name);
@@ -949,6 +965,12 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
         c->layout_.world_size() != c->world())
       return bad("world size differs from the rank files / layout");
     c->rank_stores_.resize(c->rank_files_.size());
+    if (j.contains("flat_mappings")) {  // absent: a save from before session 10, "runs"
+      const json& fm = j["flat_mappings"];
+      if (fm != "boxes" && fm != "runs")
+        return bad("field 'flat_mappings' is " + JsonPreview(fm) + ", not \"boxes\" or \"runs\"");
+      c->flat_boxes_ = fm == "boxes";
+    }
     std::set<std::string> names;
     for (const auto& t : j.at("tensors")) {
       const std::string name = t.at("name");
@@ -1567,7 +1589,7 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
                                        std::vector<H5Store::Problem>* problems) const {
   std::vector<MasterDataset> want(records_.size());  // kinds only; mappings one tensor at a time
   for (size_t i = 0; i < records_.size(); ++i)
-    want[i] = MasterDatasetOf(records_[i], pieces_[i], /*with_mappings=*/false);
+    want[i] = MasterDatasetOf(records_[i], pieces_[i], (flat_boxes_ ? FlatMappings::kBoxes : FlatMappings::kRuns), /*with_mappings=*/false);
   // The scalars' values as their pieces hold them (read through the rank files, before taking
   // the HDF5 lock: reads take it themselves, maybe on other threads).
   std::map<size_t, std::vector<unsigned char>> scalar;
@@ -1592,7 +1614,7 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
   for (size_t i = 0; i < records_.size(); ++i) {
     const TensorRecord& t = records_[i];
     if (want[i].kind == MasterDataset::kNone) continue;
-    const MasterDataset w = MasterDatasetOf(t, pieces_[i]);
+    const MasterDataset w = MasterDatasetOf(t, pieces_[i], (flat_boxes_ ? FlatMappings::kBoxes : FlatMappings::kRuns));
     const std::string dset = "/tensors/" + EscapeH5Name(t.name);
     const std::string where = "tensor '" + t.name + "' " + dset + ": ";
     const std::string expected =

@@ -123,13 +123,13 @@ class DistCatalog : public Catalog {
   /// HDF5 objects under /tensors -- what h5py and other HDF5 readers read -- are exactly those
   /// the writer makes from the index (vds-mismatch, kCorrupt, naming the save, the tensor and
   /// what differs; docs/FORMAT.md 10):
-  ///   * each dense tensor with elements and rank >= 1 (but for one whose flat pieces need more
-  ///     than 65536 mappings) has /tensors/<escaped name>, a hard-linked virtual dataset of the
+  ///   * each dense tensor with elements and rank >= 1 (in a save whose index maps flat pieces
+  ///     by "runs", the old way, but for one whose flat pieces need more than 65536) has /tensors/<escaped name>, a hard-linked virtual dataset of the
   ///     tensor's shape, an HDF5 type storing its dtype (as H5Store::Open checks), attributes
   ///     seedstore.name, seedstore.dtype and seedstore.fingerprint equal to the index's, and
   ///     the mappings, in order, that the writer derives from the index's pieces (source file
   ///     the rank file's base name, source dataset the same path, virtual box the piece's
-  ///     region or flat run, source box its place in the stored box);
+  ///     region or a box (or run) of its flat range, source box its place in the stored box);
   ///   * a dense scalar has a plain scalar dataset (shape, type and attributes as above) whose
   ///     bytes are the value its piece holds;
   ///   * nothing else lies under /tensors (no dataset for lazy or element-less tensors, or for
@@ -157,7 +157,8 @@ class DistCatalog : public Catalog {
   Layout layout_;
   std::vector<TensorRecord> records_;
   std::vector<std::vector<Piece>> pieces_;
-  std::vector<std::optional<Storage>> storage_;  // per tensor, from the index (none: not recorded)
+  std::vector<std::optional<Storage>> storage_;
+  bool flat_boxes_ = false;  // the index's flat_mappings: "boxes" (else "runs", docs/FORMAT.md 10)  // per tensor, from the index (none: not recorded)
   std::vector<std::string> rank_files_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<H5Store>> rank_stores_;
