@@ -66,6 +66,18 @@ struct H5File {
   H5File& operator=(const H5File&) = delete;
 };
 
+/// Sets the seedstore.xxh3 attribute of an open checksum or chunk-info table (docs/FORMAT.md
+/// 4.3) to the hash of `entries` -- what a writer that put those entries there would have
+/// written -- computed with libxxhash, independently of the library. False when the table has
+/// no such attribute or it cannot be written.
+inline bool SetTableHash(hid_t table, const std::vector<uint64_t>& entries) {
+  const uint64_t h = XXH3_64bits(entries.data(), entries.size() * sizeof(uint64_t));
+  const hid_t a = H5Aopen(table, "seedstore.xxh3", H5P_DEFAULT);
+  const bool ok = a >= 0 && H5Awrite(a, H5T_NATIVE_UINT64, &h) >= 0;
+  if (a >= 0) H5Aclose(a);
+  return ok;
+}
+
 /// Rewrites the index of the store at `path` through `edit` (chunked + zstd as the writer
 /// stores it), with its seedstore.xxh3 checksum correct when `fix_sum`, else off by one bit.
 /// Returns false when an HDF5 call fails.

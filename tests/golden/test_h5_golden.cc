@@ -170,14 +170,6 @@ const Case kCases[] = {
     {"not_chunked.h5", "bad-layout", Code::kCorrupt, "tensor 'w': a tensor of 2048 elements stored without chunks", true},
 };
 
-// Sets a table's seedstore.xxh3 (docs/FORMAT.md 4.3) to the hash of `entries`.
-void SetTableHash(hid_t table, const std::vector<uint64_t>& entries) {
-  const uint64_t h = XXH3_64bits(entries.data(), entries.size() * sizeof(uint64_t));
-  hid_t a = H5Aopen(table, "seedstore.xxh3", H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_UINT64, &h);
-  H5Aclose(a);
-}
-
 Status Generate(const std::string& dir) {
   fs::create_directories(dir);
   auto p = [&](const char* f) { return dir + "/" + f; };
@@ -224,7 +216,7 @@ Status Generate(const std::string& dir) {
     H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
     rows[3 * 3 + 1] ^= 1;
     H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
-    SetTableHash(d, rows);  // a writer's bug, not damage: the table's own hash agrees
+    testutil::SetTableHash(d, rows);  // a writer's bug, not damage: the table's own hash agrees
     H5Dclose(d);
   }
   {  // an entry of the checksum table flipped, its hash left: the chunks are intact

@@ -206,12 +206,16 @@ std::vector<uint64_t> ReadTable(const std::string& path, const std::string& name
 }
 
 // Overwrites the table's values in place (same shape).
-void WriteTable(const std::string& path, const std::string& name, const std::vector<uint64_t>& rows) {
+// Writes `rows` over tensor `name`'s chunk-info table; with `keep_hash` its seedstore.xxh3 too,
+// as a writer that got the rows wrong would have (else the table is table-corrupt at open).
+void WriteTable(const std::string& path, const std::string& name, const std::vector<uint64_t>& rows,
+                bool keep_hash = true) {
   File f(path, H5F_ACC_RDWR);
   ASSERT_GE(f.id, 0);
   hid_t d = H5Dopen2(f.id, ("/chunkinfo/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
   ASSERT_GE(d, 0);
   EXPECT_GE(H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), 0);
+  if (keep_hash) EXPECT_TRUE(testutil::SetTableHash(d, rows));
   H5Dclose(d);
 }
 
@@ -501,6 +505,17 @@ TEST(ChunkInfo, ChangedFingerprintFailsOpen) {
       EXPECT_TRUE(Has(m, "/chunkinfo/blk%2Fw%25")) << m;
       EXPECT_TRUE(Has(m, t.path)) << m;
     }
+  }
+  // A row changed in place, the table's own hash left: the table is named, not the chunk.
+  {
+    Tampered t;
+    ASSERT_NO_FATAL_FAILURE(t.Write());
+    std::vector<uint64_t> rows = ReadTable(t.path, Tampered::kName);
+    rows[3 * 5 + 1] += 1;
+    ASSERT_NO_FATAL_FAILURE(WriteTable(t.path, Tampered::kName, rows, /*keep_hash=*/false));
+    const std::string m = OpenError(t.path);
+    EXPECT_TRUE(StartsWith(m, "table-corrupt: ")) << m;
+    EXPECT_TRUE(Has(m, "tensor 'blk/w%': chunk-info table /chunkinfo/blk%2Fw%25 does not match its hash")) << m;
   }
   // The scalar's one-row table too.
   Tampered t;
