@@ -1677,6 +1677,14 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
         PrefetchChunk(hint, **ds, g, j + kPrefetchAhead * threads);
         const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
         Status s = DecodeChunk(**ds, i, j, &bufs[th], *scratch[th], true, nullptr);
+        if (s.ok() && t.dtype == DType::kBool) {  // docs/FORMAT.md 4.2: bool bytes are 0 or 1
+          const auto* bad = std::find_if(bufs[th].data(), bufs[th].data() + bufs[th].size(),
+                                         [](uint8_t b) { return b > 1; });
+          if (bad != bufs[th].data() + bufs[th].size())
+            s = ChunkError(path_, t, g, j,
+                           "bool element " + std::to_string(bad - bufs[th].data()) + " of the chunk holds byte " +
+                               std::to_string(*bad) + " (a bool is stored as 0 or 1; readers disagree on others)");
+        }
         const Fingerprint f = s.ok() ? FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}) : Fingerprint{};
         if (s.ok() && info && f != info->fingerprint)
           s = StoreStatus(StoreError::kFingerprintMismatch,

@@ -449,6 +449,36 @@ TEST(H5Store, DatasetsAreClosedAfterOpenAndTheFileReadIsTheOneChecked) {
   EXPECT_EQ(rep.tensors, 40u);
 }
 
+// A bool is stored as byte 0 or 1; verify names a chunk holding any other byte.
+TEST(H5Store, VerifyNamesBoolBytesOtherThanZeroOrOne) {
+  TempDir dir;
+  const std::string path = dir / "bools.h5";
+  std::vector<uint8_t> v(300, 0);
+  for (size_t k = 0; k < v.size(); k += 3) v[k] = 1;
+  v[257] = 2;
+  WriteOptions wo;
+  wo.chunk_bytes = 128;
+  auto w = StoreWriter::Create(path, 7, Generator::kThreefry, wo);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->AddDense("b", {300}, DType::kBool, FromWhole(&v, {300}, 1)).ok());
+  ASSERT_TRUE((*w)->Commit().ok());
+  auto st = H5Store::Open(path);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_EQ((*st)->stored(0).chunk.size(), 1u);
+  const uint64_t c = (*st)->stored(0).chunk[0], j = 257 / c;
+  ASSERT_GT((*st)->stored(0).num_chunks, 1u);
+  const H5Store::VerifyReport rep = (*st)->Verify(CpuOptions{1});
+  ASSERT_EQ(rep.problems.size(), 1u);
+  EXPECT_EQ(rep.problems[0].chunk, static_cast<int64_t>(j));
+  EXPECT_EQ(rep.problems[0].status.message().rfind(
+                "chunk-corrupt: file '" + path + "' tensor 'b' chunk " + std::to_string(j) + " at offset [" +
+                    std::to_string(j * c) + "]: bool element " + std::to_string(257 - j * c) +
+                    " of the chunk holds byte 2",
+                0),
+            0u)
+      << rep.problems[0].status.ToString();
+}
+
 TEST(H5Store, LinksToOtherFilesAreRefused) {
   TempDir dir;
   const std::string a = dir / "a.h5", b = dir / "b.h5";
