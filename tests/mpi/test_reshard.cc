@@ -898,7 +898,9 @@ void EditChunkInfo(const std::string& file, const std::string& name, uint64_t ro
   H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
   edit(&rows[3 * row]);
   H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data());
-  if (keep_hash) EXPECT_TRUE(testutil::SetTableHash(d, rows));
+  if (keep_hash) {
+    EXPECT_TRUE(testutil::SetTableHash(d, rows));
+  }
   H5Sclose(sp);
   H5Dclose(d);
   H5Fclose(f);

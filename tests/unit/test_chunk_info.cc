@@ -215,7 +215,9 @@ void WriteTable(const std::string& path, const std::string& name, const std::vec
   hid_t d = H5Dopen2(f.id, ("/chunkinfo/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
   ASSERT_GE(d, 0);
   EXPECT_GE(H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), 0);
-  if (keep_hash) EXPECT_TRUE(testutil::SetTableHash(d, rows));
+  if (keep_hash) {
+    EXPECT_TRUE(testutil::SetTableHash(d, rows));
+  }
   H5Dclose(d);
 }
 
