@@ -1988,6 +1988,28 @@ TEST(ReshardVds, FlatPiecesAreMappedByBoxesAndH5pyReadsThem) {
       << bad.status().ToString();
 }
 
+// An index that leaves a dense tensor out (a forger's, or a buggy writer's): reads would
+// silently lack the tensor, but its virtual dataset is still in the master, which verify names.
+TEST(ReshardVds, AnIndexOmittingADenseTensorFailsVerify) {
+  const std::string v2 = VdsSave("rv_omitted.h5");
+  ASSERT_NO_FATAL_FAILURE(EditIndex(v2, [](nlohmann::json& j) {
+    auto& ts = j["tensors"];
+    for (size_t k = 0; k < ts.size(); ++k)
+      if (ts[k]["name"] == "w") {
+        ts.erase(k);
+        break;
+      }
+  }));
+  auto d = DistCatalog::Open(v2);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_LT((*d)->Find("w"), 0);
+  const std::vector<std::string> problems = VerifyProblems(v2);
+  ASSERT_EQ(problems.size(), 1u) << ::testing::PrintToString(problems);
+  EXPECT_NE(problems[0].find("vds-mismatch"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("/tensors/w: no dense tensor of the index has this name"), std::string::npos)
+      << problems[0];
+}
+
 TEST(ReshardVds, VerifyContinuesPastProblemsOfTheMasterAndOfTheRankFiles) {
   std::vector<std::string> files;
   const std::string p = VdsSave("rv_many.h5", &files);
