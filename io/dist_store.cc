@@ -400,15 +400,16 @@ Status PadPieces(const Catalog& src, const WriteOptions& wo, double max_padding,
   return Status::Ok();
 }
 
-// Adds dense tensor i of `src`, restricted to the global box or flat range `g`, to `w` (created
-// with options `wo`) as a tensor of g's local shape (the whole tensor when g is), copying the
-// source's stored chunks where they line up; counts the chunks copied and encoded into
-// `copied` and `encoded`.
 // Per tensor, what a save counts as it writes: chunks copied, chunks encoded, bytes stored.
 constexpr size_t kCounts = 3;
 
-Status AddPiece(StoreWriter& w, const WriteOptions& wo, const Catalog& src, size_t i,
-                const Region& g, bool as_piece, uint64_t* counts) {
+// Adds dense tensor i of `src`, restricted to the global box or flat range `g`, to `w` as a
+// tensor of g's local shape (the whole tensor when g is), chunked as `chunking` says (from
+// ChunkMatcher::For: copying the source's stored chunks where they line up); counts the chunks
+// copied and encoded and the bytes stored into counts[0, 1, 2]. The elements come from `data`
+// when it is not null (g's elements, row-major in its local shape), else from the source.
+Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, DenseChunking chunking,
+                bool as_piece, const void* data, uint64_t* counts) {
   const TensorRecord& t = src.tensors()[i];
   const std::vector<uint64_t> shape = t.shape;
   BoxSource source = [&src, i, g, shape](const Region& local, void* out) -> Status {
@@ -423,12 +424,11 @@ Status AddPiece(StoreWriter& w, const WriteOptions& wo, const Catalog& src, size
     }
     return src.Read(i, glob, out, CpuOptions{1});
   };
-  ChunkMatcher matcher(src, i, wo);
-  SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking chunking, matcher.For(g));
   if (as_piece) chunking.piece = g;
   const StoreWriter::ChunkCounts before = w.chunk_counts();
-  if (const void* whole = src.HostData(i, g)) {  // a live job's own shard buffer
-    SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, whole, {}, chunking));
+  if (!data) data = src.HostData(i, g);  // a live job's own shard buffer
+  if (data) {
+    SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, data, {}, chunking));
   } else {
     SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
   }
@@ -436,6 +436,130 @@ Status AddPiece(StoreWriter& w, const WriteOptions& wo, const Catalog& src, size
   counts[0] += after.copied - before.copied;
   counts[1] += after.encoded - before.encoded;
   counts[2] += after.stored_bytes - before.stored_bytes;
+  return Status::Ok();
+}
+
+// The layout ranks whose files process `me` of `np` writes, a contiguous block; and the
+// process that writes rank r's file (which also proves its pieces).
+int WriterOf(int r, int np, int world) {
+  return static_cast<int>((int64_t{r + 1} * np - 1) / world);
+}
+std::vector<int> RanksWrittenBy(int me, int np, int world) {
+  std::vector<int> r;
+  for (int k = static_cast<int>(int64_t{me} * world / np); k < int64_t{me + 1} * world / np; ++k) r.push_back(k);
+  return r;
+}
+
+// The most bytes of the source WriteRankFiles reads at once for pieces that share it, and
+// the most rank files one call keeps open.
+constexpr uint64_t kWindowBytes = uint64_t{32} << 20;
+constexpr size_t kMaxOpenRankFiles = 8;
+
+// The smallest box (or flat range) holding boxes (or flat ranges) a and b of one tensor.
+Region Cover(const Region& a, const Region& b) {
+  Region c = a;
+  if (a.flat) {
+    c.begin = std::min(a.begin, b.begin);
+    c.end = std::max(a.end, b.end);
+    return c;
+  }
+  for (int d = 0; d < a.rank; ++d) {
+    c.start[d] = std::min(a.start[d], b.start[d]);
+    c.stop[d] = std::max(a.stop[d], b.stop[d]);
+  }
+  return c;
+}
+
+// Writes the files of layout ranks `ranks` (files[k] for ranks[k]), tensor by tensor with all
+// of them open; per tensor i, adds the chunks copied and encoded and the bytes stored to
+// counts[kCounts * i + 0, 1, 2]. The pieces of a tensor that these ranks hold are written in
+// plan order; those whose chunks are all encoded (none lines up with a stored source chunk) go
+// in runs of neighbours read from the source as one covering box of at most kWindowBytes (and
+// at most twice the runs' own elements): so a source chunk that many small pieces share --
+// flat pieces over hundreds of ranks -- is read and decoded once per run, not once per piece.
+Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<int>& ranks,
+                      const std::vector<std::string>& files, const DistSaveOptions& o, uint64_t* bytes,
+                      std::vector<uint64_t>& counts) {
+  uint64_t seed;
+  Generator gen;
+  RootSeedOf(src, &seed, &gen);
+  std::map<int, size_t> slot;
+  std::vector<std::unique_ptr<StoreWriter>> w(ranks.size());
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    SEEDSTORE_ASSIGN_OR_RETURN(w[k], StoreWriter::Create(files[k], seed, gen, o.write));
+    slot[ranks[k]] = k;
+  }
+  const auto& ts = src.tensors();
+  std::vector<unsigned char> window, piece;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const size_t es = DTypeSize(ts[i].dtype);
+    ChunkMatcher matcher(src, i, o.write);
+    struct Item {
+      size_t k;  // index in plan.shards[i]
+      StoreWriter* w;
+      DenseChunking chunking;
+      bool shared;  // may be read as part of a covering box
+    };
+    std::vector<Item> items;
+    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
+      const auto it = slot.find(plan.shards[i][k].replicas[0]);
+      if (it == slot.end()) continue;
+      const Region& g = plan.stored[i][k];
+      SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking c, matcher.For(g));
+      const bool shared = !c.raw && g.rank > 0 && g.Count() > 0 && g.Count() * es <= kWindowBytes &&
+                          !src.HostData(i, g);
+      items.push_back({k, w[it->second].get(), std::move(c), shared});
+      *bytes += plan.shards[i][k].region.Count() * es;
+    }
+    for (size_t a = 0; a < items.size();) {
+      if (!items[a].shared) {
+        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
+                                           items[a].chunking, true, nullptr, &counts[kCounts * i]));
+        ++a;
+        continue;
+      }
+      // The run [a, b) and the box it is read as.
+      Region cover = plan.stored[i][items[a].k];
+      uint64_t own = cover.Count();
+      size_t b = a + 1;
+      for (; b < items.size() && items[b].shared; ++b) {
+        const Region& g = plan.stored[i][items[b].k];
+        const Region c = Cover(cover, g);
+        if (c.Count() * es > kWindowBytes || c.Count() > 2 * (own + g.Count())) break;
+        cover = c;
+        own += g.Count();
+      }
+      if (b == a + 1) {  // alone: read as it is written, chunk by chunk
+        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
+                                           items[a].chunking, true, nullptr, &counts[kCounts * i]));
+        ++a;
+        continue;
+      }
+      window.resize(cover.Count() * es);
+      SEEDSTORE_RETURN_IF_ERROR(src.Read(i, cover, window.data(), CpuOptions{1}));
+      uint64_t cext[kMaxRank];
+      for (int d = 0; d < cover.rank; ++d) cext[d] = cover.stop[d] - cover.start[d];
+      for (; a < b; ++a) {
+        const Region& g = plan.stored[i][items[a].k];
+        const unsigned char* data;
+        if (g.flat) {
+          data = window.data() + (g.begin - cover.begin) * es;
+        } else {
+          uint64_t off[kMaxRank], ext[kMaxRank];
+          for (int d = 0; d < g.rank; ++d) {
+            off[d] = g.start[d] - cover.start[d];
+            ext[d] = g.stop[d] - g.start[d];
+          }
+          piece.resize(g.Count() * es);
+          CopyBox(window.data(), cext, off, piece.data(), ext, nullptr, ext, g.rank, es);
+          data = piece.data();
+        }
+        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, g, items[a].chunking, true, data,
+                                           &counts[kCounts * i]));
+      }
+    }
+  }
+  for (auto& x : w) SEEDSTORE_RETURN_IF_ERROR(x->Commit());
   return Status::Ok();
 }
 
@@ -510,27 +634,6 @@ Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, Cp
     }
   }
   return ReadBackFingerprint(out, i, r, o);
-}
-
-// Writes layout rank r's file; per tensor i, adds the chunks copied and encoded and the bytes
-// stored to counts[kCounts * i + 0, 1, 2].
-Status WriteRankFile(const Catalog& src, const Plan& plan, int r, const std::string& file,
-                     const DistSaveOptions& o, uint64_t* bytes, std::vector<uint64_t>& counts) {
-  uint64_t seed;
-  Generator gen;
-  RootSeedOf(src, &seed, &gen);
-  SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(file, seed, gen, o.write));
-  const auto& ts = src.tensors();
-  for (size_t i = 0; i < ts.size(); ++i) {
-    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-      const Shard& s = plan.shards[i][k];
-      if (s.replicas[0] != r) continue;
-      SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, o.write, src, i, plan.stored[i][k], /*as_piece=*/true,
-                                         &counts[kCounts * i]));
-      *bytes += s.region.Count() * DTypeSize(ts[i].dtype);
-    }
-  }
-  return w->Commit();
 }
 
 // ---- The master's datasets (docs/FORMAT.md 10, "Master objects") -------------------------
@@ -1968,11 +2071,12 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     o.write.file_mode = static_cast<int>(old.st_mode & 07777);
   const double t0 = Now();
   const int me = comm.rank(), np = comm.size();
+  const int world = o.consolidate ? 1 : layout.world_size();
   const auto& ts = src.tensors();
   const size_t n = ts.size();
   ReshardReport rep;
   rep.path = path;
-  rep.world = o.consolidate ? 1 : layout.world_size();
+  rep.world = world;
   rep.writers = np;
   rep.consolidated = o.consolidate;
   rep.full_proof = o.full_proof;
@@ -2019,7 +2123,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       if (me == static_cast<int>(i % np)) mine.push_back(WholeTensor(ts[i].shape));
     } else {
       for (const Shard& s : plan.shards[i])
-        if (s.replicas[0] % np == me) mine.push_back(s.region);
+        if (WriterOf(s.replicas[0], np, world) == me) mine.push_back(s.region);
     }
     for (const Region& r : mine) {
       auto f = src.FingerprintRegion(i, r, o.cpu);
@@ -2050,8 +2154,11 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
           if (ts[i].lazy) {
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
           } else {
-            SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, o.write, src, i, WholeTensor(ts[i].shape),
-                                               /*as_piece=*/false, &counts[kCounts * i]));
+            ChunkMatcher matcher(src, i, o.write);
+            const Region whole = WholeTensor(ts[i].shape);
+            SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking chunking, matcher.For(whole));
+            SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, src, i, whole, std::move(chunking),
+                                               /*as_piece=*/false, nullptr, &counts[kCounts * i]));
             bytes += ts[i].NumBytes();
           }
         }
@@ -2064,13 +2171,13 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     // On any failure each process removes the new rank files it wrote: the save previously at
     // `path` stays as it was, and no stray pieces remain.
     auto drop_mine = [&] {
-      for (int r = me; r < layout.world_size(); r += np)
-        ::unlink(RankFileName(path, id, r).c_str());
+      for (int r : RanksWrittenBy(me, np, layout.world_size())) ::unlink(RankFileName(path, id, r).c_str());
     };
-    // This process's rank files, several at a time: their chunk reads, hashing and fsyncs
-    // overlap (HDF5 calls themselves take turns under the store's lock).
-    std::vector<int> mine;
-    for (int r = me; r < layout.world_size(); r += np) mine.push_back(r);
+    // This process's rank files (a contiguous block of ranks, so that its pieces of a flat
+    // tensor are neighbours), in groups written at once (WriteRankFiles), several groups at a
+    // time: their chunk reads, hashing and fsyncs overlap (HDF5 calls themselves take turns
+    // under the store's lock).
+    const std::vector<int> mine = RanksWrittenBy(me, np, layout.world_size());
     // One process writing the whole save: until just before its master is renamed over
     // `path`, a signal removes the rank files too (after that they may be the save's). With
     // several processes no rank knows when the master lands, so theirs stay on a signal, as
@@ -2078,14 +2185,18 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     signal_cleanup::Scope pieces;
     if (np == 1)
       for (int r : mine) pieces.Add(RankFileName(path, id, r));
-    std::vector<uint64_t> file_bytes(mine.size(), 0);
-    std::vector<std::vector<uint64_t>> file_counts(mine.size(), std::vector<uint64_t>(kCounts * n, 0));
-    st = ParallelFor(mine.size(), ThreadCount(o.cpu.threads, mine.size()), false,
-                     [&](uint64_t k, int) -> Status {
-                       return WriteRankFile(src, plan, mine[k], RankFileName(path, id, mine[k]), o,
-                                            &file_bytes[k], file_counts[k]);
-                     });
-    for (size_t k = 0; k < mine.size(); ++k) {
+    const int threads = ThreadCount(o.cpu.threads, mine.size());
+    const size_t groups = std::min(mine.size(), std::max<size_t>(threads, (mine.size() + kMaxOpenRankFiles - 1) /
+                                                                              kMaxOpenRankFiles));
+    std::vector<uint64_t> file_bytes(groups, 0);
+    std::vector<std::vector<uint64_t>> file_counts(groups, std::vector<uint64_t>(kCounts * n, 0));
+    st = ParallelFor(groups, threads, false, [&](uint64_t k, int) -> Status {
+      std::vector<int> ranks(mine.begin() + k * mine.size() / groups, mine.begin() + (k + 1) * mine.size() / groups);
+      std::vector<std::string> files;
+      for (int r : ranks) files.push_back(RankFileName(path, id, r));
+      return WriteRankFiles(src, plan, ranks, files, o, &file_bytes[k], file_counts[k]);
+    });
+    for (size_t k = 0; k < groups; ++k) {
       bytes += file_bytes[k];
       for (size_t c = 0; c < counts.size(); ++c) counts[c] += file_counts[k][c];
     }
@@ -2162,7 +2273,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   for (size_t i = 0; i < n && st.ok() && try_cells; ++i) {
     mine_grid[i].resize(plan.shards[i].size());
     for (size_t k = 0; k < plan.shards[i].size() && st.ok(); ++k) {
-      if (plan.shards[i][k].replicas[0] % np != me) continue;
+      if (WriterOf(plan.shards[i][k].replicas[0], np, world) != me) continue;
       auto c = dout->PieceGrid(i, k);
       st = c.status();
       if (!c.ok()) break;
@@ -2182,7 +2293,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     }
     const std::vector<uint64_t> c0(ref.begin() + i * gw + 1, ref.begin() + i * gw + 1 + ts[i].shape.size());
     for (size_t k = 0; k < plan.shards[i].size(); ++k)
-      if (plan.shards[i][k].replicas[0] % np == me && mine_grid[i][k] != c0) ++off[i];
+      if (WriterOf(plan.shards[i][k].replicas[0], np, world) == me && mine_grid[i][k] != c0) ++off[i];
   }
   SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(off.data(), off.size(), "prove: chunk grids"));
   for (size_t i = 0; i < n && st.ok(); ++i) {
@@ -2210,7 +2321,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       if (me == static_cast<int>(i % np)) mine.push_back(WholeTensor(t.shape));
     } else {
       for (const Shard& s : plan.shards[i])
-        if (s.replicas[0] % np == me) mine.push_back(s.region);
+        if (WriterOf(s.replicas[0], np, world) == me) mine.push_back(s.region);
     }
     for (const Region& r : mine) {
       auto f = ProvePiece(*out, i, r, o.cpu, o.full_proof, off[i] == 0);

@@ -898,6 +898,16 @@ Result<H5Store::DatasetHandle> H5Store::Dataset(size_t i) const {
   return h;
 }
 
+Result<ChunkWhere> H5Store::ChunksOf(size_t i) const {
+  ChunkWhere w;
+  if (fd_ >= 0 && i < located_.size() && !located_[i].empty()) {
+    w.located = &located_[i];
+    return w;
+  }
+  SEEDSTORE_ASSIGN_OR_RETURN(w.dataset, Dataset(i));
+  return w;
+}
+
 // The kernel's readahead window for the device holding the file open as `fd`, in bytes (0
 // when unknown): the backing device's read_ahead_kb in sysfs, found by the file's st_dev
 // (a whole disk or a filesystem's own bdi under /sys/class/bdi, else a partition's disk).
@@ -912,6 +922,23 @@ static uint64_t KernelReadaheadBytes(int fd) {
     if (in >> kb) return kb << 10;
   }
   return 0;
+}
+
+// Where chunk j (grid origin `off`) of a chunked dataset is stored; size 0 when the chunk is
+// missing. Asks HDF5 (under its lock) unless `w` has the locations.
+static ChunkLoc LocateChunk(const ChunkWhere& w, uint64_t j, const hsize_t* off) {
+  if (w.located) return (*w.located)[j];
+  ChunkLoc loc;
+  H5Guard gl;
+  haddr_t addr = HADDR_UNDEF;
+  hsize_t size = 0;
+  if (H5Dget_chunk_info_by_coord(w.dset(), off, &loc.mask, &addr, &size) < 0) {
+    H5ErrorText();
+    size = 0;
+  }
+  loc.addr = addr;
+  loc.size = size;
+  return loc;
 }
 
 Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
@@ -1012,6 +1039,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     StoredTensor stt;
     std::vector<uint64_t> checks;
     std::vector<ChunkInfo> infos;
+    std::vector<ChunkLoc> located;
     if (kind == "lazy") {
       if (!rec.contains("key_words") || !rec["key_words"].is_array() || rec["key_words"].size() != 2 ||
           !rec["key_words"][0].is_number_unsigned() || !rec["key_words"][1].is_number_unsigned())
@@ -1145,6 +1173,23 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       Grid grid = Grid::Make(tr.shape, chunk);
       stt.chunk = chunk;
       stt.num_chunks = grid.num;
+      // Where the chunks of a tensor of few chunks are (ChunksOf): its reads then open no
+      // dataset. A missing chunk leaves it to the reads to find and name.
+      if (grid.chunked() && grid.num <= kLocatedChunks) {
+        ChunkWhere here;
+        here.dataset = std::make_shared<const int64_t>(d.get());
+        for (uint64_t j = 0; j < grid.num; ++j) {
+          uint64_t c[kMaxRank];
+          hsize_t off[kMaxRank];
+          grid.Coords(j, c);
+          for (int q = 0; q < grid.rank; ++q) off[q] = c[q] * grid.chunk[q];
+          located.push_back(LocateChunk(here, j, off));
+          if (located.back().size == 0) {
+            located.clear();
+            break;
+          }
+        }
+      }
       // Checksum table.
       Hid cs(H5Dopen2(f, sums_path.c_str(), H5P_DEFAULT), H5Dclose);
       if (!cs.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + sums_path);
@@ -1197,6 +1242,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     s->stored_.push_back(std::move(stt));
     s->checksums_.push_back(std::move(checks));
     s->info_.push_back(std::move(infos));
+    s->located_.push_back(std::move(located));
   }
   SEEDSTORE_RETURN_IF_ERROR(s->DropCachedMetadata());
   return s;
@@ -1243,23 +1289,6 @@ Status H5Store::DropCachedMetadata() {
   return Status::Ok();
 }
 
-// Where chunk j (grid origin `off`) of a chunked dataset is stored; size 0 when the chunk is
-// missing. Takes the HDF5 lock.
-struct ChunkLoc {
-  haddr_t addr = HADDR_UNDEF;
-  hsize_t size = 0;
-  unsigned mask = 0;  // filters skipped when the chunk was written
-};
-static ChunkLoc LocateChunk(int64_t dset, const hsize_t* off) {
-  ChunkLoc loc;
-  H5Guard gl;
-  if (H5Dget_chunk_info_by_coord(dset, off, &loc.mask, &loc.addr, &loc.size) < 0) {
-    H5ErrorText();
-    loc.size = 0;
-  }
-  return loc;
-}
-
 // How many chunks per reading thread the readahead hint runs ahead of the decoding (8 x 1 MiB
 // chunks: cold reads 0.66-0.85x -> 0.70-0.93x of a raw read vs 2 ahead; docs/PERF.md).
 constexpr uint64_t kPrefetchAhead = 8;
@@ -1277,13 +1306,13 @@ int H5Store::HintFd(uint64_t chunk_bytes) const {
 // Asks the kernel to start reading chunk j's stored bytes now (a cold read then overlaps
 // the disk with the decoding of the chunks before it); `fd` < 0: no hint. A hint: errors
 // are ignored.
-static void PrefetchChunk(int fd, int64_t dset, const Grid& g, uint64_t j) {
+static void PrefetchChunk(int fd, const ChunkWhere& w, const Grid& g, uint64_t j) {
   if (fd < 0 || !g.chunked() || j >= g.num) return;
   uint64_t c[kMaxRank];
   hsize_t off[kMaxRank];
   g.Coords(j, c);
   for (int d = 0; d < g.rank; ++d) off[d] = c[d] * g.chunk[d];
-  const ChunkLoc loc = LocateChunk(dset, off);
+  const ChunkLoc loc = LocateChunk(w, j, off);
   if (loc.size > 0)
     (void)::posix_fadvise(fd, static_cast<off_t>(loc.addr), static_cast<off_t>(loc.size),
                           POSIX_FADV_WILLNEED);
@@ -1312,7 +1341,7 @@ static Status ChunkError(const std::string& path, const TensorRecord& t, const G
 // Reads chunk j's stored bytes into s.raw and its filter mask into *mask: the chunk after the
 // filter pipeline for a chunked dataset (pread at its address when fd >= 0, else
 // H5Dread_chunk), the data bytes as stored for a contiguous one (mask 0).
-static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, int64_t dset, int fd,
+static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, const ChunkWhere& w, int fd,
                               const Grid& g, uint64_t j, ChunkScratch& s, unsigned* mask) {
   auto fail = [&](const std::string& m) { return ChunkError(path, t, g, j, m); };
   *mask = 0;
@@ -1321,8 +1350,8 @@ static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, in
     s.raw.resize(bytes);
     if (bytes == 0) return Status::Ok();
     H5Guard gl;
-    Hid ty(H5Dget_type(dset), H5Tclose);
-    if (H5Dread(dset, ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, s.raw.data()) < 0)
+    Hid ty(H5Dget_type(w.dset()), H5Tclose);
+    if (H5Dread(w.dset(), ty.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, s.raw.data()) < 0)
       return fail("cannot read the data: " + H5ErrorText());
     return Status::Ok();
   }
@@ -1330,8 +1359,8 @@ static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, in
   g.Coords(j, cs);
   hsize_t off[kMaxRank];
   for (int d = 0; d < g.rank; ++d) off[d] = cs[d] * g.chunk[d];
-  const ChunkLoc loc = LocateChunk(dset, off);
-  const haddr_t addr = loc.addr;
+  const ChunkLoc loc = LocateChunk(w, j, off);
+  const uint64_t addr = loc.addr;
   const hsize_t n = loc.size;
   *mask = loc.mask;
   if (n == 0) return fail("the chunk is missing from the file");
@@ -1339,7 +1368,7 @@ static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, in
   if (fd < 0) {
     H5Guard gl;
     uint32_t m = 0;
-    if (H5Dread_chunk(dset, H5P_DEFAULT, off, &m, s.raw.data()) < 0)
+    if (H5Dread_chunk(w.dset(), H5P_DEFAULT, off, &m, s.raw.data()) < 0)
       return fail("cannot read the stored chunk: " + H5ErrorText());
     *mask = m;
   }
@@ -1368,7 +1397,7 @@ static Status CheckStoredHash(const std::string& path, const TensorRecord& t, co
 // stored bytes are also checked against the chunk-info table's hash. s.raw keeps the stored
 // bytes and *mask their filter mask.
 static Status LoadChunk(const std::string& path, const TensorRecord& t, const StoredTensor& st,
-                        int64_t dset, int fd, const Grid& g, uint64_t j, uint64_t expected_sum,
+                        const ChunkWhere& w, int fd, const Grid& g, uint64_t j, uint64_t expected_sum,
                         const ChunkSink& sink, ChunkScratch& s, const ChunkInfo* info = nullptr,
                         unsigned* mask_out = nullptr) {
   const size_t es = DTypeSize(t.dtype);
@@ -1380,7 +1409,7 @@ static Status LoadChunk(const std::string& path, const TensorRecord& t, const St
   }
   auto fail = [&](const std::string& m) { return ChunkError(path, t, g, j, m); };
   unsigned mask = 0;
-  SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path, t, dset, fd, g, j, s, &mask));
+  SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path, t, w, fd, g, j, s, &mask));
   if (mask_out) *mask_out = mask;
   if (info) SEEDSTORE_RETURN_IF_ERROR(CheckStoredHash(path, t, g, j, s, info->stored_hash));
   const uint8_t* src = s.raw.data();
@@ -1443,7 +1472,7 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) { return ReadDense(i, b, dst, o); });
 }
 
-Status H5Store::DecodeChunk(int64_t dset, size_t i, uint64_t j, std::vector<uint8_t>* out,
+Status H5Store::DecodeChunk(const ChunkWhere& w, size_t i, uint64_t j, std::vector<uint8_t>* out,
                             ChunkScratch& s, bool check_info, unsigned* mask) const {
   const TensorRecord& t = records_[i];
   const Grid g = Grid::Make(t.shape, stored_[i].chunk);
@@ -1453,7 +1482,7 @@ Status H5Store::DecodeChunk(int64_t dset, size_t i, uint64_t j, std::vector<uint
   out->resize(box.Count() * DTypeSize(t.dtype));
   const ChunkSink sink{out->data(), box.start, ext, box.start, box.stop};
   const ChunkInfo* info = check_info && !info_[i].empty() ? &info_[i][j] : nullptr;
-  return LoadChunk(path_, t, stored_[i], dset, fd_, g, j, checksums_[i][j], sink, s, info, mask);
+  return LoadChunk(path_, t, stored_[i], w, fd_, g, j, checksums_[i][j], sink, s, info, mask);
 }
 
 Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool decode) const {
@@ -1466,7 +1495,7 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
   const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
-  SEEDSTORE_ASSIGN_OR_RETURN(const DatasetHandle ds, Dataset(i));
+  SEEDSTORE_ASSIGN_OR_RETURN(const ChunkWhere w, ChunksOf(i));
   std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(1);
   ChunkScratch& s = *scratch[0];
   unsigned mask = 0;
@@ -1474,13 +1503,13 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
   const bool from_table = !decode && info;
   if (from_table) {
     // The stored bytes alone, checked against the chunk-info table.
-    status = ReadStoredBytes(path_, t, *ds, fd_, g, j, s, &mask);
+    status = ReadStoredBytes(path_, t, w, fd_, g, j, s, &mask);
     if (status.ok()) status = CheckStoredHash(path_, t, g, j, s, info->stored_hash);
     out->data.clear();
   } else {
     // One read of the stored bytes, decoded and checked against the checksum by the code
     // every read uses; the bytes handed out are those very bytes (s.raw).
-    status = DecodeChunk(*ds, i, j, &out->data, s, true, &mask);
+    status = DecodeChunk(w, i, j, &out->data, s, true, &mask);
   }
   if (status.ok()) {
     out->stored_hash = info ? info->stored_hash : Checksum64(s.raw.data(), s.raw.size());
@@ -1501,23 +1530,23 @@ Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
   const std::vector<ChunkInfo>& info = info_[i];
-  SEEDSTORE_ASSIGN_OR_RETURN(const DatasetHandle ds, Dataset(i));
+  SEEDSTORE_ASSIGN_OR_RETURN(const ChunkWhere w, ChunksOf(i));
   const int threads = ThreadCount(o.threads, g.num);
   const int hint = HintFd(g.ChunkElems() * DTypeSize(t.dtype));
   std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(threads);
   std::vector<std::vector<uint8_t>> bufs(threads);
   std::vector<Fingerprint> parts(threads);
   Status status = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
-    PrefetchChunk(hint, *ds, g, j + kPrefetchAhead * threads);
+    PrefetchChunk(hint, w, g, j + kPrefetchAhead * threads);
     ChunkScratch& s = *scratch[th];
     unsigned mask = 0;
     if (!info.empty()) {
-      SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path_, t, *ds, fd_, g, j, s, &mask));
+      SEEDSTORE_RETURN_IF_ERROR(ReadStoredBytes(path_, t, w, fd_, g, j, s, &mask));
       SEEDSTORE_RETURN_IF_ERROR(CheckStoredHash(path_, t, g, j, s, info[j].stored_hash));
       parts[th].Add(info[j].fingerprint);
       return Status::Ok();
     }
-    SEEDSTORE_RETURN_IF_ERROR(DecodeChunk(*ds, i, j, &bufs[th], s, false, &mask));
+    SEEDSTORE_RETURN_IF_ERROR(DecodeChunk(w, i, j, &bufs[th], s, false, &mask));
     parts[th].Add(FingerprintOf(t, g.Box(j), bufs[th].data(), CpuOptions{1}));
     return Status::Ok();
   });
@@ -1529,10 +1558,10 @@ Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
 }
 
 Status H5Store::ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
-                               const std::function<Status(int64_t dset, uint64_t j, const uint64_t* is,
+                               const std::function<Status(const ChunkWhere& where, uint64_t j, const uint64_t* is,
                                                           const uint64_t* ie, ChunkScratch& s, int th)>& f) const {
   const StoredTensor& st = stored_[i];
-  SEEDSTORE_ASSIGN_OR_RETURN(const DatasetHandle ds, Dataset(i));
+  SEEDSTORE_ASSIGN_OR_RETURN(const ChunkWhere w, ChunksOf(i));
   const Grid g = Grid::Make(records_[i].shape, st.chunk);
   uint64_t lo[kMaxRank], n_in[kMaxRank];
   uint64_t total = 1;
@@ -1557,19 +1586,19 @@ Status H5Store::ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
   {
     uint64_t c[kMaxRank];
     for (uint64_t q = 0; q < std::min<uint64_t>(total, kPrefetchAhead * threads); ++q)
-      PrefetchChunk(hint, *ds, g, intersecting(q, c));
+      PrefetchChunk(hint, w, g, intersecting(q, c));
   }
   Status status = ParallelFor(total, threads, false, [&](uint64_t q, int th) -> Status {
     uint64_t c[kMaxRank];
     const uint64_t ahead = q + kPrefetchAhead * threads;
-    if (ahead < total) PrefetchChunk(hint, *ds, g, intersecting(ahead, c));
+    if (ahead < total) PrefetchChunk(hint, w, g, intersecting(ahead, c));
     const uint64_t j = intersecting(q, c);
     uint64_t is[kMaxRank], ie[kMaxRank];
     for (int d = 0; d < g.rank; ++d) {
       is[d] = std::max(c[d] * g.chunk[d], box.start[d]);
       ie[d] = std::min(c[d] * g.chunk[d] + g.chunk[d], box.stop[d]);
     }
-    return f(*ds, j, is, ie, *scratch[th], th);
+    return f(w, j, is, ie, *scratch[th], th);
   });
   ReadScratch().Return(std::move(scratch));
   return status;
@@ -1585,14 +1614,14 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
   if (!g.chunked()) {
     ChunkScratch scratch;
     const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, box.start, box.stop};
-    SEEDSTORE_ASSIGN_OR_RETURN(const DatasetHandle ds, Dataset(i));
-    return LoadChunk(path_, t, st, *ds, fd_, g, 0, checksums_[i][0], sink, scratch);
+    SEEDSTORE_ASSIGN_OR_RETURN(const ChunkWhere w, ChunksOf(i));
+    return LoadChunk(path_, t, st, w, fd_, g, 0, checksums_[i][0], sink, scratch);
   }
   // The chunks intersecting the box; each is decoded straight into its part of `out`.
-  return ForEachChunkIn(i, box, o, [&](int64_t dset, uint64_t j, const uint64_t* is, const uint64_t* ie,
+  return ForEachChunkIn(i, box, o, [&](const ChunkWhere& w, uint64_t j, const uint64_t* is, const uint64_t* ie,
                                        ChunkScratch& s, int) {
     const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, is, ie};
-    return LoadChunk(path_, t, st, dset, fd_, g, j, checksums_[i][j], sink, s);
+    return LoadChunk(path_, t, st, w, fd_, g, j, checksums_[i][j], sink, s);
   });
 }
 
@@ -1613,7 +1642,7 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
     if (box.Count() == 0) continue;
     // Each intersecting chunk's part of the box is decoded packed into the thread's buffer
     // (L2-sized, reused) and hashed there: no buffer of the region's size.
-    SEEDSTORE_RETURN_IF_ERROR(ForEachChunkIn(i, box, o, [&](int64_t dset, uint64_t j, const uint64_t* is,
+    SEEDSTORE_RETURN_IF_ERROR(ForEachChunkIn(i, box, o, [&](const ChunkWhere& w, uint64_t j, const uint64_t* is,
                                                              const uint64_t* ie, ChunkScratch& s,
                                                              int th) -> Status {
       Region part = box;
@@ -1625,7 +1654,7 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
       }
       bufs[th].resize(part.Count() * es);
       const ChunkSink sink{bufs[th].data(), is, ext, is, ie};
-      SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, dset, fd_, g, j, checksums_[i][j], sink, s));
+      SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, w, fd_, g, j, checksums_[i][j], sink, s));
       parts[th].Add(FingerprintOf(t, part, bufs[th].data(), CpuOptions{1}));
       return Status::Ok();
     }));
@@ -1662,7 +1691,7 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       const size_t es = DTypeSize(t.dtype);
       const int threads = ThreadCount(o.threads, g.num);
       const int hint = HintFd(g.ChunkElems() * es);
-      auto ds = Dataset(i);
+      auto ds = ChunksOf(i);
       if (!ds.ok()) {
         rep.problems.push_back({t.name, -1, ds.status()});
         rep.fingerprints.push_back({});
@@ -1674,9 +1703,9 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       (void)ParallelFor(g.num, threads, true, [&](uint64_t j, int th) -> Status {
         // The chunk clipped to the tensor, decoded packed into bufs[th] and fingerprinted.
         const Region box = g.Box(j);
-        PrefetchChunk(hint, **ds, g, j + kPrefetchAhead * threads);
+        PrefetchChunk(hint, *ds, g, j + kPrefetchAhead * threads);
         const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
-        Status s = DecodeChunk(**ds, i, j, &bufs[th], *scratch[th], true, nullptr);
+        Status s = DecodeChunk(*ds, i, j, &bufs[th], *scratch[th], true, nullptr);
         if (s.ok() && t.dtype == DType::kBool) {  // docs/FORMAT.md 4.2: bool bytes are 0 or 1
           const auto* bad = std::find_if(bufs[th].data(), bufs[th].data() + bufs[th].size(),
                                          [](uint8_t b) { return b > 1; });
@@ -1728,6 +1757,13 @@ struct WriteScratch {
   std::vector<uint8_t> box, chunk, shuf, comp;
 };
 
+// Chunk-encoding buffers, shared by every open writer as ReadScratch is by every open store: a
+// reshard keeps dozens of rank files open at once (io/dist_store.cc, WriteRankFiles).
+static ScratchPool<WriteScratch>& WriteScratchPool() {
+  static ScratchPool<WriteScratch>* pool = new ScratchPool<WriteScratch>();  // never destroyed
+  return *pool;
+}
+
 struct StoreWriter::Impl {
   std::unique_ptr<AtomicFile> file;
   hid_t h5 = -1, g_tensors = -1, g_sums = -1, g_info = -1, g_meta = -1;
@@ -1737,7 +1773,6 @@ struct StoreWriter::Impl {
   json records = json::array();
   std::set<std::string> names;
   bool committed = false;
-  ScratchPool<WriteScratch> scratch;
   int fd = -1;  // the temporary's descriptor (sec2 driver), for early writeback
   std::atomic<uint64_t> unflushed{0};
 
@@ -1934,7 +1969,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   std::mutex pmu;
   const size_t chunk_bytes = g.ChunkElems() * es;
   const bool do_shuffle = m.opt.shuffle && es > 1;
-  std::vector<std::unique_ptr<WriteScratch>> scratch = m.scratch.Take(threads);
+  std::vector<std::unique_ptr<WriteScratch>> scratch = WriteScratchPool().Take(threads);
   Status st = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
     std::vector<uint8_t>& box_buf = scratch[th]->box;
     std::vector<uint8_t>& chunk_buf = scratch[th]->chunk;
@@ -2025,7 +2060,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
     done();
     return Status::Ok();
   });
-  m.scratch.Return(std::move(scratch));
+  WriteScratchPool().Return(std::move(scratch));
   if (!st.ok()) return st;
   m.counts.copied += copied.load();
   m.counts.encoded += g.num - copied.load();

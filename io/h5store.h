@@ -95,6 +95,20 @@ struct StoredTensor {
 
 struct ChunkScratch;  // io/h5store.cc
 
+/// Internal to H5Store's chunk reads: where one chunk of a chunked dataset is stored.
+struct ChunkLoc {
+  uint64_t addr = 0, size = 0;  // file address and stored size; size 0: the chunk is missing
+  unsigned mask = 0;            // HDF5 filter mask (bit k set: filter k skipped)
+};
+/// Internal to H5Store's chunk reads: how a dense tensor's chunks are found -- through its open
+/// dataset (HDF5's chunk index), or, for a tensor of few chunks read with pread, from the
+/// locations H5Store::Open recorded (then no dataset need be open).
+struct ChunkWhere {
+  std::shared_ptr<const int64_t> dataset;          // the open dataset; null with `located`
+  const std::vector<ChunkLoc>* located = nullptr;  // one per chunk
+  int64_t dset() const { return dataset ? *dataset : -1; }
+};
+
 /// Per-thread work buffers kept between calls: fresh multi-MiB buffers would be page-faulted
 /// and zeroed by the kernel on every call (measured: ~15% of a dense write's time). Take(n)
 /// hands out n objects (pooled, else new T), Return puts them back. Thread-safe.
@@ -227,6 +241,10 @@ class H5Store : public Catalog {
   /// Most datasets an open store keeps open: Open checks each dense tensor's dataset and
   /// closes it; reads open the one they need, and the last few used stay open.
   static constexpr size_t kOpenDatasets = 8;
+  /// Reads of a tensor of at most this many chunks open no dataset: Open records where its
+  /// chunks are (when it reads chunks with pread). A 256-rank reshard's proof reopened 37,888
+  /// datasets, each already opened by Open's checks, for their chunk addresses.
+  static constexpr uint64_t kLocatedChunks = 4;
 
   /// Raw access for copying: HDF5 file id (valid while the store is open).
   int64_t h5_file() const { return file_; }
@@ -237,14 +255,14 @@ class H5Store : public Catalog {
   // Calls f for every chunk of chunked dense tensor i that intersects `box` (non-empty, inside
   // the tensor), o.threads chunks at a time, with the intersection [is, ie) in tensor
   // indices, a scratch and the thread's index; prefetches ahead. The first error stops it.
-  // `dset` is the tensor's open dataset (for chunk addresses), valid during the call.
+  // `where` finds the tensor's chunks (ChunksOf), valid during the call.
   Status ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
-                        const std::function<Status(int64_t dset, uint64_t j, const uint64_t* is,
+                        const std::function<Status(const ChunkWhere& where, uint64_t j, const uint64_t* is,
                                                    const uint64_t* ie, ChunkScratch& s, int th)>& f) const;
   // Decodes chunk j of dense tensor i (its box clipped to the tensor, packed row-major) into
   // `out`, checking its checksum and, with `check_info`, its chunk-info stored hash; s.raw
   // keeps the stored bytes, *mask (when not null) their filter mask.
-  Status DecodeChunk(int64_t dset, size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
+  Status DecodeChunk(const ChunkWhere& where, size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
                      bool check_info, unsigned* mask) const;
   // An open HDF5 dataset id, closed (under the HDF5 lock) when the last holder lets go.
   using DatasetHandle = std::shared_ptr<const int64_t>;
@@ -253,6 +271,9 @@ class H5Store : public Catalog {
   // rank files, would hold them all); calls that read chunks open theirs here, and the
   // kOpenDatasets used last stay open for the next. Thread-safe (the HDF5 lock).
   Result<DatasetHandle> Dataset(size_t i) const;
+  // How reads find dense tensor i's chunks: the locations recorded at open when it has them
+  // and chunks are read with pread (fd_), else its dataset (Dataset).
+  Result<ChunkWhere> ChunksOf(size_t i) const;
   // The descriptor to give readahead hints for chunks of `chunk_bytes` (decoded), or -1
   // when the kernel's own readahead of this file's device already runs far enough ahead.
   int HintFd(uint64_t chunk_bytes) const;
@@ -272,6 +293,7 @@ class H5Store : public Catalog {
   mutable std::vector<std::pair<size_t, DatasetHandle>> open_;  // Dataset(): least recent first
   std::vector<std::vector<uint64_t>> checksums_;
   std::vector<std::vector<ChunkInfo>> info_;  // chunk-info tables (empty when absent)
+  std::vector<std::vector<ChunkLoc>> located_;  // where the chunks are (kLocatedChunks; else empty)
 };
 
 /// How StoreWriter::AddDense chunks a dense tensor and, optionally, where it may take chunks

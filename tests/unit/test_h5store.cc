@@ -407,7 +407,8 @@ TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
 // group) behind an external link lives in another file and was read wrong -- verify passed on
 // bytes h5py never sees. Such links, and soft links, are refused, naming the link.
 // Open checks every dataset and closes it; reads open the one they need and keep at most
-// kOpenDatasets. The file checked is the file read: a store renamed over the path after Open
+// kOpenDatasets -- none for a tensor of at most kLocatedChunks chunks, whose chunk locations
+// Open recorded. The file checked is the file read: a store renamed over the path after Open
 // changes nothing for the open store.
 TEST(H5Store, DatasetsAreClosedAfterOpenAndTheFileReadIsTheOneChecked) {
   TempDir dir;
@@ -420,8 +421,8 @@ TEST(H5Store, DatasetsAreClosedAfterOpenAndTheFileReadIsTheOneChecked) {
   for (const std::string& p : {path, other}) {
     auto w = StoreWriter::Create(p, 7, Generator::kThreefry, wo);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
-    for (int k = 0; k < 40; ++k) {
-      const Shape s{static_cast<uint64_t>(3 + k % 7), 5};
+    for (int k = 0; k < 40; ++k) {  // t0-t29: 1-3 chunks; t30-t39: 15-45
+      const Shape s{static_cast<uint64_t>(k < 30 ? 1 + k % 3 : 15 + k), 5};
       data.push_back(RandomBytes(Numel(s) * 4, g()));
       std::string name = "t";  // not "t" + to_string: GCC 12's -Wrestrict false positive
       name += std::to_string(k);
@@ -432,6 +433,10 @@ TEST(H5Store, DatasetsAreClosedAfterOpenAndTheFileReadIsTheOneChecked) {
   auto st = H5Store::Open(path);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(H5Fget_obj_count((*st)->h5_file(), H5F_OBJ_DATASET), 0);
+  for (size_t i = 0; i < 40; ++i) {
+    EXPECT_EQ((*st)->stored(i).num_chunks <= H5Store::kLocatedChunks, i < 30) << i;
+    EXPECT_GE((*st)->stored(i).num_chunks, 1u);
+  }
   // Another store replaces the file at the path; the open store still reads its own.
   ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
   for (int pass = 0; pass < 2; ++pass)
@@ -443,8 +448,14 @@ TEST(H5Store, DatasetsAreClosedAfterOpenAndTheFileReadIsTheOneChecked) {
       auto f = (*st)->FingerprintRegion(i, WholeTensor(t.shape), CpuOptions{1});
       ASSERT_TRUE(f.ok());
       EXPECT_EQ(*f, *t.fingerprint);
+      StoredChunk c;
+      ASSERT_TRUE((*st)->ReadStoredChunk(i, 0, &c, true).ok()) << t.name;
+      auto p = (*st)->ProveStored(i, CpuOptions{1});
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      EXPECT_EQ(*p, *t.fingerprint);
+      // No dataset opened for the few-chunk tensors in the first pass.
       EXPECT_LE(H5Fget_obj_count((*st)->h5_file(), H5F_OBJ_DATASET),
-                static_cast<ssize_t>(H5Store::kOpenDatasets));
+                pass == 0 && i < 30 ? 0 : static_cast<ssize_t>(H5Store::kOpenDatasets));
     }
   const H5Store::VerifyReport rep = (*st)->Verify(CpuOptions{2});
   EXPECT_TRUE(rep.problems.empty());
