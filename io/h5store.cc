@@ -1896,6 +1896,24 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
   return AddDenseFrom(name, shape, dtype, copy, whole, std::move(progress), chunking);
 }
 
+// A bool is stored as byte 0 or 1 (docs/FORMAT.md 4.2): h5py, numpy and torch disagree on
+// what any other byte means, so the writer refuses one, naming the element (tensor indices)
+// of the box `b` whose row-major bytes are `p`.
+static Status CheckBoolBytes(const uint8_t* p, const Region& b, const std::string& tw) {
+  const uint64_t n = b.Count();
+  const uint8_t* bad = std::find_if(p, p + n, [](uint8_t x) { return x > 1; });
+  if (bad == p + n) return Status::Ok();
+  uint64_t q = static_cast<uint64_t>(bad - p);
+  std::vector<uint64_t> at(b.rank);
+  for (int d = b.rank - 1; d >= 0; --d) {
+    const uint64_t ext = b.stop[d] - b.start[d];
+    at[d] = b.start[d] + q % ext;
+    q /= ext;
+  }
+  return InvalidArgument(tw + ": bool element " + ShapeText(at) + " holds byte " + std::to_string(*bad) +
+                         "; a bool is stored as 0 or 1 (readers disagree on other bytes)");
+}
+
 Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint64_t>& shape,
                                  DType dtype, const BoxSource& source, const uint8_t* whole,
                                  std::function<void(uint64_t)> progress,
@@ -2020,6 +2038,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
       if (n > 0) SEEDSTORE_RETURN_IF_ERROR(source(box, box_buf.data()).WithContext(tw));
       elems = box_buf.data();
     }
+    if (dtype == DType::kBool) SEEDSTORE_RETURN_IF_ERROR(CheckBoolBytes(elems, box, tw));
     infos[j].fingerprint = FingerprintOf(frame, box, elems, CpuOptions{1});
     parts[th].Add(infos[j].fingerprint);
     const uint8_t* chunk = elems;

@@ -462,19 +462,51 @@ TEST(H5Store, DatasetsAreClosedAfterOpenAndTheFileReadIsTheOneChecked) {
   EXPECT_EQ(rep.tensors, 40u);
 }
 
-// A bool is stored as byte 0 or 1; verify names a chunk holding any other byte.
+// A bool is stored as byte 0 or 1: the writer refuses any other byte, naming the element;
+// verify names a chunk holding one (a file from elsewhere -- made here by copying the chunks
+// of a uint8 tensor as stored, which the writer takes as they are).
 TEST(H5Store, VerifyNamesBoolBytesOtherThanZeroOrOne) {
   TempDir dir;
-  const std::string path = dir / "bools.h5";
+  const std::string path = dir / "bools.h5", u8 = dir / "u8.h5";
   std::vector<uint8_t> v(300, 0);
   for (size_t k = 0; k < v.size(); k += 3) v[k] = 1;
   v[257] = 2;
   WriteOptions wo;
   wo.chunk_bytes = 128;
-  auto w = StoreWriter::Create(path, 7, Generator::kThreefry, wo);
-  ASSERT_TRUE(w.ok());
-  ASSERT_TRUE((*w)->AddDense("b", {300}, DType::kBool, FromWhole(&v, {300}, 1)).ok());
-  ASSERT_TRUE((*w)->Commit().ok());
+  {
+    auto w = StoreWriter::Create(dir / "refused.h5", 7, Generator::kThreefry, wo);
+    ASSERT_TRUE(w.ok());
+    const Status st = (*w)->AddDense("b", {300}, DType::kBool, FromWhole(&v, {300}, 1));
+    EXPECT_EQ(st.code(), Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("tensor 'b': bool element [257] holds byte 2; a bool is stored as 0 or 1"),
+              std::string::npos)
+        << st.ToString();
+    std::vector<uint8_t> m(6 * 50, 1);
+    m[4 * 50 + 7] = 255;  // element [4, 7]
+    const Status st2 = (*w)->AddDense("m", {6, 50}, DType::kBool, FromWhole(&m, {6, 50}, 1));
+    EXPECT_NE(st2.message().find("tensor 'm': bool element [4, 7] holds byte 255"), std::string::npos)
+        << st2.ToString();
+  }
+  {
+    auto w = StoreWriter::Create(u8, 7, Generator::kThreefry, wo);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AddDense("b", {300}, DType::kU8, FromWhole(&v, {300}, 1)).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
+  auto src = H5Store::Open(u8);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  {
+    DenseChunking copy;
+    copy.chunk = (*src)->stored(0).chunk;
+    copy.raw = [&](uint64_t j, const Region&, StoredChunk* out) -> Result<bool> {
+      SEEDSTORE_RETURN_IF_ERROR((*src)->ReadStoredChunk(0, j, out, true));
+      return true;
+    };
+    auto w = StoreWriter::Create(path, 7, Generator::kThreefry, wo);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AddDense("b", {300}, DType::kBool, FromWhole(&v, {300}, 1), {}, copy).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
   auto st = H5Store::Open(path);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   ASSERT_EQ((*st)->stored(0).chunk.size(), 1u);
