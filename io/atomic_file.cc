@@ -97,10 +97,11 @@ struct Slot {
 constexpr int kSlots = 1024;  // untouched slots cost no memory (zero pages)
 Slot g_slots[kSlots];
 
-// Renames in flight in other threads (AtomicFile::Commit), and whether the handler runs: it
-// waits for those renames (at most 200 ms: the thread it interrupted may be one of them) so
-// that none lands after its pass, and a rename that starts once it runs does not happen.
-std::atomic<int> g_renaming{0};
+// Creations and renames in flight in other threads (BeginChange), and whether the handler
+// runs: it waits for them (at most 200 ms: the thread it interrupted may be one of them) so
+// that no file it is to remove appears after its pass, and one that starts once it runs does
+// not happen.
+std::atomic<int> g_changing{0};
 std::atomic<bool> g_dying{false};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
               "the handler needs lock-free atomics");
@@ -108,7 +109,7 @@ static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_alw
 void OnSignal(int sig) {
   const int saved = errno;
   g_dying.store(true);
-  for (int i = 0; i < 200 && g_renaming.load() > 0; ++i) {
+  for (int i = 0; i < 200 && g_changing.load() > 0; ++i) {
     const timespec ms = {0, 1000000};
     ::nanosleep(&ms, nullptr);
   }
@@ -120,15 +121,13 @@ void OnSignal(int sig) {
 }
 }  // namespace
 
-// Brackets AtomicFile::Commit's rename (see g_renaming); false: a signal is ending the process,
-// do not rename.
-bool BeginRename() {
-  g_renaming.fetch_add(1);
+bool BeginChange() {
+  g_changing.fetch_add(1);
   if (!g_dying.load()) return true;
-  g_renaming.fetch_sub(1);
+  g_changing.fetch_sub(1);
   return false;
 }
-void EndRename() { g_renaming.fetch_sub(1); }
+void EndChange() { g_changing.fetch_sub(1); }
 
 int Register(const std::string& path) {
   if (path.size() >= sizeof g_slots[0].path) return -1;
@@ -192,22 +191,30 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
   }
   RemoveStaleTemporaries(path);
   const std::string temp = TempName(path, ::getpid(), g_counter.fetch_add(1));
+  // Registered before it exists (the name is this process's alone): a signal at any moment
+  // leaves no temporary behind (signal_cleanup::BeginChange).
+  if (!signal_cleanup::BeginChange())
+    return IoError("cannot create '" + temp + "' (for '" + path + "'): the process is ending on a signal");
+  const int slot = signal_cleanup::Register(temp);
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("cannot create '" + temp + "' (for '" + path + "'): " + Errno());
+  if (fd < 0) {
+    const std::string e = Errno();
+    signal_cleanup::Unregister(slot);
+    signal_cleanup::EndChange();
+    return IoError("cannot create '" + temp + "' (for '" + path + "'): " + e);
+  }
+  signal_cleanup::EndChange();
+  AtomicFile file(path, temp, fd, slot);
   // Replacing a file keeps its permissions and group (a private checkpoint stays private), as
   // writing into it would; best effort for the group (not every user may give it).
   struct stat old;
   const bool replaces = ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode);
   if (replaces || mode >= 0) {
-    if (::fchmod(fd, replaces ? old.st_mode & 07777 : static_cast<mode_t>(mode) & 07777) != 0) {
-      const std::string e = Errno();
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return IoError("cannot give '" + temp + "' the permissions of '" + path + "': " + e);
-    }
+    if (::fchmod(fd, replaces ? old.st_mode & 07777 : static_cast<mode_t>(mode) & 07777) != 0)
+      return IoError("cannot give '" + temp + "' the permissions of '" + path + "': " + Errno());
     if (replaces) (void)::fchown(fd, static_cast<uid_t>(-1), old.st_gid);
   }
-  return AtomicFile(path, temp, fd);
+  return file;
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
@@ -261,20 +268,20 @@ Status AtomicFile::Commit() {
   fd_ = -1;
   // The file being replaced, held so that the rename does not free it (see ReleaseReplaced).
   const int replaced = ::open(path_.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (!signal_cleanup::BeginRename()) {
+  if (!signal_cleanup::BeginChange()) {
     if (replaced >= 0) ::close(replaced);
     return IoError("'" + temp_ + "' not renamed to '" + path_ + "': the process is ending on a signal");
   }
   if (::rename(temp_.c_str(), path_.c_str()) != 0) {
     const std::string e = Errno();
-    signal_cleanup::EndRename();
+    signal_cleanup::EndChange();
     if (replaced >= 0) ::close(replaced);
     return IoError("rename '" + temp_ + "' -> '" + path_ + "' failed: " + e);
   }
   committed_ = true;
   signal_cleanup::Unregister(cleanup_slot_);  // the name is the real file's now
   cleanup_slot_ = -1;
-  signal_cleanup::EndRename();
+  signal_cleanup::EndChange();
   const int dfd = ::open(DirOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

@@ -46,11 +46,16 @@ Result<std::string> ResolveSymlinks(const std::string& path);
 namespace signal_cleanup {
 int Register(const std::string& path);
 void Unregister(int slot);
-/// Brackets a rename that ends a write (AtomicFile::Commit; the handler waits for those in
-/// flight, so none lands after it has removed the registered files). BeginRename false: the
-/// process is ending on a signal, do not rename. EndRename after the rename and Unregister.
-bool BeginRename();
-void EndRename();
+/// Brackets creating a file by a name the handler is to remove, or a rename that ends a write
+/// (AtomicFile::Create and Commit, HDF5 creating a writer's temporary by name, the writer
+/// lock): the handler waits for those in flight (at most 200 ms: the thread it interrupted may
+/// be one of them), so that no file it is to remove appears after its pass. BeginChange false:
+/// the process is ending on a signal, create or rename nothing. Register a name before its
+/// file is created where no other process's file can have it (a temporary), else right after
+/// (the lock, created with O_EXCL), both before EndChange; EndChange after the rename and
+/// Unregister.
+bool BeginChange();
+void EndChange();
 /// Registers paths for as long as it lives (or until Release()).
 class Scope {
  public:
@@ -107,8 +112,8 @@ class AtomicFile {
 
  private:
   static void ReleaseReplaced(int fd);
-  AtomicFile(std::string path, std::string temp, int fd)
-      : path_(path), temp_(temp), fd_(fd), cleanup_slot_(signal_cleanup::Register(temp_)) {}
+  AtomicFile(std::string path, std::string temp, int fd, int cleanup_slot)
+      : path_(path), temp_(temp), fd_(fd), cleanup_slot_(cleanup_slot) {}
   std::string path_, temp_;
   int fd_ = -1;
   bool committed_ = false;

@@ -121,7 +121,16 @@ class WriterLock {
  public:
   Status Acquire(const std::string& path) {
     lock_ = path + ".lock";
+    // Created and registered (Ctrl-C, preemption: no stale lock) under BeginChange, so that a
+    // signal handled meanwhile waits for the registration. Not registered before: the name
+    // may be another writer's lock, which O_EXCL leaves alone and the handler must too.
+    if (!signal_cleanup::BeginChange())
+      return IoError("cannot save to '" + path + "': the process is ending on a signal");
     const int fd = ::open(lock_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    const int open_errno = errno;
+    if (fd >= 0) cleanup_slot_ = signal_cleanup::Register(lock_);
+    signal_cleanup::EndChange();
+    errno = open_errno;
     if (fd < 0 && errno != EEXIST)  // no such folder, no permission, read-only: not a writer
       return IoError("cannot save to '" + path + "': cannot create its lock file '" + lock_ +
                      "': " + std::strerror(errno));
@@ -147,7 +156,6 @@ class WriterLock {
     if (::write(fd, who.data(), who.size()) < 0) { /* informative only */ }
     ::close(fd);
     held_ = true;
-    cleanup_slot_ = signal_cleanup::Register(lock_);  // Ctrl-C, preemption: no stale lock
     return Status::Ok();
   }
   ~WriterLock() {

@@ -1841,7 +1841,12 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   H5Guard g;
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST);
+  // HDF5 creates the temporary again by its name: a signal handled meanwhile waits for it
+  // (else the file could reappear after the handler removed it; signal_cleanup::BeginChange).
+  if (!signal_cleanup::BeginChange())
+    return IoError("creating '" + m.file->temp_path() + "': the process is ending on a signal");
   m.h5 = H5Fcreate(m.file->temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  signal_cleanup::EndChange();
   if (m.h5 < 0) return SEEDSTORE_H5_ERROR("creating '" + m.file->temp_path() + "'");
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(m.h5, "seedstore.format", "seedstore"));
   SEEDSTORE_RETURN_IF_ERROR(WriteI32Attr(m.h5, "seedstore.version", kStoreFormatVersion));
