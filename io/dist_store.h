@@ -223,8 +223,10 @@ struct ReshardReport {
 /// o.consolidate) -- where `path` points, when it is a symbolic link (ResolveSymlinks in
 /// io/atomic_file.h: master, rank files and lock all go there) -- then proves every tensor: the sum of the fingerprints of its distinct
 /// pieces, read back from `path`, must equal the source's recorded (or computed) fingerprint.
-/// `comm`'s ranks split the layout's ranks among them (layout rank r is written by process
-/// r % comm.size()); every process gets the same report. Rank 0 takes the writer lock
+/// `comm`'s ranks split the layout's ranks among them in contiguous blocks (process p of P
+/// writes ranks [p * world / P, (p + 1) * world / P), and proves their pieces), writing up to 8
+/// rank files at once tensor by tensor, small neighbouring pieces cut from one read of the
+/// source; every process gets the same report. Rank 0 takes the writer lock
 /// "<path>.lock" (O_EXCL) first: a second writer is refused with "writer-locked" (kIo). A
 /// lock whose writer is gone (rank 0 killed, or the job ended by MPI_Abort/mpirun before rank 0
 /// released it) is not taken over: the next writer is refused with "writer-lock-stale" (kIo),
