@@ -121,7 +121,9 @@ def test_a_signal_while_a_temporary_is_created_leaves_none(tmp_path):
     write_bf16_safetensors(st, 3, [(64, 64)])
     out = tmp_path / "out"
     out.mkdir()
-    env = dict(os.environ, LD_PRELOAD=slow)
+    # (An ASan build wants its runtime first among the libraries; the shim may come first.)
+    env = dict(os.environ, LD_PRELOAD=slow,
+               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
     for sig in SIGNALS:
         proc = subprocess.Popen([BIN, "import", st, "-o", out / "model.h5"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
