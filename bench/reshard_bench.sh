@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Reshard throughput against plainly copying the same bytes (docs/PERF.md, "Reshard").
 # Usage: bench/reshard_bench.sh [SEEDSTORE_BIN] [MIB_PER_TENSOR (64)] [TENSORS (4)] [REPEAT (3)]
+#   FLAT_RANKS=N (default 0: off) adds a case of many small pieces: the GPT-2 small preset as a
+#   dense store (148 tensors, 497 MB of f32) resharded flat over N ranks (256: 37,888 pieces).
 # Builds a dense bf16 store (normal init, 1 MiB chunks [512, 1024]), saves it over 4 ranks,
 # then times each case REPEAT times, interleaved with `cp` of that case's input files (the same
 # bytes) and with `cp` + `sync FILES` (the copy made durable, as every store write is), and
@@ -86,3 +88,13 @@ if [ ${#mpi[@]} -gt 0 ]; then
   case_ "4 -> 3 ranks, uneven (mpirun -np 2)" "d4.h5*" "${mpi[@]}" "$BIN" reshard d4.h5 --layout l3.json
 fi
 case_ "4 ranks -> one store (--consolidate)" "d4.h5*" "$BIN" reshard d4.h5 --consolidate
+if [ "${FLAT_RANKS:-0}" -gt 0 ]; then
+  "$BIN" init --preset gpt2 -o gpt2_lazy.h5 >/dev/null
+  "$BIN" export gpt2_lazy.h5 -o gpt2.safetensors >/dev/null
+  "$BIN" import gpt2.safetensors -o gpt2.h5 >/dev/null
+  rm gpt2.safetensors
+  echo "{\"mesh\": {\"axes\": [\"data\"], \"shape\": [$FLAT_RANKS]}, \"placements\": [{\"match\": \"*\", \"flat\": [\"data\"]}]}" >lflat.json
+  params=$("$BIN" inspect gpt2.h5 --json | grep -o '"parameters": *[0-9]*' | sed 's/.*: *//')
+  data=$((params * 4))  # f32
+  case_ "gpt2 store -> $FLAT_RANKS ranks, flat (small pieces)" "gpt2.h5" "$BIN" reshard gpt2.h5 --layout lflat.json
+fi

@@ -532,6 +532,7 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
       size_t b = a + 1;
       for (; b < items.size() && items[b].shared; ++b) {
         const Region& g = plan.stored[i][items[b].k];
+        if (g.flat != cover.flat) break;
         const Region c = Cover(cover, g);
         if (c.Count() * es > kWindowBytes || c.Count() > 2 * (own + g.Count())) break;
         cover = c;
