@@ -520,17 +520,11 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
       *bytes += plan.shards[i][k].region.Count() * es;
     }
     for (size_t a = 0; a < items.size();) {
-      if (!items[a].shared) {
-        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
-                                           items[a].chunking, true, nullptr, &counts[kCounts * i]));
-        ++a;
-        continue;
-      }
       // The run [a, b) and the box it is read as.
       Region cover = plan.stored[i][items[a].k];
       uint64_t own = cover.Count();
       size_t b = a + 1;
-      for (; b < items.size() && items[b].shared; ++b) {
+      for (; items[a].shared && b < items.size() && items[b].shared; ++b) {
         const Region& g = plan.stored[i][items[b].k];
         if (g.flat != cover.flat) break;
         const Region c = Cover(cover, g);
@@ -538,7 +532,7 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
         cover = c;
         own += g.Count();
       }
-      if (b == a + 1) {  // alone: read as it is written, chunk by chunk
+      if (b == a + 1) {  // alone: read as it is written, chunk by chunk (or copied as stored)
         SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
                                            items[a].chunking, true, nullptr, &counts[kCounts * i]));
         ++a;
