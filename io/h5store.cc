@@ -924,21 +924,24 @@ static uint64_t KernelReadaheadBytes(int fd) {
   return 0;
 }
 
-// Where chunk j (grid origin `off`) of a chunked dataset is stored; size 0 when the chunk is
-// missing. Asks HDF5 (under its lock) unless `w` has the locations.
-static ChunkLoc LocateChunk(const ChunkWhere& w, uint64_t j, const hsize_t* off) {
-  if (w.located) return (*w.located)[j];
+// Where the chunk at grid origin `off` of chunked dataset `dset` is stored; size 0 when the
+// chunk is missing. Takes the HDF5 lock.
+static ChunkLoc LocateChunk(int64_t dset, const hsize_t* off) {
   ChunkLoc loc;
   H5Guard gl;
   haddr_t addr = HADDR_UNDEF;
   hsize_t size = 0;
-  if (H5Dget_chunk_info_by_coord(w.dset(), off, &loc.mask, &addr, &size) < 0) {
+  if (H5Dget_chunk_info_by_coord(dset, off, &loc.mask, &addr, &size) < 0) {
     H5ErrorText();
     size = 0;
   }
   loc.addr = addr;
   loc.size = size;
   return loc;
+}
+// The same for chunk j, from the locations `w` has, else from its dataset.
+static ChunkLoc LocateChunk(const ChunkWhere& w, uint64_t j, const hsize_t* off) {
+  return w.located ? (*w.located)[j] : LocateChunk(w.dset(), off);
 }
 
 Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
@@ -1176,14 +1179,12 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       // Where the chunks of a tensor of few chunks are (ChunksOf): its reads then open no
       // dataset. A missing chunk leaves it to the reads to find and name.
       if (grid.chunked() && grid.num <= kLocatedChunks) {
-        ChunkWhere here;
-        here.dataset = std::make_shared<const int64_t>(d.get());
         for (uint64_t j = 0; j < grid.num; ++j) {
           uint64_t c[kMaxRank];
           hsize_t off[kMaxRank];
           grid.Coords(j, c);
           for (int q = 0; q < grid.rank; ++q) off[q] = c[q] * grid.chunk[q];
-          located.push_back(LocateChunk(here, j, off));
+          located.push_back(LocateChunk(d.get(), off));
           if (located.back().size == 0) {
             located.clear();
             break;
