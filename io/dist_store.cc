@@ -828,11 +828,13 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
   if (fid < 0) return IoError("cannot reopen master '" + file + "' to add its index");
   const Status st = [&]() -> Status {
     SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(fid, kRoleAttr, kMasterRole));
+    H gcpl(UntimedCreationList(H5P_GROUP_CREATE), H5Pclose);
+    H untimed(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
     {
-      H g(H5Gcreate2(fid, "/distributed", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      H g(H5Gcreate2(fid, "/distributed", H5P_DEFAULT, gcpl.id, H5P_DEFAULT), H5Gclose);
       hsize_t n = text.size();
       H space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-      H d(H5Dcreate2(fid, kIndexPath, H5T_STD_U8LE, space.id, H5P_DEFAULT, H5P_DEFAULT,
+      H d(H5Dcreate2(fid, kIndexPath, H5T_STD_U8LE, space.id, H5P_DEFAULT, untimed.id,
                      H5P_DEFAULT),
           H5Dclose);
       if (g.id < 0 || d.id < 0) return IoError("cannot create " + std::string(kIndexPath));
@@ -873,7 +875,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
         std::vector<unsigned char> v(DTypeSize(t.dtype));
         SEEDSTORE_RETURN_IF_ERROR(src.Read(i, WholeTensor(t.shape), v.data(), CpuOptions{1}));
         H space(H5Screate(H5S_SCALAR), H5Sclose);
-        H d(H5Dcreate2(fid, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, H5P_DEFAULT,
+        H d(H5Dcreate2(fid, dset.c_str(), ftype.id, space.id, H5P_DEFAULT, untimed.id,
                        H5P_DEFAULT),
             H5Dclose);
         if (d.id < 0 || H5Dwrite(d.id, ftype.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
@@ -881,7 +883,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
         SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.id));
         continue;
       }
-      H dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H dcpl(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
       bool failed = dcpl.id < 0;
       for (const VdsMapping& mp : want.mappings) {
         const std::string src_file = BaseOf(RankFileName(path, id, mp.rank));

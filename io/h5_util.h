@@ -27,6 +27,12 @@ Status WriteStringAttr(int64_t obj, const char* name, const std::string& value);
 /// must not run concurrently with other HDF5 calls (in io/h5store.cc: hold H5Guard).
 void AbandonH5File(int64_t file);
 
+/// A new creation property list of class `cls` -- H5P_FILE_CREATE (for the root group),
+/// H5P_GROUP_CREATE or H5P_DATASET_CREATE -- whose objects record no times: HDF5 otherwise
+/// stamps each object header with the times it was made and changed, and two writes of the same
+/// tensors would differ in those bytes. The caller closes it (H5Pclose); < 0 on failure.
+int64_t UntimedCreationList(int64_t cls);
+
 /// Reads scalar string attribute `name` of `obj`, fixed-length (NUL-padded or -terminated) or
 /// variable-length (as files written before fixed-length strings, or by other tools, hold).
 /// Errors name `where` and the attribute: missing-attribute, not a string (kCorrupt), HDF5's.

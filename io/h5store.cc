@@ -18,8 +18,10 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -636,40 +638,99 @@ int ThreadCount(int requested, uint64_t work_items) {
   return static_cast<int>(std::min<uint64_t>(t, std::max<uint64_t>(work_items, 1)));
 }
 
-Status ParallelFor(uint64_t n, int threads, bool keep_going,
-                   const std::function<Status(uint64_t, int)>& f) {
+namespace {
+
+// ParallelFor (no `commit`: items are independent; slot = thread) and ParallelForInOrder.
+Status RunItems(uint64_t n, int threads, bool keep_going, const std::function<Status(uint64_t, int)>& work,
+                const std::function<Status(uint64_t, int)>* commit) {
+  const int per_thread = commit ? InOrderSlots(threads) / std::max(threads, 1) : 1;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
   std::mutex mu;
+  std::condition_variable freed;
+  // Under mu, for ParallelForInOrder: items 0..committed-1 are committed; ready[j] is the slot
+  // of finished item j, uncommitted; busy[slot]: the slot holds an uncommitted item.
+  uint64_t committed = 0;
+  bool committing = false;
+  std::map<uint64_t, int> ready;
+  std::vector<char> busy(static_cast<size_t>(std::max(threads, 1)) * per_thread, 0);
   Status first;
-  auto work = [&](int t) {
-    for (;;) {
+  auto fail = [&](Status st) {  // under mu
+    if (first.ok()) first = std::move(st);
+    failed = true;
+  };
+  auto guarded = [](const std::function<Status(uint64_t, int)>& g, uint64_t j, int slot) {
+    try {  // an exception must not leave a worker thread: that is std::terminate
+      return g(j, slot);
+    } catch (const std::bad_alloc&) {
+      return Status(Code::kInternal, "out of memory");
+    } catch (const std::exception& e) {
+      return Internal(e.what());
+    }
+  };
+  auto run = [&](int t) {
+    for (int k = 0;; k = (k + 1) % per_thread) {
+      const int slot = t * per_thread + k;
+      if (commit) {  // the slot's last item must be committed before the slot is reused
+        std::unique_lock<std::mutex> l(mu);
+        freed.wait(l, [&] { return !busy[slot] || failed.load(); });
+      }
       if (failed.load() && !keep_going) return;
       const uint64_t j = next.fetch_add(1);
       if (j >= n) return;
-      Status st;
-      try {  // an exception must not leave a worker thread: that is std::terminate
-        st = f(j, t);
-      } catch (const std::bad_alloc&) {
-        st = Status(Code::kInternal, "out of memory");
-      } catch (const std::exception& e) {
-        st = Internal(e.what());
-      }
+      Status st = guarded(work, j, slot);
+      std::unique_lock<std::mutex> l(mu);
       if (!st.ok()) {
-        std::lock_guard<std::mutex> l(mu);
-        if (first.ok()) first = st;
-        failed = true;
+        fail(std::move(st));
+        freed.notify_all();
+        if (commit) return;
+        continue;
+      }
+      if (!commit) continue;
+      busy[slot] = 1;
+      ready[j] = slot;
+      // Whoever finds the next item to commit ready commits it, and the ones ready after it:
+      // one committer at a time, so commits run in item order. Progress: a thread waits only
+      // for its own slot, holding no item in work, so the lowest uncommitted item is in work on
+      // a thread that is not waiting, or ready -- and then being committed.
+      while (!committing && !failed.load() && !ready.empty() && ready.begin()->first == committed) {
+        const uint64_t c = committed;
+        const int s = ready.begin()->second;
+        ready.erase(ready.begin());
+        committing = true;
+        l.unlock();
+        st = guarded(*commit, c, s);
+        l.lock();
+        committing = false;
+        busy[s] = 0;
+        ++committed;
+        if (!st.ok()) fail(std::move(st));
+        freed.notify_all();
       }
     }
   };
   if (threads <= 1) {
-    work(0);
+    run(0);
   } else {
     std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(work, t);
+    for (int t = 0; t < threads; ++t) pool.emplace_back(run, t);
     for (auto& th : pool) th.join();
   }
   return first;
+}
+
+}  // namespace
+
+Status ParallelFor(uint64_t n, int threads, bool keep_going,
+                   const std::function<Status(uint64_t, int)>& f) {
+  return RunItems(n, threads, keep_going, f, nullptr);
+}
+
+int InOrderSlots(int threads) { return threads > 1 ? 2 * threads : 1; }
+
+Status ParallelForInOrder(uint64_t n, int threads, const std::function<Status(uint64_t, int)>& work,
+                          const std::function<Status(uint64_t, int)>& commit) {
+  return RunItems(n, threads, false, work, &commit);
 }
 
 namespace {
@@ -835,6 +896,15 @@ void AbandonH5File(int64_t file) {
 #endif
   H5Fclose(file);
   H5ErrorText();
+}
+
+int64_t UntimedCreationList(int64_t cls) {
+  const hid_t p = H5Pcreate(cls);
+  if (p >= 0 && H5Pset_obj_track_times(p, false) < 0) {
+    H5Pclose(p);
+    return -1;
+  }
+  return p;
 }
 
 Status WriteStringAttr(int64_t obj, const char* name, const std::string& value) {
@@ -1756,6 +1826,7 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
 // bytes, the zstd frame.
 struct WriteScratch {
   std::vector<uint8_t> box, chunk, shuf, comp;
+  StoredChunk raw;  // a chunk copied as stored
 };
 
 // Chunk-encoding buffers, shared by every open writer as ReadScratch is by every open store: a
@@ -1846,15 +1917,17 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   // (else the file could reappear after the handler removed it; signal_cleanup::BeginChange).
   if (!signal_cleanup::BeginChange())
     return IoError("creating '" + m.file->temp_path() + "': the process is ending on a signal");
-  m.h5 = H5Fcreate(m.file->temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  Hid fcpl(UntimedCreationList(H5P_FILE_CREATE), H5Pclose);
+  m.h5 = fcpl.ok() ? H5Fcreate(m.file->temp_path().c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()) : -1;
   signal_cleanup::EndChange();
   if (m.h5 < 0) return SEEDSTORE_H5_ERROR("creating '" + m.file->temp_path() + "'");
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(m.h5, "seedstore.format", "seedstore"));
   SEEDSTORE_RETURN_IF_ERROR(WriteI32Attr(m.h5, "seedstore.version", kStoreFormatVersion));
-  m.g_meta = H5Gcreate2(m.h5, "seedstore", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  m.g_tensors = H5Gcreate2(m.h5, "tensors", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  m.g_sums = H5Gcreate2(m.h5, "checksums", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  m.g_info = H5Gcreate2(m.h5, "chunkinfo", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  Hid gcpl(UntimedCreationList(H5P_GROUP_CREATE), H5Pclose);
+  m.g_meta = H5Gcreate2(m.h5, "seedstore", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
+  m.g_tensors = H5Gcreate2(m.h5, "tensors", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
+  m.g_sums = H5Gcreate2(m.h5, "checksums", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
+  m.g_info = H5Gcreate2(m.h5, "chunkinfo", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
   if (m.g_meta < 0 || m.g_tensors < 0 || m.g_sums < 0 || m.g_info < 0)
     return SEEDSTORE_H5_ERROR("creating groups");
   void* handle = nullptr;
@@ -1970,7 +2043,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
     type = StorageType(dtype);
     std::vector<hsize_t> dims(shape.begin(), shape.end());
     Hid space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
-    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    Hid dcpl(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
     H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
     if (g.chunked()) {
       std::vector<hsize_t> cd(g.chunk.begin(), g.chunk.end());
@@ -1989,26 +2062,30 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   std::vector<ChunkInfo> infos(g.num);
   std::atomic<uint64_t> stored{0}, copied{0};
   const int threads = ThreadCount(m.opt.threads, g.num);
-  std::vector<Fingerprint> parts(threads);
-  std::mutex pmu;
+  const int slots = InOrderSlots(threads);
+  std::vector<Fingerprint> parts(slots);
   const size_t chunk_bytes = g.ChunkElems() * es;
   const bool do_shuffle = m.opt.shuffle && es > 1;
-  std::vector<std::unique_ptr<WriteScratch>> scratch = WriteScratchPool().Take(threads);
-  Status st = ParallelFor(g.num, threads, false, [&](uint64_t j, int th) -> Status {
+  std::vector<std::unique_ptr<WriteScratch>> scratch = WriteScratchPool().Take(slots);
+  // What an item leaves in its slot for its commit, which writes it: chunks are written in
+  // index order, so that they lie in the file in that order whatever the thread count.
+  struct Pending {
+    const uint8_t* bytes = nullptr;
+    size_t size = 0;
+    unsigned filter_mask = 0;
+    bool copied = false;  // as stored in the source (raw)
+  };
+  std::vector<Pending> pending(slots);
+  auto work = [&](uint64_t j, int th) -> Status {
     std::vector<uint8_t>& box_buf = scratch[th]->box;
     std::vector<uint8_t>& chunk_buf = scratch[th]->chunk;
     std::vector<uint8_t>& shuf = scratch[th]->shuf;
     std::vector<uint8_t>& comp = scratch[th]->comp;
-    thread_local StoredChunk raw;
+    StoredChunk& raw = scratch[th]->raw;
+    Pending& out = pending[th];
+    out = Pending{};
     const Region box = g.Box(j);
     const uint64_t n = box.Count();
-    hsize_t off[kMaxRank];
-    for (int d = 0; d < rank; ++d) off[d] = box.start[d];
-    auto done = [&] {
-      if (!progress) return;
-      std::lock_guard<std::mutex> l(pmu);
-      progress(n * es);
-    };
     bool have_raw = false;
     if (g.chunked() && chunking.raw) {
       auto r = chunking.raw(j, box, &raw);
@@ -2024,15 +2101,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
       infos[j].stored_hash = raw.stored_hash;
       parts[th].Add(infos[j].fingerprint);
       sums[j] = raw.checksum;
-      {
-        H5Guard gl;
-        if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, raw.filter_mask, off, raw.bytes.size(), raw.bytes.data()) < 0)
-          return SEEDSTORE_H5_ERROR(tw + ": writing chunk " + std::to_string(j) + " (copied as stored)");
-      }
-      stored += raw.bytes.size();
-      m.StartWriteback(raw.bytes.size());
-      ++copied;
-      done();
+      out = Pending{raw.bytes.data(), raw.bytes.size(), raw.filter_mask, true};
       return Status::Ok();
     }
     // The box's elements, row-major: where they lie in `whole` when contiguous there.
@@ -2058,33 +2127,47 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
     }
     sums[j] = Checksum64(chunk, chunk_bytes);
     infos[j].stored_hash = sums[j];  // contiguous data is stored as is (chunked: set below)
+    if (!g.chunked()) {
+      out = Pending{chunk, chunk_bytes, 0, false};
+      return Status::Ok();
+    }
+    const uint8_t* src = chunk;
+    if (do_shuffle) {
+      shuf.resize(chunk_bytes);
+      Shuffle(src, shuf.data(), chunk_bytes, es);
+      src = shuf.data();
+    }
+    comp.resize(ZSTD_compressBound(chunk_bytes));
+    const size_t c = CompressChunk(comp.data(), comp.size(), src, chunk_bytes, m.opt.zstd_level);
+    if (ZSTD_isError(c)) return Internal(tw + ": zstd: " + ZSTD_getErrorName(c));
+    infos[j].stored_hash = Checksum64(comp.data(), c);
+    out = Pending{comp.data(), c, 0, false};
+    return Status::Ok();
+  };
+  auto commit = [&](uint64_t j, int th) -> Status {
+    const Pending& p = pending[th];
     if (g.chunked()) {
-      const uint8_t* src = chunk;
-      if (do_shuffle) {
-        shuf.resize(chunk_bytes);
-        Shuffle(src, shuf.data(), chunk_bytes, es);
-        src = shuf.data();
-      }
-      comp.resize(ZSTD_compressBound(chunk_bytes));
-      const size_t c = CompressChunk(comp.data(), comp.size(), src, chunk_bytes, m.opt.zstd_level);
-      if (ZSTD_isError(c)) return Internal(tw + ": zstd: " + ZSTD_getErrorName(c));
-      infos[j].stored_hash = Checksum64(comp.data(), c);
+      hsize_t off[kMaxRank];
+      const Region box = g.Box(j);
+      for (int d = 0; d < rank; ++d) off[d] = box.start[d];
       {
         H5Guard gl;
-        if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, 0, off, c, comp.data()) < 0)
-          return SEEDSTORE_H5_ERROR(tw + ": writing chunk " + std::to_string(j));
+        if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, p.filter_mask, off, p.size, p.bytes) < 0)
+          return SEEDSTORE_H5_ERROR(tw + ": writing chunk " + std::to_string(j) +
+                                    (p.copied ? " (copied as stored)" : ""));
       }
-      stored += c;
-      m.StartWriteback(c);
-    } else if (chunk_bytes > 0) {
+      m.StartWriteback(p.size);
+    } else if (p.size > 0) {
       H5Guard gl;
-      if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, chunk) < 0)
+      if (H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, p.bytes) < 0)
         return SEEDSTORE_H5_ERROR(tw + ": writing data");
-      stored += chunk_bytes;
     }
-    done();
+    stored += p.size;
+    if (p.copied) ++copied;
+    if (progress) progress(g.Box(j).Count() * es);  // commits run one at a time
     return Status::Ok();
-  });
+  };
+  Status st = ParallelForInOrder(g.num, threads, work, commit);
   WriteScratchPool().Return(std::move(scratch));
   if (!st.ok()) return st;
   m.counts.copied += copied.load();
@@ -2092,10 +2175,11 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   Fingerprint fp;
   for (const auto& p : parts) fp.Add(p);
   H5Guard gl;
+  Hid untimed(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
   {
     const hsize_t n = g.num;
     Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    Hid cs(H5Dcreate2(m.g_sums, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+    Hid cs(H5Dcreate2(m.g_sums, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(),
                       H5P_DEFAULT),
            H5Dclose);
     if (!cs.ok() || H5Dwrite(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
@@ -2111,7 +2195,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
       rows[3 * j + 2] = infos[j].fingerprint.lane1;
     }
     Hid space(H5Screate_simple(2, dims, nullptr), H5Sclose);
-    Hid ci(H5Dcreate2(m.g_info, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+    Hid ci(H5Dcreate2(m.g_info, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(),
                       H5P_DEFAULT),
            H5Dclose);
     if (!ci.ok() || H5Dwrite(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
@@ -2185,7 +2269,7 @@ Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>&
     const hsize_t n = text.size();
     const hsize_t chunk = std::min<hsize_t>(n, 4u << 20);
     Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    Hid dcpl(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
     H5Pset_chunk(dcpl.get(), 1, &chunk);
     const unsigned level = 3;
     H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level);

@@ -322,6 +322,9 @@ struct DenseChunking {
 };
 
 /// Writes a new store atomically at `path` (temporary file + fsync + rename on Commit()).
+/// Its bytes are reproducible: the same calls with the same WriteOptions other than `threads`
+/// make a byte-identical file (chunks written in index order, no object times; docs/FORMAT.md
+/// 4, "Reproducible bytes").
 class StoreWriter {
  public:
   /// Starts a store whose derived keys use `root_seed` (spec "seed") and default generator.
@@ -335,7 +338,8 @@ class StoreWriter {
   Status AddLazy(const TensorSpec& t, const Fingerprint* fingerprint = nullptr,
                  bool compute_fingerprint = true, CpuOptions o = {});
   /// Adds a dense tensor whose elements come from `source`; records its fingerprint and chunk
-  /// checksums. `progress(bytes)` is called as chunks complete (may be empty).
+  /// checksums. `progress(bytes)` is called as chunks are written, one call at a time (may be
+  /// empty).
   /// `chunking` may set the chunk shape and supply chunks to copy as stored (DenseChunking).
   Status AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
                   const BoxSource& source, std::function<void(uint64_t)> progress = {},
@@ -408,6 +412,22 @@ int ThreadCount(int requested, uint64_t work_items);
 /// included) is that item's error (kInternal), never std::terminate in a worker thread.
 Status ParallelFor(uint64_t n, int threads, bool keep_going,
                    const std::function<Status(uint64_t, int)>& f);
+
+/// Like ParallelFor (keep_going false), with each item in two steps: work(item, slot) runs on
+/// `threads` threads in parallel; commit(item, slot) then runs for the items in order 0, 1, 2,
+/// ..., one at a time, on whichever thread finds the item next to commit finished -- work done
+/// in parallel, its results written in one order whatever the thread count (what makes a
+/// writer's files byte-reproducible). `slot`, 0 <= slot < InOrderSlots(threads), is the item's
+/// alone from its work until its commit returns: what work leaves for commit lives in per-slot
+/// state (a buffer). Each thread has two slots, so a thread whose item must wait for an earlier
+/// one goes on with the next item; it waits only when both its slots hold uncommitted items.
+/// After the first error (of either step) no further item is committed; that error is
+/// returned.
+Status ParallelForInOrder(uint64_t n, int threads, const std::function<Status(uint64_t, int)>& work,
+                          const std::function<Status(uint64_t, int)>& commit);
+
+/// The slots ParallelForInOrder hands out on `threads` threads: 2 x threads (1 for one thread).
+int InOrderSlots(int threads);
 
 /// Whether a file starts with the HDF5 signature (at offset 0, 512, 1024, ...).
 bool LooksLikeHdf5(const std::string& path);
