@@ -97,19 +97,24 @@ struct Slot {
 constexpr int kSlots = 1024;  // untouched slots cost no memory (zero pages)
 Slot g_slots[kSlots];
 
-// Creations and renames in flight in other threads (BeginChange), and whether the handler
-// runs: it waits for them (at most 200 ms: the thread it interrupted may be one of them) so
-// that no file it is to remove appears after its pass, and one that starts once it runs does
-// not happen.
+// Creations and renames in flight (BeginChange), and whether the handler runs: it waits for
+// them so that no file it is to remove appears after its pass, and one that starts once it
+// runs does not happen. A thread blocks the four signals while it is inside such a bracket, so
+// the handler never runs on a thread in the middle of one (it would wait for itself): the
+// signal goes to another thread, or waits for EndChange. The wait is bounded (2 s) only for a
+// creation stuck in the file system (a hung network mount), where ending matters more.
 std::atomic<int> g_changing{0};
 std::atomic<bool> g_dying{false};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
               "the handler needs lock-free atomics");
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+thread_local int t_depth = 0;  // this thread's brackets open (nested ones count)
+thread_local sigset_t t_saved;  // its signal mask before the outermost one
 
 void OnSignal(int sig) {
   const int saved = errno;
   g_dying.store(true);
-  for (int i = 0; i < 200 && g_changing.load() > 0; ++i) {
+  for (int i = 0; i < 2000 && g_changing.load() > 0; ++i) {
     const timespec ms = {0, 1000000};
     ::nanosleep(&ms, nullptr);
   }
@@ -122,12 +127,23 @@ void OnSignal(int sig) {
 }  // namespace
 
 bool BeginChange() {
+  if (t_depth++ == 0) {
+    sigset_t block;
+    sigemptyset(&block);
+    for (int sig : kCleanupSignals) sigaddset(&block, sig);
+    pthread_sigmask(SIG_BLOCK, &block, &t_saved);
+  }
   g_changing.fetch_add(1);
   if (!g_dying.load()) return true;
-  g_changing.fetch_sub(1);
+  EndChange();
   return false;
 }
-void EndChange() { g_changing.fetch_sub(1); }
+
+void EndChange() {
+  g_changing.fetch_sub(1);
+  // A signal that came meanwhile is handled here, once the bracket's file is registered.
+  if (--t_depth == 0) pthread_sigmask(SIG_SETMASK, &t_saved, nullptr);
+}
 
 int Register(const std::string& path) {
   if (path.size() >= sizeof g_slots[0].path) return -1;
@@ -147,7 +163,7 @@ void Unregister(int slot) {
 }  // namespace signal_cleanup
 
 void InstallSignalCleanup() {
-  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+  for (const int sig : signal_cleanup::kCleanupSignals) {
     struct sigaction old;
     if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL ||
         (old.sa_flags & SA_SIGINFO))

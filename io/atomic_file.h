@@ -48,9 +48,12 @@ int Register(const std::string& path);
 void Unregister(int slot);
 /// Brackets creating a file by a name the handler is to remove, or a rename that ends a write
 /// (AtomicFile::Create and Commit, HDF5 creating a writer's temporary by name, the writer
-/// lock): the handler waits for those in flight (at most 200 ms: the thread it interrupted may
-/// be one of them), so that no file it is to remove appears after its pass. BeginChange false:
-/// the process is ending on a signal, create or rename nothing. Register a name before its
+/// lock): the handler waits for those in flight (at most 2 s: a creation stuck in the file
+/// system), so that no file it is to remove appears after its pass. The calling thread blocks
+/// the four signals inside the bracket (nested brackets: until the outermost EndChange), so
+/// the handler never interrupts a thread in one: a signal goes to another thread or is handled
+/// at EndChange. BeginChange false: the process is ending on a signal, create or rename
+/// nothing (the bracket is then closed already). Register a name before its
 /// file is created where no other process's file can have it (a temporary), else right after
 /// (the lock, created with O_EXCL), both before EndChange; EndChange after the rename and
 /// Unregister.

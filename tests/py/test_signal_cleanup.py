@@ -9,7 +9,8 @@ the signal; the checkpoint verifies with the old fingerprints (or the new ones, 
 came after the rename); the lock is never left; and the folder holds exactly the files it held
 before. (Until 2026-12-02 a file another thread created by name just as the handler ran -- a
 temporary, HDF5 creating it again -- could stay; every creation of such a file is now
-registered first and waited for: signal_cleanup::BeginChange. The last test pins that moment.)
+registered first and waited for: signal_cleanup::BeginChange. The last two tests pin that
+moment, for a temporary and for the writer lock.)
 """
 import json
 import os
@@ -132,6 +133,41 @@ def test_a_signal_while_a_temporary_is_created_leaves_none(tmp_path):
         while not [f for f in os.listdir(out) if ".tmp-" in f]:
             assert proc.poll() is None, f"{sig!r}: import ended before its temporary appeared"
             assert time.monotonic() < deadline, f"{sig!r}: no temporary appeared in 20 s"
+            time.sleep(0.002)
+        proc.send_signal(sig)
+        _, err = proc.communicate()
+        assert proc.returncode == -sig, f"{sig!r} -> rc {proc.returncode}\n{err}"
+        assert os.listdir(out) == [], f"{sig!r} left {os.listdir(out)}"
+
+
+def test_a_signal_while_the_writer_lock_is_created_leaves_none(tmp_path):
+    """The writer lock of a distributed save is registered for removal right after it is
+    created (O_EXCL: a file by that name may be another writer's). A signal that comes in
+    between, on the thread creating it, used to find the lock unregistered and leave it (a
+    stale lock; the next save refused: seen once in about 40 runs of the test above on a
+    loaded machine). The shim widens that moment to 400 ms; each signal in turn is sent as soon
+    as the lock exists. The creating thread blocks the signals until the lock is registered
+    (signal_cleanup::BeginChange), so the process ends and leaves the folder as it was."""
+    slow = os.environ.get("SEEDSTORE_SLOW_CREATE", "")
+    if not os.path.exists(slow):
+        pytest.skip(f"the shim is not built (SEEDSTORE_SLOW_CREATE={slow!r}; ctest sets it)")
+    st = tmp_path / "a.safetensors"
+    write_bf16_safetensors(st, 3, [(64, 64)])
+    layout = tmp_path / "L.json"
+    layout.write_text(json.dumps({"mesh": {"axes": ["data"], "shape": [2]},
+                                  "placements": [{"match": "*", "spec": ["data"]}]}))
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, LD_PRELOAD=slow,
+               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
+    for sig in SIGNALS:
+        proc = subprocess.Popen([BIN, "reshard", st, "--layout", layout, "-o", out / "model.h5"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in SIGNALS])
+        deadline = time.monotonic() + 20
+        while not (out / "model.h5.lock").exists():
+            assert proc.poll() is None, f"{sig!r}: reshard ended before its lock appeared"
+            assert time.monotonic() < deadline, f"{sig!r}: no lock appeared in 20 s"
             time.sleep(0.002)
         proc.send_signal(sig)
         _, err = proc.communicate()
