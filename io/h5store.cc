@@ -669,16 +669,21 @@ Status RunItems(uint64_t n, int threads, bool keep_going, const std::function<St
     }
   };
   auto run = [&](int t) {
-    for (int k = 0;; k = (k + 1) % per_thread) {
-      const int slot = t * per_thread + k;
-      if (commit) {  // the slot's last item must be committed before the slot is reused
+    for (int slot = t * per_thread;;) {
+      if (commit) {  // a slot's item must be committed before the slot is used again
         std::unique_lock<std::mutex> l(mu);
-        freed.wait(l, [&] { return !busy[slot] || failed.load(); });
+        // The slot used last when it is free (its buffers are warm in the cache), else another.
+        freed.wait(l, [&] {
+          for (int k = 0; k < per_thread && busy[slot]; ++k)
+            slot = t * per_thread + (slot - t * per_thread + 1) % per_thread;
+          return !busy[slot] || failed.load();
+        });
       }
       if (failed.load() && !keep_going) return;
       const uint64_t j = next.fetch_add(1);
       if (j >= n) return;
       Status st = guarded(work, j, slot);
+      if (!commit && st.ok()) continue;
       std::unique_lock<std::mutex> l(mu);
       if (!st.ok()) {
         fail(std::move(st));
@@ -686,7 +691,6 @@ Status RunItems(uint64_t n, int threads, bool keep_going, const std::function<St
         if (commit) return;
         continue;
       }
-      if (!commit) continue;
       busy[slot] = 1;
       ready[j] = slot;
       // Whoever finds the next item to commit ready commits it, and the ones ready after it:
