@@ -109,35 +109,42 @@ def test_signals_mid_write_remove_temporaries_and_the_lock(tmp_path):
               (0.05, 0.4))  # its proof (reading the save back) follows the rename
 
 
+def signal_each_time(cmd, out, appeared, what):
+    """Under the LD_PRELOAD shim (tests/py/slow_create.c), runs `cmd` once per signal and sends
+    that signal as soon as appeared(files of `out`) holds; the process must end by it and leave
+    `out` empty."""
+    slow = os.environ.get("SEEDSTORE_SLOW_CREATE", "")
+    if not os.path.exists(slow):
+        pytest.skip(f"the shim is not built (SEEDSTORE_SLOW_CREATE={slow!r}; ctest sets it)")
+    # (An ASan build wants its runtime first among the libraries; the shim may come first.)
+    env = dict(os.environ, LD_PRELOAD=slow,
+               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
+    for sig in SIGNALS:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in SIGNALS])
+        deadline = time.monotonic() + 20
+        while not appeared(os.listdir(out)):
+            assert proc.poll() is None, f"{sig!r}: {cmd[1]} ended before its {what} appeared"
+            assert time.monotonic() < deadline, f"{sig!r}: no {what} appeared in 20 s"
+            time.sleep(0.002)
+        proc.send_signal(sig)
+        _, err = proc.communicate()
+        assert proc.returncode == -sig, f"{sig!r} -> rc {proc.returncode}\n{err}"
+        assert os.listdir(out) == [], f"{sig!r} left {os.listdir(out)}"
+
+
 def test_a_signal_while_a_temporary_is_created_leaves_none(tmp_path):
     """The moment between a temporary's creation and its registration for removal, widened
     to 400 ms by an LD_PRELOAD shim (tests/py/slow_create.c): a signal sent as soon as import's
     temporary exists -- each signal in turn -- ends the process and leaves the folder empty.
     The name is registered before the file is created, and the handler waits for a creation in
     flight (signal_cleanup::BeginChange); before, the temporary stayed every time."""
-    slow = os.environ.get("SEEDSTORE_SLOW_CREATE", "")
-    if not os.path.exists(slow):
-        pytest.skip(f"the shim is not built (SEEDSTORE_SLOW_CREATE={slow!r}; ctest sets it)")
     st = tmp_path / "a.safetensors"
     write_bf16_safetensors(st, 3, [(64, 64)])
     out = tmp_path / "out"
     out.mkdir()
-    # (An ASan build wants its runtime first among the libraries; the shim may come first.)
-    env = dict(os.environ, LD_PRELOAD=slow,
-               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
-    for sig in SIGNALS:
-        proc = subprocess.Popen([BIN, "import", st, "-o", out / "model.h5"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in SIGNALS])
-        deadline = time.monotonic() + 20
-        while not [f for f in os.listdir(out) if ".tmp-" in f]:
-            assert proc.poll() is None, f"{sig!r}: import ended before its temporary appeared"
-            assert time.monotonic() < deadline, f"{sig!r}: no temporary appeared in 20 s"
-            time.sleep(0.002)
-        proc.send_signal(sig)
-        _, err = proc.communicate()
-        assert proc.returncode == -sig, f"{sig!r} -> rc {proc.returncode}\n{err}"
-        assert os.listdir(out) == [], f"{sig!r} left {os.listdir(out)}"
+    signal_each_time([BIN, "import", st, "-o", out / "model.h5"], out,
+                     lambda files: [f for f in files if ".tmp-" in f], "temporary")
 
 
 def test_a_signal_while_the_writer_lock_is_created_leaves_none(tmp_path):
@@ -148,9 +155,6 @@ def test_a_signal_while_the_writer_lock_is_created_leaves_none(tmp_path):
     loaded machine). The shim widens that moment to 400 ms; each signal in turn is sent as soon
     as the lock exists. The creating thread blocks the signals until the lock is registered
     (signal_cleanup::BeginChange), so the process ends and leaves the folder as it was."""
-    slow = os.environ.get("SEEDSTORE_SLOW_CREATE", "")
-    if not os.path.exists(slow):
-        pytest.skip(f"the shim is not built (SEEDSTORE_SLOW_CREATE={slow!r}; ctest sets it)")
     st = tmp_path / "a.safetensors"
     write_bf16_safetensors(st, 3, [(64, 64)])
     layout = tmp_path / "L.json"
@@ -158,18 +162,5 @@ def test_a_signal_while_the_writer_lock_is_created_leaves_none(tmp_path):
                                   "placements": [{"match": "*", "spec": ["data"]}]}))
     out = tmp_path / "out"
     out.mkdir()
-    env = dict(os.environ, LD_PRELOAD=slow,
-               ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0")
-    for sig in SIGNALS:
-        proc = subprocess.Popen([BIN, "reshard", st, "--layout", layout, "-o", out / "model.h5"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in SIGNALS])
-        deadline = time.monotonic() + 20
-        while not (out / "model.h5.lock").exists():
-            assert proc.poll() is None, f"{sig!r}: reshard ended before its lock appeared"
-            assert time.monotonic() < deadline, f"{sig!r}: no lock appeared in 20 s"
-            time.sleep(0.002)
-        proc.send_signal(sig)
-        _, err = proc.communicate()
-        assert proc.returncode == -sig, f"{sig!r} -> rc {proc.returncode}\n{err}"
-        assert os.listdir(out) == [], f"{sig!r} left {os.listdir(out)}"
+    signal_each_time([BIN, "reshard", st, "--layout", layout, "-o", out / "model.h5"], out,
+                     lambda files: "model.h5.lock" in files, "lock")
