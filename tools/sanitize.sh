@@ -8,8 +8,9 @@
 #   TSAN=1: ThreadSanitizer instead (-DSEEDSTORE_TSAN=ON, folder build-tsan, default labels
 #     'unit|mpi': the tiers whose code runs threads -- readers and writers with o.threads,
 #     in-process worlds, catalogs shared by reading threads). Suppressions: tests/sanitizers/
-#     tsan.supp (OpenMPI only). Last run (2026-12-01 session 8, main at 468db9a): unit|mpi, 172
-#     tests (CTest's count), all pass, no report, in 154 s.
+#     tsan.supp (OpenMPI only). Last run (2026-12-02 session 12, main at bd8ff68, after
+#     ParallelForInOrder): unit|mpi, 197 tests (CTest's count), all pass, no report, in 153 s.
+#     Run before (2026-12-01 session 8, 468db9a): 172 tests, all pass, no report, in 154 s.
 #   default LABEL_REGEX: 'kat|unit|cli|golden'; 'kat|unit|cli|golden|mpi|jax' for all CPU tiers.
 #   BUILD=<dir> chooses the build folder (default build-asan). Not part of .ci/run (CI time).
 #   LSAN_AUDIT=1: run with the suppressions OFF and check, with tools/lsan_audit.py, that every
@@ -20,7 +21,9 @@
 # into Python; the tests start the seedstore binary (ASan + UBSan) as child processes, whose
 # reports land in $BUILD/sanitizer-logs like every other. The script says so when it runs them.
 #
-# Last run (2026-12-02 session 11, AMD EPYC VM, main at 80b3cca): 'unit|cli|golden|mpi', rebuilt
+# Last run (2026-12-02 session 12, AMD EPYC VM, main at c5ef40d): 'unit|cli|golden|mpi', rebuilt
+# from scratch: unit|cli|golden 152, mpi 69 + 5, all pass, no sanitizer report, in 404 s.
+# Run before (2026-12-02 session 11, AMD EPYC VM, main at 80b3cca): 'unit|cli|golden|mpi', rebuilt
 # from scratch: unit|cli|golden 150, mpi 69 + 5, all pass, no sanitizer report, in 373 s.
 # Run before (2026-12-02 session 10, AMD EPYC VM): 'unit|cli|golden|mpi' at 9b41bd6: unit|cli|golden
 # 149, mpi 67 + 5, no sanitizer report (3 ChunkInfo tests failed from a stale object file, not
