@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -92,6 +93,91 @@ Status DistError(const char* name, Code code, const std::string& path, int rank,
   std::string m = std::string(name) + ": distributed save '" + path + "'";
   if (rank >= 0) m += " rank " + std::to_string(rank) + " file '" + file + "'";
   return Status(code, m + ": " + msg);
+}
+
+// ---- The master's seal (docs/FORMAT.md 10) ---------------------------------------------
+// The master's first kSealBytes are an HDF5 user block: kSealMagic (16 bytes, NUL-padded), then
+// the XXH3-64 and the length (little-endian uint64 each) of every byte after the user block.
+// HDF5 does not checksum everything it parses: a global heap collection, where a virtual
+// dataset's mappings lie, has no checksum, and one flipped bit in an object's size there makes
+// libhdf5 1.10 loop forever opening the dataset. The seal is checked before HDF5 reads a byte.
+constexpr uint64_t kSealBytes = 512;
+constexpr char kSealMagic[16] = "seedstore-seal1";
+
+std::string Hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016" PRIx64, v);
+  return b;
+}
+
+// Hashes `fd`'s bytes from kSealBytes to its end; their count in *n. False on a read error.
+bool HashAfterSeal(int fd, uint64_t* hash, uint64_t* n) {
+  Checksum64Stream h;
+  std::vector<unsigned char> buf(1 << 20);
+  *n = 0;
+  for (off_t at = kSealBytes;;) {
+    const ssize_t got = ::pread(fd, buf.data(), buf.size(), at);
+    if (got < 0) return false;
+    if (got == 0) break;
+    h.Update(buf.data(), static_cast<size_t>(got));
+    at += got;
+    *n += static_cast<uint64_t>(got);
+  }
+  *hash = h.Digest();
+  return true;
+}
+
+// Seals the master's temporary `file` (written with a kSealBytes user block, closed).
+Status SealMaster(const std::string& file) {
+  const int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return IoError("cannot open master '" + file + "' to seal it: " + std::strerror(errno));
+  uint64_t hash = 0, n = 0;
+  unsigned char seal[32] = {};
+  bool ok = HashAfterSeal(fd, &hash, &n);
+  std::memcpy(seal, kSealMagic, 16);
+  for (int b = 0; b < 8; ++b) {
+    seal[16 + b] = static_cast<unsigned char>(hash >> (8 * b));
+    seal[24 + b] = static_cast<unsigned char>(n >> (8 * b));
+  }
+  ok = ok && ::pwrite(fd, seal, sizeof seal, 0) == static_cast<ssize_t>(sizeof seal);
+  const std::string err = ok ? "" : std::strerror(errno);
+  ::close(fd);
+  return ok ? Status::Ok() : IoError("cannot seal master '" + file + "': " + err);
+}
+
+// Checks the seal of the master at `path` before HDF5 parses it. A master written before seals
+// (HDF5's signature at byte 0) passes unchecked.
+Status CheckSeal(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Ok();  // H5Store::Open names what is wrong with it
+  unsigned char head[32] = {};
+  const ssize_t got = ::pread(fd, head, sizeof head, 0);
+  static const unsigned char kHdf5[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  Status st;
+  if (got >= 8 && std::memcmp(head, kHdf5, 8) == 0) {
+    st = Status::Ok();  // unsealed (older) master
+  } else if (got < static_cast<ssize_t>(sizeof head) || std::memcmp(head, kSealMagic, 16) != 0) {
+    st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
+                   "the master starts with neither its seal nor HDF5's signature (docs/FORMAT.md 10)");
+  } else {
+    uint64_t want = 0, want_n = 0, hash = 0, n = 0;
+    for (int b = 7; b >= 0; --b) {
+      want = want << 8 | head[16 + b];
+      want_n = want_n << 8 | head[24 + b];
+    }
+    if (!HashAfterSeal(fd, &hash, &n))
+      st = IoError("cannot read master '" + path + "': " + std::strerror(errno));
+    else if (n != want_n)
+      st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
+                     "its seal covers " + std::to_string(want_n) + " bytes after the user block, the file has " +
+                         std::to_string(n) + " (truncated or extended)");
+    else if (hash != want)
+      st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
+                     "its bytes do not match its seal (XXH3-64 " + Hex64(hash) + ", sealed " + Hex64(want) +
+                         "): the master is damaged");
+  }
+  ::close(fd);
+  return st;
 }
 
 // ---- Writer lock ------------------------------------------------------------------------
@@ -1035,6 +1121,7 @@ DistCatalog::~DistCatalog() = default;
 Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) {
   std::unique_ptr<DistCatalog> c(new DistCatalog());
   c->path_ = path;
+  SEEDSTORE_RETURN_IF_ERROR(CheckSeal(path));
   SEEDSTORE_ASSIGN_OR_RETURN(c->master_, H5Store::Open(path));
   auto bad = [&](const std::string& m) {
     return DistError("bad-index", Code::kCorrupt, path, -1, "", std::string(kIndexPath) + ": " + m);
@@ -2217,14 +2304,18 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     if (me == 0) {
       st = [&]() -> Status {
         // One temporary, one rename: the index and virtual datasets are added to the
-        // writer's closed temporary before it is made durable and renamed over `path`.
-        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, seed, gen, o.write));
+        // writer's closed temporary, and it is sealed, before it is made durable and renamed
+        // over `path`.
+        WriteOptions mo = o.write;
+        mo.user_block = kSealBytes;
+        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, seed, gen, mo));
         for (size_t i = 0; i < n; ++i)
           if (ts[i].lazy)
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
         return w->Commit([&](const std::string& temp) {
           SEEDSTORE_RETURN_IF_ERROR(
               AddDistributedObjects(temp, src, plan, layout, id, path, src_fp, counts));
+          SEEDSTORE_RETURN_IF_ERROR(SealMaster(temp));
           // Made durable here, so that between releasing the rank files and the rename there
           // is no fsync left to wait for (Commit's own then finds nothing to write).
           if (const int fd = ::open(temp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {

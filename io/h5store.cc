@@ -1922,7 +1922,8 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   if (!signal_cleanup::BeginChange())
     return IoError("creating '" + m.file->temp_path() + "': the process is ending on a signal");
   Hid fcpl(UntimedCreationList(H5P_FILE_CREATE), H5Pclose);
-  m.h5 = fcpl.ok() ? H5Fcreate(m.file->temp_path().c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()) : -1;
+  const bool fcpl_ok = fcpl.ok() && (m.opt.user_block == 0 || H5Pset_userblock(fcpl.get(), m.opt.user_block) >= 0);
+  m.h5 = fcpl_ok ? H5Fcreate(m.file->temp_path().c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()) : -1;
   signal_cleanup::EndChange();
   if (m.h5 < 0) return SEEDSTORE_H5_ERROR("creating '" + m.file->temp_path() + "'");
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(m.h5, "seedstore.format", "seedstore"));

@@ -76,6 +76,10 @@ struct WriteOptions {
   /// Permissions of a new file (-1: 0644 less the umask); a replaced file keeps its own
   /// (AtomicFile::Create).
   int file_mode = -1;
+  /// Bytes reserved at the file's start for the caller: an HDF5 user block, which HDF5 and
+  /// every reader skip (0, or a power of 2 >= 512). A distributed save's master keeps its seal
+  /// there (docs/FORMAT.md 10).
+  uint64_t user_block = 0;
 };
 
 /// Where a dense tensor's elements come from while writing: fills `out` with the elements of

@@ -22,6 +22,8 @@
 #include "store/verify.h"
 #include "tests/store_test_util.h"
 
+#include <xxhash.h>
+
 namespace seedstore::mpitest {
 
 struct Proc {
@@ -48,6 +50,22 @@ inline std::string ReadAll(const std::string& path) {
 }
 
 /// Runs a shell command line, capturing stdout and stderr separately.
+/// Seals the distributed save's master at `path` anew (docs/FORMAT.md 10: "seedstore-seal1",
+/// then XXH3-64 and count of the bytes after the 512-byte user block, little-endian) after a
+/// test edited it -- as a writer that wrote those very bytes would have sealed them, so that
+/// what verify checks beyond the seal is reached. No-op for a file without a seal. Written
+/// from the format document, not from the writer's code.
+inline void ResealMaster(const std::string& path) {
+  std::string all = ReadAll(path);
+  if (all.size() < 512 || all.compare(0, 16, std::string("seedstore-seal1\0", 16)) != 0) return;
+  const uint64_t h = XXH3_64bits(all.data() + 512, all.size() - 512), n = all.size() - 512;
+  for (int b = 0; b < 8; ++b) {
+    all[16 + b] = static_cast<char>(h >> (8 * b));
+    all[24 + b] = static_cast<char>(n >> (8 * b));
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << all;
+}
+
 inline Proc Shell(const std::string& cmd) {
   static int n = 0;
   const std::string base = TempDir() + "/proc" + std::to_string(n++);

@@ -1188,7 +1188,7 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
 }
 
 // Replaces the /distributed/index of the master `file` by `edit`'s change of its JSON (with a
-// fresh checksum, as a writer would).
+// fresh checksum and seal, as a writer would).
 void EditIndex(const std::string& file, const std::function<void(nlohmann::json&)>& edit) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
@@ -1220,6 +1220,7 @@ void EditIndex(const std::string& file, const std::function<void(nlohmann::json&
   H5Dclose(d);
   H5Sclose(sp);
   H5Fclose(f);
+  mpitest::ResealMaster(file);
 }
 
 // The index records each dense tensor's chunks and bytes on disk over its pieces, so
@@ -1724,12 +1725,14 @@ std::vector<std::string> VerifyProblems(const std::string& path) {
   return out;
 }
 
-// Opens HDF5 file `file` for writing, runs `edit` on it, closes it.
+// Opens HDF5 file `file` for writing, runs `edit` on it, closes it; a master is sealed anew
+// (as a writer that made those objects would have), so that verify's checks of them are reached.
 void EditH5(const std::string& file, const std::function<void(hid_t)>& edit) {
   const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0) << file;
   edit(f);
   ASSERT_GE(H5Fclose(f), 0);
+  mpitest::ResealMaster(file);
 }
 
 // One mapping of a virtual dataset, as plain numbers (bounds of its two box selections; HDF5
@@ -2134,6 +2137,14 @@ TEST(ReshardVds, DamagedMappingsAreNamedNotDecoded) {
   ASSERT_EQ(all.find(entry, at + 1), std::string::npos);
   all[at + entry.size()] ^= 0x40;  // the first byte of the mapping's source selection
   std::ofstream(p, std::ios::binary | std::ios::trunc) << all;
+  // The master's seal refuses it at open (docs/FORMAT.md 10) ...
+  const std::vector<std::string> sealed = VerifyProblems(p);
+  ASSERT_EQ(sealed.size(), 1u) << ::testing::PrintToString(sealed);
+  EXPECT_NE(sealed[0].find("master-corrupt: distributed save '" + p + "': its bytes do not match its seal"),
+            std::string::npos)
+      << sealed[0];
+  // ... and sealed anew (a master an unsealed writer wrote so), verify names the damage.
+  mpitest::ResealMaster(p);
   EXPECT_EQ(VerifyProblems(p), std::vector<std::string>{"vds-mismatch: distributed save '" + p +
                                                         "': master tensor 'w' /tensors/w: cannot be opened safely: "
                                                         "its mappings' checksum differs (damaged)"});
