@@ -22,7 +22,8 @@
 # reports land in $BUILD/sanitizer-logs like every other. The script says so when it runs them.
 #
 # Last run (2026-12-02 session 12, AMD EPYC VM, main at c5ef40d): 'unit|cli|golden|mpi', rebuilt
-# from scratch: unit|cli|golden 152, mpi 69 + 5, all pass, no sanitizer report, in 404 s.
+# from scratch: unit|cli|golden 152, mpi 69 + 5, all pass, no sanitizer report, in 404 s;
+# then 'golden|mpi' at 40cb3cd (the master's seal), incremental: 12, 69 + 5, no report, 370 s.
 # Run before (2026-12-02 session 11, AMD EPYC VM, main at 80b3cca): 'unit|cli|golden|mpi', rebuilt
 # from scratch: unit|cli|golden 150, mpi 69 + 5, all pass, no sanitizer report, in 373 s.
 # Run before (2026-12-02 session 10, AMD EPYC VM): 'unit|cli|golden|mpi' at 9b41bd6: unit|cli|golden
