@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -104,12 +103,6 @@ Status DistError(const char* name, Code code, const std::string& path, int rank,
 constexpr uint64_t kSealBytes = 512;
 constexpr char kSealMagic[16] = "seedstore-seal1";
 
-std::string Hex64(uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016" PRIx64, v);
-  return b;
-}
-
 // Hashes `fd`'s bytes from kSealBytes to its end; their count in *n. False on a read error.
 bool HashAfterSeal(int fd, uint64_t* hash, uint64_t* n) {
   Checksum64Stream h;
@@ -154,9 +147,9 @@ Status CheckSeal(const std::string& path) {
   const ssize_t got = ::pread(fd, head, sizeof head, 0);
   static const unsigned char kHdf5[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
   Status st;
-  if (got >= 8 && std::memcmp(head, kHdf5, 8) == 0) {
-    st = Status::Ok();  // unsealed (older) master
-  } else if (got < static_cast<ssize_t>(sizeof head) || std::memcmp(head, kSealMagic, 16) != 0) {
+  if (got < static_cast<ssize_t>(sizeof head) || std::memcmp(head, kHdf5, 8) == 0) {
+    st = Status::Ok();  // unsealed (older) master; or unreadable or short: H5Store::Open names it
+  } else if (std::memcmp(head, kSealMagic, 16) != 0) {
     st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
                    "the master starts with neither its seal nor HDF5's signature (docs/FORMAT.md 10)");
   } else {

@@ -27,6 +27,9 @@ Status WriteStringAttr(int64_t obj, const char* name, const std::string& value);
 /// must not run concurrently with other HDF5 calls (in io/h5store.cc: hold H5Guard).
 void AbandonH5File(int64_t file);
 
+/// `v` as 16 lowercase hex digits (checksums in messages).
+std::string Hex64(uint64_t v);
+
 /// A new creation property list of class `cls` -- H5P_FILE_CREATE (for the root group),
 /// H5P_GROUP_CREATE or H5P_DATASET_CREATE -- whose objects record no times: HDF5 otherwise
 /// stamps each object header with the times it was made and changed, and two writes of the same

@@ -164,12 +164,6 @@ size_t ZstdFilter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], 
 
 // ---- names, types, attributes --------------------------------------------------------------
 
-std::string Hex64(uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016" PRIx64, v);
-  return b;
-}
-
 std::string ShapeText(const std::vector<uint64_t>& s) {
   std::string t = "[";
   for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
@@ -900,6 +894,12 @@ void AbandonH5File(int64_t file) {
 #endif
   H5Fclose(file);
   H5ErrorText();
+}
+
+std::string Hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016" PRIx64, v);
+  return b;
 }
 
 int64_t UntimedCreationList(int64_t cls) {
