@@ -46,6 +46,19 @@ std::string BaseOf(const std::string& p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
+// A virtual dataset's source file and dataset names are patterns to HDF5: `%b` stands for a
+// block number and `%%` for one `%` (H5Pset_virtual). Escaped tensor names hold `%` (`/` is
+// written `%2F`, docs/FORMAT.md 4), and so may a save's path: every `%` is doubled.
+std::string VdsSourceName(const std::string& name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    out += c;
+    if (c == '%') out += '%';
+  }
+  return out;
+}
+
 // RAII for HDF5 ids.
 struct H {
   hid_t id = -1;
@@ -969,7 +982,8 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
         H vs(BoxSpace(mp.to), H5Sclose);
         H ss(BoxSpace(mp.from), H5Sclose);
         failed |= vs.id < 0 || ss.id < 0 ||
-                  H5Pset_virtual(dcpl.id, vs.id, src_file.c_str(), dset.c_str(), ss.id) < 0;
+                  H5Pset_virtual(dcpl.id, vs.id, VdsSourceName(src_file).c_str(),
+                                 VdsSourceName(dset).c_str(), ss.id) < 0;
       }
       if (failed) return IoError("cannot map the pieces of '" + t.name + "' (H5Pset_virtual)");
       std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());
@@ -1904,15 +1918,16 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
       const Selection to = SelectionOf(vs.id), from = SelectionOf(ss.id, &m.from);
       const std::string file = VirtualString(H5Pget_virtual_filename, dcpl.id, k);
       const std::string src = VirtualString(H5Pget_virtual_dsetname, dcpl.id, k);
-      const std::string want_file = BaseOf(rank_files_[m.rank]);
+      // Compared (and shown) as the patterns HDF5 keeps: a lone `%b` must not pass for `%%b`.
+      const std::string want_file = VdsSourceName(BaseOf(rank_files_[m.rank])), want_src = VdsSourceName(dset);
       if (vs.id >= 0 && ss.id >= 0 && to.is_box && from.is_box && SameBox(to.box, m.to) &&
-          SameBox(from.box, m.from) && file == want_file && src == dset)
+          SameBox(from.box, m.from) && file == want_file && src == want_src)
         continue;
       if (differ++ == 0) {
         const Piece& p = pieces_[i][m.piece];
         first = "mapping " + std::to_string(k) + " maps " + DescribeMapping(to, from, file, src) +
                 "; the index says " +
-                DescribeMapping({m.to, m.to.Count(), true}, {m.from, m.from.Count(), true}, want_file, dset) +
+                DescribeMapping({m.to, m.to.Count(), true}, {m.from, m.from.Count(), true}, want_file, want_src) +
                 " (piece " + std::to_string(m.piece) + ", " + DescribeRegion(p.region) + " of rank " +
                 std::to_string(p.rank) +
                 (SameRegion(p.region, p.stored) ? "" : " stored as " + DescribeRegion(p.stored)) + ")";
