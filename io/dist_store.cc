@@ -25,7 +25,7 @@ namespace seedstore {
 namespace {
 
 using json = nlohmann::json;
-constexpr const char* kIndexPath = "/distributed/index";
+constexpr const char* kIndexPath = kDistIndexPath;
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
@@ -1087,23 +1087,9 @@ std::string RankFileName(const std::string& path, uint32_t id, int rank) {
 
 bool IsDistributedSave(const std::string& path) {
   if (!LooksLikeHdf5(path)) return false;
-  H5E_auto2_t fn;
-  void* data;
-  H5Eget_auto2(H5E_DEFAULT, &fn, &data);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  bool yes = false;
-  {
-    H f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (f.id >= 0) {
-      // The root's attributes lie in its object header, which HDF5 checksums.
-      auto role = H5Aexists(f.id, kRoleAttr) > 0 ? ReadStringAttr(f.id, kRoleAttr, path) : Result<std::string>("");
-      const htri_t group = H5Lexists(f.id, "/distributed", H5P_DEFAULT);
-      yes = !role.ok() || *role == kMasterRole || group < 0 ||
-            (group > 0 && H5Lexists(f.id, kIndexPath, H5P_DEFAULT) != 0);
-    }
-  }
-  H5Eset_auto2(H5E_DEFAULT, fn, data);
-  return yes;
+  auto lock = LockH5();
+  H f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  return f.id >= 0 && FileIsDistributedMaster(f.id, path);
 }
 
 void RootSeedOf(const Catalog& c, uint64_t* seed, Generator* generator) {

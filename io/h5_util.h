@@ -58,5 +58,14 @@ std::unique_lock<std::recursive_mutex> LockH5();
 /// The root attribute that marks a distributed save's master (docs/FORMAT.md 10), and its value.
 constexpr const char* kRoleAttr = "seedstore.role";
 constexpr const char* kMasterRole = "distributed-master";
+/// A distributed save's index (docs/FORMAT.md 10).
+constexpr const char* kDistIndexPath = "/distributed/index";
+
+/// Whether open HDF5 file `file` is a distributed save's master: its root attribute
+/// seedstore.role is kMasterRole (or unreadable), or, for masters written before that
+/// attribute, /distributed/index exists -- or HDF5 cannot tell whether /distributed exists
+/// (damaged links). Such a file is never taken for an ordinary store holding only its lazy
+/// tensors. Call holding LockH5().
+bool FileIsDistributedMaster(int64_t file, const std::string& where);
 
 }  // namespace seedstore

@@ -911,6 +911,16 @@ int64_t UntimedCreationList(int64_t cls) {
   return p;
 }
 
+bool FileIsDistributedMaster(int64_t file, const std::string& where) {
+  // The root's attributes lie in its object header, which HDF5 checksums.
+  auto role = H5Aexists(file, kRoleAttr) > 0 ? ReadStringAttr(file, kRoleAttr, where) : Result<std::string>("");
+  const htri_t group = H5Lexists(file, "/distributed", H5P_DEFAULT);
+  const bool yes = !role.ok() || *role == kMasterRole || group < 0 ||
+                   (group > 0 && H5Lexists(file, kDistIndexPath, H5P_DEFAULT) != 0);
+  H5ErrorText();  // what the probes left on HDF5's error stack
+  return yes;
+}
+
 Status WriteStringAttr(int64_t obj, const char* name, const std::string& value) {
   Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
   const std::string v = value.empty() ? std::string(1, '\0') : value;
@@ -1044,6 +1054,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   }
   s->AttachDescriptor();
   const hid_t f = s->file_;
+  s->distributed_master_ = FileIsDistributedMaster(f, w);
   // Root attributes: magic and version.
   SEEDSTORE_ASSIGN_OR_RETURN(std::string magic, ReadStringAttr(f, "seedstore.format", w));
   if (magic != "seedstore")
@@ -2296,9 +2307,16 @@ Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>&
   return Status::Ok();
 }
 
+Status RewriteOfMasterRefused(const std::string& path) {
+  return InvalidArgument("file '" + path +
+                         "' is a distributed save's master: tensors are replaced in a one-file store "
+                         "(`seedstore reshard " + path + " --consolidate -o STORE` makes one)");
+}
+
 Status ReplaceWithDense(const std::string& path, const std::map<std::string, BoxSource>& values,
-                        WriteOptions options) {
+                        WriteOptions options, std::function<void(uint64_t)> progress) {
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> src, H5Store::Open(path));
+  if (src->distributed_master()) return RewriteOfMasterRefused(path);
   for (const auto& [name, _] : values)
     if (src->Find(name) < 0) return NotFound("file '" + path + "': no tensor '" + name + "'");
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<StoreWriter> w,
@@ -2311,7 +2329,7 @@ Status ReplaceWithDense(const std::string& path, const std::map<std::string, Box
     } else {
       DenseChunking keep;  // a piece (a rank file's tensor) stays the same piece
       keep.piece = t.piece;
-      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second, {}, keep));
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second, progress, keep));
     }
   }
   return w->Commit();

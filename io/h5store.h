@@ -197,6 +197,9 @@ class H5Store : public Catalog {
   Generator generator() const { return generator_; }
   /// File size in bytes.
   uint64_t file_bytes() const { return file_bytes_; }
+  /// Whether the file is a distributed save's master (FileIsDistributedMaster, io/h5_util.h):
+  /// then this store holds only its lazy tensors and scalars; DistCatalog reads the save.
+  bool distributed_master() const { return distributed_master_; }
 
   /// One problem found by Verify.
   struct Problem {
@@ -291,6 +294,7 @@ class H5Store : public Catalog {
   int fd_ = -1;  // the HDF5 file's descriptor, for pread of chunks (-1: use H5Dread_chunk)
   uint64_t kernel_readahead_ = 0;  // the kernel's readahead window for fd_'s device (0: unknown)
   uint64_t seed_ = 0, file_bytes_ = 0;
+  bool distributed_master_ = false;
   Generator generator_ = Generator::kThreefry;
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
@@ -393,10 +397,17 @@ class StoreWriter {
 };
 
 /// Rewrites the store at `path` with the named tensors replaced by dense values from their
-/// sources (typically trained values replacing lazy ones); every other tensor is copied as is.
-/// Atomic. Errors: kNotFound for a name the store lacks; shapes come from the store's records.
+/// sources (typically trained values replacing lazy ones); every other tensor is copied as is,
+/// and a piece (a rank file's tensor) stays the same piece. Atomic. `progress`, when set, gets
+/// the bytes of each chunk written. Errors: kNotFound for a name the store lacks; a
+/// distributed save's master is refused (kInvalidArgument: rewriting it as a store would drop
+/// its dense tensors); shapes come from the store's records.
 Status ReplaceWithDense(const std::string& path, const std::map<std::string, BoxSource>& values,
-                        WriteOptions options = {});
+                        WriteOptions options = {}, std::function<void(uint64_t)> progress = {});
+
+/// The refusal ReplaceWithDense gives for a distributed save's master at `path`, for callers
+/// that check before they read anything.
+Status RewriteOfMasterRefused(const std::string& path);
 
 /// Escapes a tensor name into one HDF5 link name: '%' -> "%25", '/' -> "%2F", and a name made
 /// only of dots has every '.' -> "%2E".

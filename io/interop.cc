@@ -331,6 +331,7 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
   }
   // Update: check shapes and dtypes against the store, then rewrite it.
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> st, H5Store::Open(store));
+  if (st->distributed_master()) return RewriteOfMasterRefused(store);
   std::map<std::string, BoxSource> values;
   for (size_t i = 0; i < ts.size(); ++i) {
     const int k = st->Find(ts[i].name);
@@ -345,17 +346,8 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
                              (t.piece ? "piece " + DescribeRegion(*t.piece) : std::string("whole tensor")));
     values[ts[i].name] = source_of(i);
   }
-  SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, st->root_seed(), st->generator(), o.write));
-  for (size_t i = 0; i < st->tensors().size(); ++i) {
-    const TensorRecord& t = st->tensors()[i];
-    auto it = values.find(t.name);
-    if (it == values.end()) {
-      SEEDSTORE_RETURN_IF_ERROR(w->CopyFrom(*st, i));
-    } else {
-      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(t.name, t.shape, t.dtype, it->second, progress, placed(t.piece)));
-    }
-  }
-  SEEDSTORE_RETURN_IF_ERROR(w->Commit());
+  st.reset();
+  SEEDSTORE_RETURN_IF_ERROR(ReplaceWithDense(store, values, o.write, progress));
   return static_cast<int>(ts.size());
 }
 

@@ -78,7 +78,7 @@ Register reg({"import", "Import safetensors (file or index.json) into a store as
       ->required();
   app.add_option("-o,--output", o->out, "Store file")->required();
   app.add_flag("--update", o->update,
-               "Replace these tensors in the existing store (same shape and dtype), keep the rest");
+               "Replace these tensors in the existing one-file store (same shape and dtype), keep the rest; a distributed save is refused (reshard --consolidate makes a store of it)");
   AddInteger(app, "--seed", &o->seed, "Root seed recorded in a new store, 0..2^64-1 (default 0)");
   AddInteger(app, "--zstd-level", &o->level, "zstd level 1..22 (default 1)", kMinZstdLevel,
              kMaxZstdLevel);

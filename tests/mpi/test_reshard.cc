@@ -15,6 +15,8 @@
 #include <random>
 
 #include "io/dist_store.h"
+#include "io/export.h"
+#include "io/interop.h"
 #include "io/h5store.h"
 #include "io/open.h"
 #include "store/spec.h"
@@ -1774,6 +1776,43 @@ TEST(ReshardVds, NamesWithSlashesAndPercentsAreMappedAsPatterns) {
     EXPECT_EQ(p.code, 0) << p.out << p.err;
     EXPECT_NE(p.out.find("h5py-ok 4"), std::string::npos) << p.out << p.err;
   }
+}
+
+// A master is an HDF5 store holding only the save's lazy tensors and scalars: rewriting it as
+// one (import --update, ReplaceWithDense) once dropped every dense tensor and orphaned the rank
+// files, exit 0. Both are refused before anything is written; the save stays byte-identical.
+TEST(ReshardVds, AMasterIsNotRewrittenAsAStore) {
+  const std::string out = VdsSave("rv_update.h5");
+  auto d = DistCatalog::Open(out);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  std::vector<std::string> files = (*d)->rank_files();
+  d->reset();
+  files.push_back(out);
+  std::map<std::string, std::string> before;
+  for (const std::string& f : files) before[f] = mpitest::ReadAll(f);
+  // A safetensors file of the save's own tensors (dense ones, and "lz", lazy in the save).
+  auto src = OpenCatalog(GetVds().source);
+  ASSERT_TRUE(src.ok());
+  const std::string st = TempDir() + "/rv_update.safetensors";
+  ExportOptions eo;
+  auto n = ExportSafetensors(**src, st, eo);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_EQ(*n, 6);
+  ImportOptions io;
+  io.update = true;
+  auto r = ImportSafetensors(st, out, io);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("is a distributed save's master"), std::string::npos)
+      << r.status().ToString();
+  std::vector<unsigned char> ones(16, 0);
+  Status s = ReplaceWithDense(out, {{"lz", [&](const Region&, void* o) {
+                                       std::memcpy(o, ones.data(), ones.size());
+                                       return Status::Ok();
+                                     }}});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  for (const std::string& f : files) EXPECT_TRUE(mpitest::ReadAll(f) == before[f]) << f << " changed";
+  EXPECT_EQ(VerifyProblems(out), std::vector<std::string>{});
 }
 
 // One mapping of a virtual dataset, as plain numbers (bounds of its two box selections; HDF5
