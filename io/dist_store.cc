@@ -312,7 +312,15 @@ struct Plan {
   // Per tensor and shard: the box its rank file stores, the shard's region or a padded box
   // around it (ChunkMatcher::Pad; docs/FORMAT.md 10). Set by PadPieces.
   std::vector<std::vector<Region>> stored;
+  // Pieces numbered tensor by tensor, in plan order: tensor i's first is first_piece[i]; the
+  // count is first_piece.back(). Set by NumberPieces once `shards` is final.
+  std::vector<size_t> first_piece;
 };
+
+void NumberPieces(Plan* p) {
+  p->first_piece.assign(1, 0);
+  for (const auto& s : p->shards) p->first_piece.push_back(p->first_piece.back() + s.size());
+}
 
 Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
   Plan p;
@@ -508,8 +516,9 @@ constexpr size_t kCounts = 3;
 // ChunkMatcher::For: copying the source's stored chunks where they line up); counts the chunks
 // copied and encoded and the bytes stored into counts[0, 1, 2]. The elements come from `data`
 // when it is not null (g's elements, row-major in its local shape), else from the source.
+// The fingerprint recorded for it goes to *fp when fp is not null.
 Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, DenseChunking chunking,
-                bool as_piece, const void* data, uint64_t* counts) {
+                bool as_piece, const void* data, uint64_t* counts, Fingerprint* fp = nullptr) {
   const TensorRecord& t = src.tensors()[i];
   const std::vector<uint64_t> shape = t.shape;
   BoxSource source = [&src, i, g, shape](const Region& local, void* out) -> Status {
@@ -536,6 +545,7 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, D
   counts[0] += after.copied - before.copied;
   counts[1] += after.encoded - before.encoded;
   counts[2] += after.stored_bytes - before.stored_bytes;
+  if (fp) *fp = w.last_dense_fingerprint();
   return Status::Ok();
 }
 
@@ -577,9 +587,16 @@ Region Cover(const Region& a, const Region& b) {
 // in runs of neighbours read from the source as one covering box of at most kWindowBytes (and
 // at most twice the runs' own elements): so a source chunk that many small pieces share --
 // flat pieces over hundreds of ranks -- is read and decoded once per run, not once per piece.
+// The fingerprint each piece k of tensor i is recorded with goes to piece_fps[p], p =
+// plan.first_piece[i] + k (two words each; other entries are left as they are).
 Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<int>& ranks,
                       const std::vector<std::string>& files, const DistSaveOptions& o, uint64_t* bytes,
-                      std::vector<uint64_t>& counts) {
+                      std::vector<uint64_t>& counts, std::vector<uint64_t>& piece_fps) {
+  auto record = [&](size_t i, size_t k, const Fingerprint& f) {
+    const size_t p = plan.first_piece[i] + k;
+    piece_fps[2 * p] = f.lane0;
+    piece_fps[2 * p + 1] = f.lane1;
+  };
   uint64_t seed;
   Generator gen;
   RootSeedOf(src, &seed, &gen);
@@ -625,8 +642,10 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
         own += g.Count();
       }
       if (b == a + 1) {  // alone: read as it is written, chunk by chunk (or copied as stored)
+        Fingerprint f;
         SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
-                                           items[a].chunking, true, nullptr, &counts[kCounts * i]));
+                                           items[a].chunking, true, nullptr, &counts[kCounts * i], &f));
+        record(i, items[a].k, f);
         ++a;
         continue;
       }
@@ -649,8 +668,10 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
           CopyBox(window.data(), cext, off, piece.data(), ext, nullptr, ext, g.rank, es);
           data = piece.data();
         }
+        Fingerprint f;
         SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, g, items[a].chunking, true, data,
-                                           &counts[kCounts * i]));
+                                           &counts[kCounts * i], &f));
+        record(i, items[a].k, f);
       }
     }
   }
@@ -871,14 +892,15 @@ hid_t BoxSpace(const Region& b) {
 std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i) {
   std::vector<DistCatalog::Piece> ps;
   for (size_t k = 0; k < plan.shards[i].size(); ++k)
-    ps.push_back({plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k]});
+    ps.push_back({plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k], std::nullopt});
   return ps;
 }
 
 // Adds the index and the virtual datasets to the (closed, committed) master file at `file`.
 Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
                              const Layout& layout, uint32_t id, const std::string& path,
-                             const std::vector<Fingerprint>& fps, const std::vector<uint64_t>& counts) {
+                             const std::vector<Fingerprint>& fps, const std::vector<uint64_t>& counts,
+                             const std::vector<uint64_t>& piece_fps) {
   const auto& ts = src.tensors();
   json tensors = json::array();
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -891,6 +913,8 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
       const Shard& s = plan.shards[i][k];
       json piece = {{"rank", s.replicas[0]}, {"region", RegionToJson(s.region)}};
       if (!SameRegion(plan.stored[i][k], s.region)) piece["stored"] = RegionToJson(plan.stored[i][k]);
+      const size_t q = plan.first_piece[i] + k;
+      piece["fingerprint"] = FingerprintHex(Fingerprint{piece_fps[2 * q], piece_fps[2 * q + 1]});
       pieces.push_back(std::move(piece));
     }
     tensors.push_back(json{{"name", ts[i].name},
@@ -1197,6 +1221,14 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
                        " does not hold the piece " + DescribeRegion(*reg));
           piece.stored = *sb;
         }
+        if (p.contains("fingerprint")) {
+          auto f = p["fingerprint"].is_string() ? ParseFingerprintHex(p["fingerprint"].get<std::string>())
+                                                : Result<Fingerprint>(InvalidArgument("not a string"));
+          if (!f.ok())
+            return bad("tensor '" + name + "' piece " + std::to_string(ps.size()) + ": fingerprint: " +
+                       f.status().message());
+          piece.fingerprint = *f;
+        }
         covered += piece.region.Count();
         ps.push_back(piece);
       }
@@ -1396,6 +1428,15 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
                          reading + "tensor '" + records_[i].name + "' is recorded as piece " +
                              (rp ? DescribeRegion(*rp) : std::string("(none)")) +
                              ", the index says " + DescribeRegion(p.stored));
+      // The same piece of this save: its record's fingerprint is the one the index took from
+      // the writer (a rank file of another save, or one changed since, holds other values).
+      const std::optional<Fingerprint>& rf = (*s)->tensors()[k].fingerprint;
+      if (p.fingerprint && (!rf || *rf != *p.fingerprint))
+        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                         reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
+                             " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
+                             ", the index says " + FingerprintHex(*p.fingerprint) +
+                             ": the file is not this save's (another save's rank file, or changed since)");
     }
   return std::move(*s);
 }
@@ -2187,6 +2228,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     plan.shards.resize(n);
     plan.stored.resize(n);
   }
+  NumberPieces(&plan);
   // Save id: rank 0 draws it, the sum spreads it.
   uint64_t id64 = 0;
   if (me == 0) id64 = std::random_device{}() ^ static_cast<uint32_t>(::getpid() * 2654435761u);
@@ -2229,6 +2271,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   // Write.
   uint64_t bytes = 0;
   std::vector<uint64_t> counts(kCounts * n, 0);  // per tensor: chunks copied, encoded; bytes stored
+  std::vector<uint64_t> piece_fps;               // per piece: lane0, lane1 (distributed saves)
   if (o.consolidate) {
     if (me == 0) {
       st = [&]() -> Status {
@@ -2276,11 +2319,14 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
                                                                               kMaxOpenRankFiles));
     std::vector<uint64_t> file_bytes(groups, 0);
     std::vector<std::vector<uint64_t>> file_counts(groups, std::vector<uint64_t>(kCounts * n, 0));
+    // Each piece's recorded fingerprint, from the process that wrote it (zero elsewhere; the
+    // groups write disjoint pieces), all-reduced for the master's index.
+    piece_fps.assign(2 * plan.first_piece.back(), 0);
     st = ParallelFor(groups, threads, false, [&](uint64_t k, int) -> Status {
       std::vector<int> ranks(mine.begin() + k * mine.size() / groups, mine.begin() + (k + 1) * mine.size() / groups);
       std::vector<std::string> files;
       for (int r : ranks) files.push_back(RankFileName(path, id, r));
-      return WriteRankFiles(src, plan, ranks, files, o, &file_bytes[k], file_counts[k]);
+      return WriteRankFiles(src, plan, ranks, files, o, &file_bytes[k], file_counts[k], piece_fps);
     });
     for (size_t k = 0; k < groups; ++k) {
       bytes += file_bytes[k];
@@ -2291,6 +2337,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     // The index records each tensor's chunks and bytes over all its pieces (inspect shows
     // them without opening a rank file).
     if (a.ok()) a = comm.AllReduceSum(counts.data(), counts.size(), "chunk counts");
+    if (a.ok()) a = comm.AllReduceSum(piece_fps.data(), piece_fps.size(), "piece fingerprints");
     if (!a.ok()) {
       drop_mine();
       return a;
@@ -2308,7 +2355,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
         return w->Commit([&](const std::string& temp) {
           SEEDSTORE_RETURN_IF_ERROR(
-              AddDistributedObjects(temp, src, plan, layout, id, path, src_fp, counts));
+              AddDistributedObjects(temp, src, plan, layout, id, path, src_fp, counts, piece_fps));
           SEEDSTORE_RETURN_IF_ERROR(SealMaster(temp));
           // Made durable here, so that between releasing the rank files and the rename there
           // is no fsync left to wait for (Commit's own then finds nothing to write).

@@ -62,6 +62,10 @@ class DistCatalog : public Catalog {
     /// Global box its rank file stores: `region`, or a padded box around it (docs/FORMAT.md
     /// 10, "Padded pieces"): the rank file's tensor has this box's shape and piece record.
     Region stored;
+    /// The fingerprint the rank file records for it (its `stored` box, in the global frame),
+    /// when the index gives one (saves from 2026-12-02, session 13, on): a rank file whose
+    /// record differs is not this save's (rank-file-corrupt at open).
+    std::optional<Fingerprint> fingerprint;
   };
   static Result<std::unique_ptr<DistCatalog>> Open(const std::string& path);
   ~DistCatalog() override;

@@ -1054,7 +1054,6 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   }
   s->AttachDescriptor();
   const hid_t f = s->file_;
-  s->distributed_master_ = FileIsDistributedMaster(f, w);
   // Root attributes: magic and version.
   SEEDSTORE_ASSIGN_OR_RETURN(std::string magic, ReadStringAttr(f, "seedstore.format", w));
   if (magic != "seedstore")
@@ -1879,6 +1878,7 @@ struct StoreWriter::Impl {
 #endif
   }
   StoreWriter::ChunkCounts counts;
+  Fingerprint last_dense;  // last_dense_fingerprint()
 
   // Closes the HDF5 file: kept (flushed by Commit before) or abandoned (AbandonH5File: an
   // error or a writer dropped uncommitted, whose temporary is removed next). Kept: false when
@@ -2223,6 +2223,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
   m.counts.stored_bytes += stored.load() + g.num * 32;
   m.records.push_back(DenseRecordJson(name, shape, dtype, fp, stored.load() + g.num * 32, frame.piece));
+  m.last_dense = fp;
   return Status::Ok();
 }
 
@@ -2253,6 +2254,7 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
   m.counts.stored_bytes += src.stored(i).stored_bytes;
   m.records.push_back(DenseRecordJson(t.name, t.shape, t.dtype, *t.fingerprint,
                                       src.stored(i).stored_bytes, t.piece));
+  m.last_dense = *t.fingerprint;
   return Status::Ok();
 }
 
@@ -2270,6 +2272,7 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {
 }
 
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }
+Fingerprint StoreWriter::last_dense_fingerprint() const { return impl_->last_dense; }
 
 Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>& before_rename) {
   Impl& m = *impl_;
@@ -2305,6 +2308,13 @@ Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>&
   SEEDSTORE_RETURN_IF_ERROR(m.file->Commit());
   m.committed = true;
   return Status::Ok();
+}
+
+bool H5Store::distributed_master() const {
+  // Probed when asked, not at Open: HDF5 walking a damaged root group's links there once
+  // changed what Open then read (tests/golden/test_flip_sweep.cc).
+  auto lock = LockH5();
+  return FileIsDistributedMaster(file_, path_);
 }
 
 Status RewriteOfMasterRefused(const std::string& path) {

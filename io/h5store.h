@@ -199,7 +199,7 @@ class H5Store : public Catalog {
   uint64_t file_bytes() const { return file_bytes_; }
   /// Whether the file is a distributed save's master (FileIsDistributedMaster, io/h5_util.h):
   /// then this store holds only its lazy tensors and scalars; DistCatalog reads the save.
-  bool distributed_master() const { return distributed_master_; }
+  bool distributed_master() const;
 
   /// One problem found by Verify.
   struct Problem {
@@ -294,7 +294,6 @@ class H5Store : public Catalog {
   int fd_ = -1;  // the HDF5 file's descriptor, for pread of chunks (-1: use H5Dread_chunk)
   uint64_t kernel_readahead_ = 0;  // the kernel's readahead window for fd_'s device (0: unknown)
   uint64_t seed_ = 0, file_bytes_ = 0;
-  bool distributed_master_ = false;
   Generator generator_ = Generator::kThreefry;
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
@@ -374,6 +373,8 @@ class StoreWriter {
     uint64_t copied = 0, encoded = 0, stored_bytes = 0;
   };
   ChunkCounts chunk_counts() const;
+  /// The fingerprint recorded for the last dense tensor added (zero before the first).
+  Fingerprint last_dense_fingerprint() const;
   /// Copies tensor `i` of `src` unchanged: lazy record, or dense chunks as stored (no
   /// recompression).
   Status CopyFrom(const H5Store& src, size_t i);

@@ -1626,6 +1626,20 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
                   return Status::Ok();
                 }, {}, ch).ok());
     ASSERT_TRUE((*w)->Commit().ok());
+    // ... and an index that records the new piece's fingerprint (else the rank file is refused
+    // at open as not this save's, before its padding is looked at).
+    const std::string master = mpitest::ReadAll(d6);
+    {
+      auto r3 = H5Store::Open(rank3);
+      ASSERT_TRUE(r3.ok()) << r3.status().ToString();
+      const std::string fp = FingerprintHex(*(*r3)->tensors()[0].fingerprint);
+      ASSERT_NO_FATAL_FAILURE(EditIndex(d6, [&](nlohmann::json& j) {
+        for (auto& t : j["tensors"])
+          if (t["name"] == "w")
+            for (auto& p : t["pieces"])
+              if (p["rank"] == 3) p["fingerprint"] = fp;
+      }));
+    }
     auto dp = DistCatalog::Open(d6);
     ASSERT_TRUE(dp.ok()) << dp.status().ToString();
     const auto pr = (*dp)->Verify(CpuOptions{1});
@@ -1644,7 +1658,9 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
               "padding-mismatch: distributed save '" + d6 + "' rank 3 file '" + rank3 +
                   "': tensor 'w' piece [80:160, 70:139] stored as [75:165, 63:139]: chunk 0 "
                   "differs from the owning piece's (rank 0 chunk 47)");
+    dp->reset();
     ASSERT_EQ(Shell("cp " + saved + " " + rank3).code, 0);
+    std::ofstream(d6, std::ios::binary | std::ios::trunc) << master;
   }
   // Corrupt chunks of a padded piece. Chunk 0 of rank 3's w (rows [75, 90), cols [63, 72): its
   // own elements and padding) is named by verify and by a read of an element it serves; chunk
@@ -1813,6 +1829,59 @@ TEST(ReshardVds, AMasterIsNotRewrittenAsAStore) {
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
   for (const std::string& f : files) EXPECT_TRUE(mpitest::ReadAll(f) == before[f]) << f << " changed";
   EXPECT_EQ(VerifyProblems(out), std::vector<std::string>{});
+}
+
+// A rank file of another save with the same layout has the same names, shapes and pieces, and
+// its chunks verify: once, reads served its values, and a reshard in place (--consolidate onto
+// the save) replaced the save by them before its proof failed. The index now records each
+// piece's fingerprint, checked against the rank file's record when it is opened.
+TEST(ReshardVds, ARankFileOfAnotherSaveIsRefusedBeforeAnythingIsWritten) {
+  std::string spec = kVdsSpec;  // the same tensors, other values
+  spec.replace(spec.find("\"seed\": 3"), 9, "\"seed\": 4");
+  static RawFixture other = MakeRawSource(spec.c_str(), "rv_other_source.h5", 4096);
+  std::vector<std::string> mine, theirs;
+  const std::string a = VdsSave("rv_swap_a.h5", &mine);
+  const std::string b = TempDir() + "/rv_swap_b.h5";
+  ASSERT_TRUE(ReshardHere(other.source, VdsLayout(), b).ok());
+  auto db = DistCatalog::Open(b);
+  ASSERT_TRUE(db.ok());
+  const std::string from = (*db)->rank_files()[1];
+  db->reset();
+  const std::string to = TempDir() + "/" + mine[1], keep = TempDir() + "/rv_swap_keep.h5";
+  std::filesystem::copy_file(to, keep, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing);
+  std::map<std::string, std::string> before;
+  for (const std::string& f : mine) before[f] = mpitest::ReadAll(TempDir() + "/" + f);
+  before["master"] = mpitest::ReadAll(a);
+  const std::string want = "has fingerprint ";
+  const std::string why = "the file is not this save's";
+  // Reading "w" (its piece 1 is in rank 1's file) is refused, naming the rank file.
+  auto d = DistCatalog::Open(a);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const int w = (*d)->Find("w");
+  ASSERT_GE(w, 0);
+  std::vector<unsigned char> got(10 * 8 * 4);
+  Status r = (*d)->Read(w, WholeTensor({10, 8}), got.data());
+  EXPECT_EQ(r.code(), Code::kCorrupt) << r.ToString();
+  EXPECT_NE(r.message().find("rank-file-corrupt"), std::string::npos) << r.ToString();
+  EXPECT_NE(r.message().find(mine[1]), std::string::npos) << r.ToString();
+  EXPECT_NE(r.message().find(why), std::string::npos) << r.ToString();
+  d->reset();
+  // A reshard of it -- in place, consolidated or not -- fails before it replaces anything.
+  for (bool consolidate : {true, false}) {
+    auto rs = ReshardHere(a, consolidate ? "" : VdsLayout(), a, consolidate);
+    ASSERT_FALSE(rs.ok());
+    EXPECT_NE(rs.status().message().find(why), std::string::npos) << rs.status().ToString();
+  }
+  for (const std::string& f : mine)
+    EXPECT_TRUE(mpitest::ReadAll(TempDir() + "/" + f) == before[f]) << f << " changed";
+  EXPECT_TRUE(mpitest::ReadAll(a) == before["master"]) << "the master changed";
+  // verify names it; with the save's own rank file back, all is well again.
+  const std::vector<std::string> problems = VerifyProblems(a);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_NE(problems[0].find(want), std::string::npos) << problems[0];
+  std::filesystem::copy_file(keep, to, std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(VerifyProblems(a), std::vector<std::string>{});
 }
 
 // One mapping of a virtual dataset, as plain numbers (bounds of its two box selections; HDF5
