@@ -1409,8 +1409,9 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
   if (!FileExists(f))
     return DistError("rank-file-missing", Code::kNotFound, path_, rank, f, reading + "the file does not exist");
   auto s = H5Store::Open(f);
-  if (!s.ok())
-    return DistError("rank-file-corrupt", s.status().code(), path_, rank, f, reading + s.status().message());
+  if (!s.ok())  // an I/O failure (e.g. too many open files) is not the file's fault
+    return DistError(s.status().code() == Code::kIo ? "rank-file-unreadable" : "rank-file-corrupt",
+                     s.status().code(), path_, rank, f, reading + s.status().message());
   // Every piece this rank holds must be there with its local shape and dtype.
   for (size_t i = 0; i < records_.size(); ++i)
     for (const Piece& p : pieces_[i]) {

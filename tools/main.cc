@@ -1,12 +1,26 @@
 // seedstore: lazy, sharding-invariant weights with layout-independent fingerprints.
+#include <sys/resource.h>
+
 #include <cstdio>
 
 #include "io/atomic_file.h"
 #include "tools/cli.h"
 
+// A distributed save of N ranks keeps up to N rank files open while it is read (one
+// descriptor each); the usual soft limit of 1024 would end a 1,000-rank save's export. The soft
+// limit is raised to the hard one, as many servers and runtimes do at start.
+static void RaiseOpenFileLimit() {
+  struct rlimit l;
+  if (::getrlimit(RLIMIT_NOFILE, &l) == 0 && l.rlim_cur < l.rlim_max) {
+    l.rlim_cur = l.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &l);
+  }
+}
+
 int main(int argc, char** argv) {
   using namespace seedstore::cli;
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear as they happen
+  RaiseOpenFileLimit();
   seedstore::InstallSignalCleanup();  // Ctrl-C or SIGTERM mid-write leaves no temporary or lock
   CLI::App app{"seedstore: lazy, sharding-invariant model weights with layout-independent "
                "fingerprints"};

@@ -1884,6 +1884,30 @@ TEST(ReshardVds, ARankFileOfAnotherSaveIsRefusedBeforeAnythingIsWritten) {
   EXPECT_EQ(VerifyProblems(a), std::vector<std::string>{});
 }
 
+// A read of a distributed save keeps each rank file it reads open (one descriptor each). The
+// CLI raises its soft descriptor limit to the hard one at start (a 64-rank save read under a
+// soft limit of 32); past the hard limit the rank file is named unreadable (IO, exit 5) with
+// the limit -- not corrupt.
+TEST(ReshardVds, ManyRankFilesOpenUnderALowDescriptorLimit) {
+  SEEDSTORE_NEED_BIN();
+  static RawFixture f = MakeRawSource(R"({"seedstore": 1, "seed": 6, "tensors": [
+     {"name": "w", "shape": [128, 4], "dtype": "float32", "init": {"dist": "normal"}}]})",
+                                      "rv_fd_source.h5", 4096);
+  const std::string layout = Write("rv_fd_layout.json", R"({"mesh": {"axes": ["data"], "shape": [64]},
+ "placements": [{"match": "*", "spec": ["data"]}]})");
+  const std::string out = TempDir() + "/rv_fd.h5";
+  ASSERT_TRUE(ReshardHere(f.source, layout, out).ok());
+  const Proc whole = Shell(Bin() + " fingerprint " + f.source);
+  ASSERT_EQ(whole.code, 0) << whole.err;
+  const Proc soft = Shell("bash -c 'ulimit -Sn 32 && exec " + Bin() + " fingerprint " + out + "'");
+  EXPECT_EQ(soft.code, 0) << soft.err;
+  EXPECT_EQ(soft.out, whole.out);
+  const Proc hard = Shell("bash -c 'ulimit -n 32 && exec " + Bin() + " fingerprint " + out + "'");
+  EXPECT_EQ(hard.code, 5) << hard.out << hard.err;
+  EXPECT_NE(hard.err.find("rank-file-unreadable"), std::string::npos) << hard.err;
+  EXPECT_NE(hard.err.find("Too many open files (this process may open 32 files"), std::string::npos) << hard.err;
+}
+
 // One mapping of a virtual dataset, as plain numbers (bounds of its two box selections; HDF5
 // does not keep the source dataspace's extent: sdims is what it reports, the selection's end).
 struct TestMapping {
