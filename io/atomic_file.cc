@@ -226,7 +226,9 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
   struct stat old;
   const bool replaces = ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode);
   if (replaces || mode >= 0) {
-    if (::fchmod(fd, replaces ? old.st_mode & 07777 : static_cast<mode_t>(mode) & 07777) != 0)
+    const mode_t want = replaces ? old.st_mode & 07777 : static_cast<mode_t>(mode) & 07777;
+    if ((want & 0600) != 0600) file.final_mode_ = static_cast<int>(want);
+    if (::fchmod(fd, want | 0600) != 0)
       return IoError("cannot give '" + temp + "' the permissions of '" + path + "': " + Errno());
     if (replaces) (void)::fchown(fd, static_cast<uid_t>(-1), old.st_gid);
   }
@@ -235,7 +237,7 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
     : path_(std::move(o.path_)), temp_(std::move(o.temp_)), fd_(o.fd_), committed_(o.committed_),
-      cleanup_slot_(o.cleanup_slot_) {
+      cleanup_slot_(o.cleanup_slot_), final_mode_(o.final_mode_) {
   o.fd_ = -1;
   o.committed_ = true;  // the moved-from object owns nothing
   o.cleanup_slot_ = -1;
@@ -274,6 +276,12 @@ Status AtomicFile::Commit() {
   int fd = fd_;
   if (fd < 0) fd = ::open(temp_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("cannot reopen '" + temp_ + "': " + Errno());
+  if (final_mode_ >= 0 && ::fchmod(fd, static_cast<mode_t>(final_mode_)) != 0) {
+    const std::string e = Errno();
+    ::close(fd);
+    fd_ = -1;
+    return IoError("cannot give '" + temp_ + "' the permissions of '" + path_ + "': " + e);
+  }
   if (::fsync(fd) != 0) {
     const std::string e = Errno();
     ::close(fd);

@@ -85,7 +85,9 @@ class AtomicFile {
   /// Follows the symbolic links `path` ends in (ResolveSymlinks; path() is then the file they
   /// lead to), removes the stale temporaries of that path (rule above), then creates
   /// TempName(path, getpid(), n) next to it: when it replaces a file, with that file's mode
-  /// (and group, where allowed); else with `mode` when >= 0, or 0644 less the umask.
+  /// (and group, where allowed); else with `mode` when >= 0, or 0644 less the umask. A mode
+  /// without owner read and write (a read-only 0444 checkpoint) is given at Commit: until then
+  /// the owner may also read and write the temporary (libraries reopen it by name to write).
   /// Errors: kInvalidArgument naming `path` when it is a directory or another file that is not
   /// a regular one (a device, pipe or socket: the rename would replace it); kIo when the
   /// temporary cannot be created (e.g. the folder does not exist).
@@ -121,6 +123,7 @@ class AtomicFile {
   int fd_ = -1;
   bool committed_ = false;
   int cleanup_slot_ = -1;  // signal_cleanup's slot of temp_
+  int final_mode_ = -1;    // the mode Commit gives the temporary (-1: it has it already)
 };
 
 /// Whether no process `pid` runs on this host any more: kill(pid, 0) fails with ESRCH, or the

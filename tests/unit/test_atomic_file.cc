@@ -242,6 +242,19 @@ TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
   ::chmod((dir_ + "/vol/ckpt/model.h5").c_str(), 0640);
   ASSERT_TRUE(write(dir_ + "/vol/ckpt/model.h5", "newest").ok());
   EXPECT_EQ(fs::status(dir_ + "/vol/ckpt/model.h5").permissions() & fs::perms::mask, fs::perms(0640));
+  // A read-only checkpoint (0444) is replaced read-only, but its temporary stays writable by its
+  // owner until Commit: HDF5 reopens it by name to write (a non-root owner was refused).
+  {
+    const std::string ro = dir_ + "/vol/ckpt/model.h5";
+    ::chmod(ro.c_str(), 0444);
+    auto f = AtomicFile::Create(ro);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(fs::status(f->temp_path()).permissions() & fs::perms::mask, fs::perms(0644));
+    ASSERT_TRUE(f->Append("read-only", 9).ok());
+    ASSERT_TRUE(f->Commit().ok());
+    EXPECT_EQ(fs::status(ro).permissions() & fs::perms::mask, fs::perms(0444));
+    EXPECT_EQ(read(ro), "read-only");
+  }
   // A loop.
   fs::create_symlink("b", dir_ + "/a");
   fs::create_symlink("a", dir_ + "/b");
