@@ -707,6 +707,32 @@ TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
   }
 }
 
+// A report that cannot be written to standard output fails the command: exit 5 with "cannot
+// write standard output: <reason>" (issue: `fingerprint X --json > /dev/full` and `inspect X
+// >&-` exited 0). A closed descriptor is never the next file opened.
+TEST(Cli, ReportsThatCannotReachStandardOutputFail) {
+  struct stat full;
+  if (::stat("/dev/full", &full) != 0 || !S_ISCHR(full.st_mode))
+    GTEST_SKIP() << "not run: no /dev/full here";
+  const std::string spec = Write("out_spec.json", kSpec), store = TempDir() + "/out.h5";
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + store).code, 0);
+  for (const std::string& cmd : {"fingerprint " + store + " --json", "fingerprint " + store, "inspect " + store,
+                                 "diff " + store + " " + spec + " --all", "verify " + store,
+                                 std::string("gen --shape 4"), std::string("--help")}) {
+    for (const auto& [redirect, reason] : {std::pair<std::string, std::string>{" >/dev/full", "No space left on device"},
+                                           {" >&-", "Bad file descriptor"}}) {
+      const std::string log = Shell(Bin() + " " + cmd + redirect + "; echo rc=$?");
+      EXPECT_NE(log.find("error: IO_ERROR: cannot write standard output: " + reason + "\nrc=5\n"), std::string::npos)
+          << cmd << redirect << "\n" << log;
+    }
+  }
+  // Standard output closed while a store is written: the store is whole, and verifies.
+  const std::string copy = TempDir() + "/out_copy.h5";
+  const std::string log = Shell(Bin() + " reshard " + store + " --consolidate -o " + copy + " >&-; echo rc=$?");
+  EXPECT_NE(log.find("rc=5"), std::string::npos) << log;
+  EXPECT_EQ(Exec("verify " + copy).code, 0);
+}
+
 // A directory given where a model source is expected is named as the wrong kind of path
 // (exit 2), not reported as a corrupt HDF5 file (exit 4).
 TEST(Cli, DirectoryAsSourceIsTheWrongKindOfPath) {
