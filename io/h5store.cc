@@ -1021,10 +1021,10 @@ static ChunkLoc LocateChunk(const ChunkWhere& w, uint64_t j, const hsize_t* off)
 Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   const std::string w = "file '" + path + "'";
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return NotFound(w + ": cannot open (no such file)");
+  if (::stat(path.c_str(), &st) != 0) return OpenFailure(w, errno);
   if (S_ISDIR(st.st_mode)) return InvalidArgument(w + ": is a directory, not a store");
   if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
-    return Status(Code::kIo, w + ": cannot open: " + std::strerror(errno));
+    return OpenFailure(w, errno);
   else
     ::close(fd);
   if (!LooksLikeHdf5(path))

@@ -1,5 +1,8 @@
 #include "store/status.h"
 
+#include <cerrno>
+#include <cstring>
+
 namespace seedstore {
 
 const char* CodeName(Code c) {
@@ -14,6 +17,10 @@ const char* CodeName(Code c) {
     case Code::kInternal: return "INTERNAL";
   }
   return "UNKNOWN";
+}
+
+Status OpenFailure(const std::string& what, int err) {
+  return Status(err == ENOENT ? Code::kNotFound : Code::kIo, what + ": cannot open: " + std::strerror(err));
 }
 
 std::string Status::ToString() const {
