@@ -1031,8 +1031,11 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
 class BufferCatalog : public Catalog {
  public:
   static Result<std::unique_ptr<BufferCatalog>> Create(const std::vector<ParamBuffer>& params,
-                                                      const Layout& layout, int rank) {
+                                                      const Layout& layout, int rank,
+                                                      const DistSaveOptions& o) {
     auto c = std::make_unique<BufferCatalog>();
+    c->root_seed_ = o.root_seed;
+    c->generator_ = o.generator;
     for (const ParamBuffer& p : params) {
       TensorRecord rec;
       rec.name = p.name;
@@ -1082,8 +1085,12 @@ class BufferCatalog : public Catalog {
   const void* HostData(size_t i, const Region& r) const override {
     return SameRegion(r, shards_.at(i)) ? data_[i] : nullptr;
   }
+  uint64_t root_seed() const { return root_seed_; }
+  Generator generator() const { return generator_; }
 
  private:
+  uint64_t root_seed_ = 0;
+  Generator generator_ = Generator::kThreefry;
   std::vector<TensorRecord> records_;
   std::vector<Region> shards_;
   std::vector<const unsigned char*> data_;
@@ -1098,7 +1105,7 @@ Result<ReshardReport> SaveBuffers(Exchange& comm, const std::vector<ParamBuffer>
     return InvalidArgument("save: the layout has " + std::to_string(layout.world_size()) +
                            " ranks but the job has " + std::to_string(comm.size()));
   if (o.consolidate) return InvalidArgument("save: buffers cannot be consolidated; reshard later");
-  auto cat = BufferCatalog::Create(params, layout, comm.rank());
+  auto cat = BufferCatalog::Create(params, layout, comm.rank(), o);
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm, cat.status(), "save: buffers"));
   return Reshard(comm, **cat, layout, path, o);
 }
@@ -1128,6 +1135,9 @@ void RootSeedOf(const Catalog& c, uint64_t* seed, Generator* generator) {
   } else if (auto* d = dynamic_cast<const DistCatalog*>(&c)) {
     *seed = d->root_seed();
     *generator = d->generator();
+  } else if (auto* b = dynamic_cast<const BufferCatalog*>(&c)) {
+    *seed = b->root_seed();
+    *generator = b->generator();
   }
 }
 

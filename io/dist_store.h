@@ -41,8 +41,8 @@ namespace seedstore {
 /// only its lazy tensors, DistCatalog::Open names what is wrong with it.
 bool IsDistributedSave(const std::string& path);
 
-/// The root seed and default generator of a catalog (spec, store or distributed save); 0 and
-/// threefry for other catalogs.
+/// The root seed and default generator of a catalog (spec, store, distributed save, or the
+/// buffers SaveBuffers writes: DistSaveOptions'); 0 and threefry for other catalogs.
 void RootSeedOf(const Catalog& c, uint64_t* seed, Generator* generator);
 
 /// A distributed save opened for reading. Lazy tensors come from the master; a dense tensor's
@@ -189,6 +189,11 @@ struct DistSaveOptions {
   /// to it when that adds at most this fraction of its elements (then its chunks are copied,
   /// not re-encoded). 0: never pad. Must be >= 0 (kInvalidArgument).
   double max_padding = 0.25;
+  /// SaveBuffers: the model's root seed and default generator, recorded in the save's files
+  /// as a store records them (docs/FORMAT.md 4.1; `inspect` shows them). Reshard takes its
+  /// source's (RootSeedOf) and ignores these.
+  uint64_t root_seed = 0;
+  Generator generator = Generator::kThreefry;
 };
 
 /// One row of the proof: the output tensor's fingerprint, read back from what was written,

@@ -3,7 +3,6 @@
 #include <hdf5.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -1032,17 +1031,10 @@ static ChunkLoc LocateChunk(const ChunkWhere& w, uint64_t j, const hsize_t* off)
 Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   const std::string w = "file '" + path + "'";
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return NotFound(w + ": cannot open (no such file)");
+  if (::stat(path.c_str(), &st) != 0) return OpenFailure(w, errno);
   if (S_ISDIR(st.st_mode)) return InvalidArgument(w + ": is a directory, not a store");
-  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0) {
-    const int e = errno;
-    struct rlimit l;
-    const std::string limit = (e == EMFILE && ::getrlimit(RLIMIT_NOFILE, &l) == 0)
-                                  ? " (this process may open " + std::to_string(l.rlim_cur) +
-                                        " files: raise it with `ulimit -n`)"
-                                  : "";
-    return Status(Code::kIo, w + ": cannot open: " + std::strerror(e) + limit);
-  }
+  if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
+    return OpenFailure(w, errno);
   else
     ::close(fd);
   if (!LooksLikeHdf5(path))

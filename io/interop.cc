@@ -6,10 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -184,11 +182,8 @@ namespace {
 // The safetensors files `path` stands for: itself, or those its index names.
 Result<SafetensorsIndex> ListSafetensorsFiles(const std::string& path) {
   if (!EndsWith(path, ".json")) return SafetensorsIndex{{path}, {}};
-  std::ifstream in(path);
-  if (!in) return NotFound("index file '" + path + "': cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseSafetensorsIndex(ss.str(), path);
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "index file " + Quoted(path)));
+  return ParseSafetensorsIndex(text, path);
 }
 
 // The "global_shape" array of a rank file's metadata entry `m` (seedstore.shards or
@@ -208,11 +203,9 @@ Result<std::vector<uint64_t>> GlobalShapeOf(const json& m, DType dtype, const st
 bool IsSafetensorsSource(const std::string& path) {
   if (EndsWith(path, ".safetensors")) return true;
   if (!EndsWith(path, ".json")) return false;
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const json j = ParseJson(ss.str(), nullptr);
+  const Result<std::string> text = ReadTextFile(path, path);
+  if (!text.ok()) return false;  // OpenCatalog reports it
+  const json j = ParseJson(*text, nullptr);
   return j.is_object() && j.contains("weight_map");  // ParseSafetensorsIndex checks the rest
 }
 

@@ -1,6 +1,10 @@
 #include "io/open.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "io/dist_store.h"
 #include "io/h5store.h"
@@ -14,11 +18,16 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
     return InvalidArgument("'" + path + "' is a directory, not a model source (a spec .json, a "
                            "store, a distributed save, a .safetensors file or a "
                            "model.safetensors.index.json)");
+  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (json) {  // a spec or an index: one that cannot be read is named as neither
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return OpenFailure("file " + Quoted(path), errno);
+    ::close(fd);
+  }
   if (IsSafetensorsSource(path)) {  // a .safetensors file or a Hugging Face index
     SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCatalog> c, SafetensorsCatalog::Open(path));
     return std::unique_ptr<Catalog>(std::move(c));
   }
-  const bool json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (json) {
     SEEDSTORE_ASSIGN_OR_RETURN(ModelSpec spec, ModelSpec::Load(path));
     SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SpecCatalog> c, SpecCatalog::Create(spec, path));

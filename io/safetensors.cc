@@ -101,7 +101,7 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   SafetensorsFile s;
   s.path_ = path;
   s.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (s.fd_ < 0) return NotFound("safetensors file '" + path + "': cannot open");
+  if (s.fd_ < 0) return OpenFailure("safetensors file " + Quoted(path), errno);
   struct stat st;
   if (fstat(s.fd_, &st) != 0) return IoError("'" + path + "': cannot stat");
   const uint64_t size = static_cast<uint64_t>(st.st_size);

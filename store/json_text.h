@@ -8,7 +8,14 @@
 #include <string>
 #include <string_view>
 
+#include "store/status.h"
+
 namespace seedstore {
+
+/// The whole of the (text) file `path`: a spec, a layout, an index. `what` names it in errors
+/// ("spec file 's.json'"): OpenFailure's (NOT_FOUND only when it does not exist), or kIo
+/// "<what>: read failed: <reason>".
+Result<std::string> ReadTextFile(const std::string& path, const std::string& what);
 
 /// Deepest nesting of arrays and objects accepted (seedstore's own documents use at most 6).
 constexpr int kMaxJsonDepth = 64;

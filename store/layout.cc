@@ -7,10 +7,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <numeric>
-#include <sstream>
 #include <utility>
 
 #include "store/json_text.h"
@@ -471,16 +469,9 @@ Result<Layout> Layout::Parse(std::string_view text, std::string_view origin) {
 }
 
 Result<Layout> Layout::Load(const std::string& path) {
-  const std::string ctx = "file " + Quoted(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    return NotFound(ctx + ": cannot open layout: " + std::strerror(err));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return IoError(ctx + ": read failed");
-  return Parse(ss.str(), ctx);
+  const std::string ctx = "layout file " + Quoted(path);
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, ctx));
+  return Parse(text, ctx);
 }
 
 Layout Layout::Replicated(int world) {

@@ -4,11 +4,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "store/json_text.h"
 
@@ -383,11 +381,8 @@ Result<ModelSpec> ModelSpec::Parse(std::string_view text, std::string_view origi
 }
 
 Result<ModelSpec> ModelSpec::Load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return NotFound("spec file '" + path + "': cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return Parse(ss.str(), path);
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "spec file " + Quoted(path)));
+  return Parse(text, path);
 }
 
 json ModelSpec::ToJson() const {

@@ -1,5 +1,10 @@
 #include "store/status.h"
 
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstring>
+
 namespace seedstore {
 
 const char* CodeName(Code c) {
@@ -14,6 +19,15 @@ const char* CodeName(Code c) {
     case Code::kInternal: return "INTERNAL";
   }
   return "UNKNOWN";
+}
+
+Status OpenFailure(const std::string& what, int err) {
+  std::string limit;  // too many open files: say how many this process may open
+  struct rlimit l;
+  if (err == EMFILE && ::getrlimit(RLIMIT_NOFILE, &l) == 0)
+    limit = " (this process may open " + std::to_string(l.rlim_cur) + " files: raise it with `ulimit -n`)";
+  return Status(err == ENOENT ? Code::kNotFound : Code::kIo,
+                what + ": cannot open: " + std::strerror(err) + limit);
 }
 
 std::string Status::ToString() const {

@@ -50,6 +50,12 @@ inline Status Unsupported(std::string m) { return Status(Code::kUnsupported, std
 inline Status Mismatch(std::string m) { return Status(Code::kMismatch, std::move(m)); }
 inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
 
+/// A file that cannot be opened or read, with errno `err`: kNotFound only when it does not
+/// exist (ENOENT), else kIo (permission denied, an I/O error...). Message "<what>: cannot
+/// open: <strerror(err)>", e.g. "spec file 's.json': cannot open: Permission denied"; for
+/// EMFILE it adds the process's limit on open files.
+Status OpenFailure(const std::string& what, int err);
+
 /// `s` in single quotes, as error messages name fields, tensors and files: 'x'. A NUL byte
 /// shows as \0 ('x\0b'), so that a message printed as a C string is not cut there.
 std::string Quoted(std::string_view s);

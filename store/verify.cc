@@ -203,12 +203,13 @@ std::string VerifyReport::Table(bool problems_only) const {
   return os.str();
 }
 
-nlohmann::json VerifyReport::ToJson() const {
+nlohmann::json VerifyReport::ToJson(bool problems_only) const {
   nlohmann::json j;
   j["world"] = world;
   j["ok"] = ok();
   nlohmann::json ts = nlohmann::json::array();
   for (const auto& t : tensors) {
+    if (problems_only && t.ok()) continue;
     nlohmann::json jt;
     jt["name"] = t.name;
     jt["ok"] = t.ok();

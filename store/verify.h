@@ -133,7 +133,9 @@ struct VerifyReport {
   /// Human-readable table: one row per tensor (only problem rows when `problems_only`), then
   /// one line per problem naming tensor, region and ranks, then a summary line.
   std::string Table(bool problems_only = false) const;
-  nlohmann::json ToJson() const;
+  /// The report as JSON: "tensors" lists every tensor (only those with a problem when
+  /// `problems_only`); "summary" always counts them all.
+  nlohmann::json ToJson(bool problems_only = false) const;
 };
 
 /// Digest (XXH3-128) of the inputs every rank must agree on: the layout and each tensor's

@@ -3,8 +3,6 @@
 #include <sys/stat.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "io/h5store.h"
@@ -43,10 +41,8 @@ int Run(const Options& o) {
   uint64_t total = 0;
   struct stat sst;
   if (o.source.size() > 5 && o.source.compare(o.source.size() - 5, 5, ".json") == 0) {
-    std::ifstream in(o.source);
-    std::stringstream text;
-    text << in.rdbuf();
-    const nlohmann::json j = ParseJson(text.str(), nullptr);
+    const Result<std::string> text = ReadTextFile(o.source, o.source);  // unreadable: import says why
+    const nlohmann::json j = ParseJson(text.ok() ? *text : std::string(), nullptr);
     if (!j.is_discarded() && j.is_object() && j.contains("metadata") && j["metadata"].is_object() &&
         j["metadata"].contains("total_size") && j["metadata"]["total_size"].is_number_unsigned())
       total = j["metadata"]["total_size"].get<uint64_t>();

@@ -59,6 +59,7 @@ int Run(const SaveRanksOptions& o) {
   so.simulate = *sim;
   so.simulate_rank = o.simulate_rank;
   so.full_proof = o.full_proof;
+  RootSeedOf(**cat, &so.root_seed, &so.generator);  // the save records the source's
   auto rep = SaveBuffers(c, params, *layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
   if (me == 0 && !o.quiet) {

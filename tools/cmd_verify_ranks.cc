@@ -47,7 +47,7 @@ int Run(const VerifyRanksOptions& o) {
   if (!rep.ok()) return finish(rep.status());
   if (me == 0) {
     if (o.json) {
-      nlohmann::json j = rep->ToJson();
+      nlohmann::json j = rep->ToJson(o.problems_only);
       j["source"] = o.source;
       j["layout"] = o.layout;
       j["backend"] = c.backend();
@@ -73,7 +73,9 @@ Register reg({"verify-ranks",
   app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
   app.add_flag("--json", o->json, "Print the report as JSON (rank 0)");
-  app.add_flag("--problems-only", o->problems_only, "Print only tensors with a problem");
+  app.add_flag("--problems-only", o->problems_only,
+               "List only tensors with a problem, in the table and in --json's \"tensors\" "
+               "(its \"summary\" still counts every tensor)");
   AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
   app.add_option("--device", o->device, "Where lazy shards are hashed: cpu, cuda or auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

@@ -103,7 +103,7 @@ Status WriteArray(const std::string& path, const std::string& format, DType dtyp
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (fd >= 0 || (exists && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))) {
     // A descriptor, or a device or pipe: nothing to replace atomically.
-    const std::string name = path.empty() || path == "-" ? std::string("<stdout>") : path;
+    const std::string name = path.empty() || path == "-" || fd == 1 ? std::string() : path;
     const int dup_fd = fd > 1 ? ::dup(fd) : -1;
     std::FILE* f = fd == 1 ? stdout
                    : fd > 1 ? (dup_fd >= 0 ? ::fdopen(dup_fd, "wb") : nullptr)
@@ -111,16 +111,13 @@ Status WriteArray(const std::string& path, const std::string& format, DType dtyp
     if (!f) {
       const std::string e = std::strerror(errno);
       if (dup_fd >= 0) ::close(dup_fd);
-      return IoError("cannot open output '" + name + "' for writing: " + e);
+      return IoError("cannot open output '" + path + "' for writing: " + e);
     }
-    auto failed = [&name] {
-      return IoError("writing output '" + name + "' failed: " + std::strerror(errno));
-    };
     Status s = produce([&](const void* data, size_t k) {
-      return std::fwrite(data, 1, k, f) == k ? Status::Ok() : failed();
+      return std::fwrite(data, 1, k, f) == k ? Status::Ok() : OutputError(name, errno);
     });
-    if (std::fflush(f) != 0 && s.ok()) s = failed();
-    if (f != stdout && std::fclose(f) != 0 && s.ok()) s = failed();
+    if (Status flushed = FlushOutput(f, name); s.ok()) s = flushed;
+    if (f != stdout && std::fclose(f) != 0 && s.ok()) s = OutputError(name, errno);
     return s;
   }
   // A regular file: replaced atomically, so a failure leaves the previous one intact (a
@@ -129,6 +126,20 @@ Status WriteArray(const std::string& path, const std::string& format, DType dtyp
   SEEDSTORE_RETURN_IF_ERROR(
       produce([&f](const void* data, size_t k) { return f.Append(data, k); }));
   return f.Commit();
+}
+
+Status OutputError(const std::string& name, int err) {
+  const std::string why = err != 0 ? std::strerror(err) : "a write failed";
+  return IoError(name.empty() ? "cannot write standard output: " + why
+                              : "writing output '" + name + "' failed: " + why);
+}
+
+Status FlushOutput(std::FILE* f, const std::string& name) {
+  errno = 0;
+  if (std::fflush(f) == 0 && !std::ferror(f)) return Status::Ok();
+  int err = errno;
+  if (err == 0 && ::write(::fileno(f), "", 0) < 0) err = errno;
+  return OutputError(name, err);
 }
 
 std::string CountText(uint64_t n) {

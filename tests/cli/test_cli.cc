@@ -707,6 +707,89 @@ TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
   }
 }
 
+// A report that cannot be written to standard output fails the command: exit 5 with "cannot
+// write standard output: <reason>" (issue: `fingerprint X --json > /dev/full` and `inspect X
+// >&-` exited 0). A closed descriptor is never the next file opened.
+TEST(Cli, ReportsThatCannotReachStandardOutputFail) {
+  struct stat full;
+  if (::stat("/dev/full", &full) != 0 || !S_ISCHR(full.st_mode))
+    GTEST_SKIP() << "not run: no /dev/full here";
+  const std::string spec = Write("out_spec.json", kSpec), store = TempDir() + "/out.h5";
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + store).code, 0);
+  for (const std::string& cmd : {"fingerprint " + store + " --json", "fingerprint " + store, "inspect " + store,
+                                 "diff " + store + " " + spec + " --all", "verify " + store,
+                                 std::string("gen --shape 4"), std::string("--help")}) {
+    for (const auto& [redirect, reason] : {std::pair<std::string, std::string>{" >/dev/full", "No space left on device"},
+                                           {" >&-", "Bad file descriptor"}}) {
+      const std::string log = Shell(Bin() + " " + cmd + redirect + "; echo rc=$?");
+      EXPECT_NE(log.find("error: IO_ERROR: cannot write standard output: " + reason + "\nrc=5\n"), std::string::npos)
+          << cmd << redirect << "\n" << log;
+    }
+  }
+  // Standard output closed while a store is written: the store is whole, and verifies.
+  const std::string copy = TempDir() + "/out_copy.h5";
+  const std::string log = Shell(Bin() + " reshard " + store + " --consolidate -o " + copy + " >&-; echo rc=$?");
+  EXPECT_NE(log.find("rc=5"), std::string::npos) << log;
+  EXPECT_EQ(Exec("verify " + copy).code, 0);
+}
+
+// An input that exists but cannot be read -- a safetensors file, an index, a spec, a layout, a
+// store -- is IO_ERROR (exit 5) naming the file and the reason; NOT_FOUND (exit 3) only when it
+// does not exist (issue: "NOT_FOUND: ... cannot open", no reason, for a file mode 600 read by
+// another user). Run as user nobody (setpriv), since root reads any file.
+TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
+  const std::string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
+  if (Shell(nobody + "true && echo ok") != "ok\n")
+    GTEST_SKIP() << "not run: cannot run a command as another user here (setpriv missing or not root)";
+  const std::string d = TempDir() + "/unreadable";
+  ASSERT_EQ(std::system(("mkdir -p " + d + " && chmod 711 " + TempDir() + " && chmod 755 " + d).c_str()), 0);
+  const std::string spec = d + "/spec.json", layout = d + "/layout.json", st = d + "/w.safetensors";
+  std::ofstream(spec) << kSpec;
+  std::ofstream(layout) << kLayout;
+  ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + d + "/m.h5").code, 0);
+  std::ofstream(d + "/i.index.json") << R"({"weight_map": {"norm": "w.safetensors"}})";
+  const std::string ok_spec = d + "/ok.json";  // readable, for the unreadable layout
+  std::ofstream(ok_spec) << kSpec;
+  std::ofstream(d + "/ok.index.json") << R"({"weight_map": {"norm": "w.safetensors"}})";
+  ASSERT_EQ(std::system(("chmod 600 " + spec + " " + layout + " " + st + " " + d + "/m.h5 " + d + "/i.index.json && chmod 644 " +
+                         ok_spec + " " + d + "/ok.index.json").c_str()), 0);
+  if (Shell(nobody + "cat " + spec + " >/dev/null 2>&1 && echo readable").find("readable") != std::string::npos)
+    GTEST_SKIP() << "not run: user nobody can read a file of mode 600 here";
+  struct Case {
+    std::string args, needle;
+  };
+  const std::string denied = "': cannot open: Permission denied";
+  const Case cases[] = {
+      {"fingerprint " + st, "IO_ERROR: safetensors file '" + st + denied},
+      {"fingerprint " + d + "/i.index.json", "IO_ERROR: file '" + d + "/i.index.json" + denied},
+      {"fingerprint " + d + "/ok.index.json", "safetensors file '" + st + denied},
+      {"import " + st + " -o " + d + "/out.h5", "safetensors file '" + st + denied},
+      {"fingerprint " + spec, "IO_ERROR: file '" + spec + denied},
+      {"init --spec " + spec + " -o " + d + "/out.h5", "IO_ERROR: spec file '" + spec + denied},
+      {"fingerprint " + ok_spec + " --layout " + layout + " --rank 0", "IO_ERROR: layout file '" + layout + denied},
+      {"inspect " + d + "/m.h5", "IO_ERROR: file '" + d + "/m.h5" + denied},
+  };
+  for (const auto& c : cases) {
+    const std::string log = Shell(nobody + Bin() + " " + c.args + "; echo rc=$?");
+    EXPECT_NE(log.find(c.needle), std::string::npos) << c.args << "\n" << log;
+    EXPECT_NE(log.find("rc=5"), std::string::npos) << c.args << "\n" << log;
+  }
+  const std::string none = "': cannot open: No such file or directory";
+  const Case missing[] = {
+      {"fingerprint " + d + "/no.safetensors", "NOT_FOUND: safetensors file '" + d + "/no.safetensors" + none},
+      {"fingerprint " + d + "/no.json", "NOT_FOUND: file '" + d + "/no.json" + none},
+      {"init --spec " + d + "/no.json -o " + d + "/out.h5", "NOT_FOUND: spec file '" + d + "/no.json" + none},
+      {"fingerprint " + ok_spec + " --layout " + d + "/no.json --rank 0", "NOT_FOUND: layout file '" + d + "/no.json" + none},
+      {"inspect " + d + "/no.h5", "NOT_FOUND: file '" + d + "/no.h5" + none},
+  };
+  for (const auto& c : missing) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, 3) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
 // A directory given where a model source is expected is named as the wrong kind of path
 // (exit 2), not reported as a corrupt HDF5 file (exit 4).
 TEST(Cli, DirectoryAsSourceIsTheWrongKindOfPath) {

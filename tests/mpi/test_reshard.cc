@@ -408,6 +408,14 @@ TEST(Reshard, SaveRanksEachRankWritesItsOwnShards) {
     auto d = DistCatalog::Open(out);
     ASSERT_TRUE(d.ok() && src.ok());
     EXPECT_EQ((*d)->world(), np);
+    // The save records the source's root seed, as reshard does (issue: save-ranks recorded 0),
+    // in the master and in every rank file.
+    EXPECT_EQ((*d)->root_seed(), f.spec.seed);
+    for (const std::string& rank_file : (*d)->rank_files()) {
+      auto r = H5Store::Open(rank_file);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ((*r)->root_seed(), f.spec.seed) << rank_file;
+    }
     for (size_t i = 0; i < (*src)->tensors().size(); ++i)
       EXPECT_EQ(FingerprintHex(*(*d)->tensors()[i].fingerprint),
                 FingerprintHex(*(*src)->tensors()[i].fingerprint));

@@ -116,6 +116,16 @@ TEST(VerifyRanksCli, FlippedElementNamesRankAndTensor) {
                        "deviates from the majority {0, 1, 2}"),
             std::string::npos)
       << p.out;
+  // --json honours --problems-only too: only bias is listed; the summary counts every tensor
+  // (issue: the JSON listed every tensor).
+  p = VerifyRanks(4, "--simulate flip --simulate-rank 3 --simulate-tensor bias --problems-only --json");
+  EXPECT_EQ(p.code, 7) << p.out << p.err;
+  {
+    const auto j = nlohmann::json::parse(p.out);
+    ASSERT_EQ(j["tensors"].size(), 1u) << p.out;
+    EXPECT_EQ(j["tensors"][0]["name"], "bias");
+    EXPECT_GT(j["summary"]["tensors"].get<size_t>(), 1u) << p.out;
+  }
   p = VerifyRanks(2, "--simulate flip --simulate-rank 1 --simulate-tensor bias");
   EXPECT_EQ(p.code, 7);
   EXPECT_NE(p.out.find("vote is a TIE"), std::string::npos) << p.out;
