@@ -1097,6 +1097,11 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     if (!gen.ok()) return bad(gen.status().message());
     s->generator_ = *gen;
   }
+  if (idx.contains("rank")) {
+    if (!idx["rank"].is_number_unsigned() || idx["rank"].get<uint64_t>() > INT32_MAX)
+      return bad("field 'rank' is " + JsonPreview(idx["rank"]) + ", not a rank (0..2147483647)");
+    s->rank_ = static_cast<int>(idx["rank"].get<uint64_t>());
+  }
   if (!idx.contains("tensors") || !idx["tensors"].is_array()) return bad("field 'tensors' missing");
   std::set<std::string> names;
   for (size_t k = 0; k < idx["tensors"].size(); ++k) {
@@ -1845,6 +1850,7 @@ struct StoreWriter::Impl {
   hid_t h5 = -1, g_tensors = -1, g_sums = -1, g_info = -1, g_meta = -1;
   uint64_t seed = 0;
   Generator generator = Generator::kThreefry;
+  std::optional<int> rank;
   WriteOptions opt;
   json records = json::array();
   std::set<std::string> names;
@@ -2260,6 +2266,8 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {
 
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }
 
+void StoreWriter::SetShardRank(std::optional<int> rank) { impl_->rank = rank; }
+
 Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>& before_rename) {
   Impl& m = *impl_;
   if (m.committed) return Internal("store '" + m.file->path() + "' committed twice");
@@ -2268,6 +2276,7 @@ Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>&
               {"seed", m.seed},
               {"generator", GeneratorName(m.generator)},
               {"tensors", m.records}};
+  if (m.rank) idx["rank"] = *m.rank;
   const std::string text = idx.dump();
   {
     H5Guard gl;

@@ -48,25 +48,10 @@ struct Row {
   std::optional<Fingerprint> fa, fb;
   bool by_spec = false;  // both lazy with the same resolved spec: equal without generating
   std::optional<Region> shard;  // a side is a rank's file (its piece): the region compared
-  bool empty_shard = false;     // the other side is a rank's shard file whose shard of it is empty
+  bool empty_shard = false;     // ... and that piece is empty (an empty shard: FORMAT.md 4.1)
 };
 
 std::vector<uint64_t> GlobalShape(const Region& r) { return std::vector<uint64_t>(r.shape, r.shape + r.rank); }
-
-// Tensor `t`, on one side only: when `other` is a rank's shard file whose shard of `t` is
-// empty (named in its seedstore.empty_shards), identical -- or shape/dtype differs -- and
-// `*empty` is set; else `only` (it is on t's side only).
-Verdict EmptyShardOn(const Catalog& other, const TensorRecord& t, Verdict only, bool* empty) {
-  const auto* st = dynamic_cast<const SafetensorsCatalog*>(&other);
-  if (!st) return only;
-  auto it = st->empty_shards().find(t.name);
-  if (it == st->empty_shards().end()) return only;
-  *empty = true;
-  const std::vector<uint64_t> global = t.piece ? GlobalShape(*t.piece) : t.shape;
-  if (global != it->second.global_shape) return Verdict::kShape;
-  if (t.dtype != it->second.dtype) return Verdict::kDType;
-  return Verdict::kIdentical;
-}
 
 // Both lazy, and every element is the same pure function of its index: the same init rule,
 // key, generator, dtype and shape (the fingerprint seed follows from name, dtype and shape).
@@ -124,13 +109,14 @@ int Run(const Options& o) {
     r.a = &ta;
     auto it = in_b.find(ta.name);
     if (it == in_b.end()) {
-      r.verdict = EmptyShardOn(B, ta, Verdict::kOnlyA, &r.empty_shard);
+      r.verdict = Verdict::kOnlyA;
       bar.Advance(ta.NumBytes());
     } else {
       r.b = &B.tensors()[it->second];
       // A rank's file's piece is compared with the same region of the other side.
       const std::optional<Region> sa = shard_of(A, i), sb = shard_of(B, it->second);
       r.shard = sa ? sa : sb;
+      r.empty_shard = r.shard && r.shard->Count() == 0;
       const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape, gb = sb ? GlobalShape(*sb) : r.b->shape;
       if (ga != gb) {
         r.verdict = Verdict::kShape;
@@ -161,7 +147,7 @@ int Run(const Options& o) {
     if (!GlobMatch(o.tensors, tb.name) || !in_b.count(tb.name)) continue;
     Row r;
     r.name = tb.name;
-    r.verdict = EmptyShardOn(A, tb, Verdict::kOnlyB, &r.empty_shard);
+    r.verdict = Verdict::kOnlyB;
     r.b = &tb;
     rows.push_back(std::move(r));
     bar.Advance(tb.NumBytes());
@@ -203,19 +189,24 @@ int Run(const Options& o) {
       std::string what;
       switch (r.verdict) {
         case Verdict::kIdentical:
-          what = r.by_spec ? "same spec" : r.empty_shard ? "an empty shard on this rank" : FingerprintHex(*r.fa);
+          what = r.by_spec ? "same spec" : r.empty_shard ? "no elements on this rank" : FingerprintHex(*r.fa);
           break;
         case Verdict::kValues: what = "a " + FingerprintHex(*r.fa) + "  b " + FingerprintHex(*r.fb); break;
         case Verdict::kShape:
         case Verdict::kDType:
-        case Verdict::kShard:
-          what = r.empty_shard ? desc(r.a ? r.a : r.b) + " against an empty shard of another shape or dtype"
-                               : "a " + desc(r.a) + "  b " + desc(r.b);
-          break;
+          if (r.empty_shard) {  // the other side's shape and dtype, against the empty piece's
+            what = desc(r.a->piece && r.a->NumElements() == 0 ? r.b : r.a) +
+                   " against an empty shard of another shape or dtype";
+            break;
+          }
+          [[fallthrough]];
+        case Verdict::kShard: what = "a " + desc(r.a) + "  b " + desc(r.b); break;
         case Verdict::kOnlyA: what = desc(r.a); break;
         case Verdict::kOnlyB: what = desc(r.b); break;
       }
-      if (r.shard) what += "  (shard " + DescribeRegion(*r.shard) + " of " + ShapeText(GlobalShape(*r.shard)) + ")";
+      if (r.shard)
+        what += std::string("  (") + (r.empty_shard ? "an empty shard" : "shard " + DescribeRegion(*r.shard)) +
+                " of " + ShapeText(GlobalShape(*r.shard)) + ")";
       std::printf("%-13s %s  %s\n", VerdictName(r.verdict), r.name.c_str(), what.c_str());
     }
     std::printf("a: %s (%zu tensors)\nb: %s (%zu tensors)\n", o.a.c_str(), A.tensors().size(), o.b.c_str(),

@@ -93,6 +93,7 @@ int Run(const Options& o) {
   if (o.json) {
     nlohmann::json j = {{"source", o.source}, {"tensors", rows}, {"parameters", params},
                         {"lazy", lazy},       {"dense", dense}};
+    if (const std::optional<int> rank = (*cat)->shard_rank()) j["rank"] = *rank;  // a rank's shards
     if (store) {
       j["file_bytes"] = store->file_bytes();
       j["seed"] = store->root_seed();

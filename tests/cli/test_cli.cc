@@ -318,6 +318,69 @@ TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
       << d.out;
 }
 
+// import keeps a rank's shard file whole: its empty shards become empty pieces (shape [0],
+// piece flat [0, 0) of the global shape) and seedstore.rank the index's "rank", so export
+// writes the same metadata back, and the store and its export diff clean against the model
+// (issue: import dropped both; the export's empty shards were "only in b", exit 7).
+TEST(Cli, ImportOfARankShardFileKeepsItsEmptyShardsAndRank) {
+  const std::string spec = Write("keep_spec.json", R"({"seedstore": 1, "seed": 3, "tensors": [
+    {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
+    {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
+    {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})");
+  const std::string layout = Write("keep_layout.json",
+      R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})");
+  const std::string dir = TempDir(), r5 = dir + "/keep_r5.safetensors", store = dir + "/keep_r5.h5";
+  const std::string back = dir + "/keep_back.safetensors";
+  ASSERT_EQ(Exec("export " + spec + " --layout " + layout + " --rank 5 -o " + r5).code, 0);
+  const Proc im = Exec("import " + r5 + " -o " + store);
+  ASSERT_EQ(im.code, 0) << im.err;
+  const Proc in = Exec("inspect " + store + " --json");
+  ASSERT_EQ(in.code, 0) << in.err;
+  const auto ij = nlohmann::json::parse(in.out);
+  EXPECT_EQ(ij.value("rank", -1), 5) << in.out;
+  std::map<std::string, nlohmann::json> pieces;
+  for (const auto& t : ij["tensors"]) pieces[t["name"]] = t["piece"];
+  EXPECT_EQ(pieces["f"], nlohmann::json::parse(R"({"shape": [4], "region": {"flat": [0, 0]}})")) << in.out;
+  EXPECT_EQ(pieces["z"], nlohmann::json::parse(R"({"shape": [0, 5], "region": {"flat": [0, 0]}})")) << in.out;
+  ASSERT_EQ(Exec("export " + store + " -o " + back).code, 0);
+  auto a = SafetensorsFile::Open(r5), b = SafetensorsFile::Open(back);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->metadata(), a->metadata());
+  EXPECT_EQ(b->entries().size(), 1u);  // w; the empty shards are named, not written
+  for (const std::string& source : {store, back, r5}) {
+    const Proc d = Exec("diff " + source + " " + spec + " --json --all");
+    ASSERT_EQ(d.code, 0) << source << "\n" << d.out << d.err;
+    for (const auto& t : nlohmann::json::parse(d.out)["tensors"]) {
+      EXPECT_EQ(t["result"], "identical") << source << " " << t.dump();
+      EXPECT_EQ(t["by"], t["name"] == "w" ? "fingerprint" : "empty shard") << source << " " << t.dump();
+    }
+    auto lines = [](const std::string& text) {
+      std::set<std::string> l;
+      for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) l.insert(text.substr(at, nl - at));
+      return l;
+    };
+    EXPECT_EQ(lines(Exec("fingerprint " + source).out),
+              lines(Exec("fingerprint " + spec + " --layout " + layout + " --rank 5").out))
+        << source;
+  }
+  EXPECT_EQ(Exec("verify " + store).code, 0);
+  ASSERT_EQ(Exec("import " + r5 + " -o " + store + " --update").code, 0);  // keeps the store's rank
+  EXPECT_EQ(nlohmann::json::parse(Exec("inspect " + store + " --json").out).value("rank", -1), 5);
+  // Rank 0 (f and w non-empty, z empty) split into one file per tensor: the rank is in each
+  // file and in the index's metadata, the empty shard named in the first file.
+  const std::string r0 = dir + "/keep_r0.safetensors", store0 = dir + "/keep_r0.h5", split = dir + "/keep_split.safetensors";
+  ASSERT_EQ(Exec("export " + spec + " --layout " + layout + " --rank 0 -o " + r0).code, 0);
+  ASSERT_EQ(Exec("import " + r0 + " -o " + store0).code, 0);
+  const Proc sp = Exec("export " + store0 + " -o " + split + " --max-shard-size 1");
+  ASSERT_EQ(sp.code, 0) << sp.err;
+  const std::string index = ReadFile(split + ".index.json");
+  EXPECT_NE(index.find("\"seedstore.rank\": \"0\""), std::string::npos) << index;
+  const Proc d = Exec("diff " + split + ".index.json " + spec + " --json");
+  EXPECT_EQ(d.code, 0) << d.out << d.err;
+  EXPECT_EQ(nlohmann::json::parse(d.out)["counts"]["identical"], 3) << d.out;
+  EXPECT_EQ(nlohmann::json::parse(Exec("inspect " + split + ".index.json --json").out).value("rank", -1), 0);
+}
+
 // A --tensors glob that matches nothing is an error naming it (a typo wrote an empty file or
 // printed nothing, exit 0); one that matches is fine.
 TEST(Cli, TensorsGlobMatchingNothingIsAnError) {
