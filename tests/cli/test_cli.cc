@@ -318,6 +318,74 @@ TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
       << d.out;
 }
 
+// A distributed save's rank file holds only the dense pieces its rank owns: a lazy tensor (in
+// the master), a replica another rank owns and an empty shard are not in it, and it does not
+// know the save's tensor list. diff reports those as not-compared, exits 0 when everything it
+// holds is identical, and 7 when anything it holds differs (issue: they were "only in b", exit
+// 7, for correct rank files). Only a file named as rank files are is read so.
+TEST(Cli, DiffOfADistributedSavesRankFileComparesWhatItHolds) {
+  const std::string dir = TempDir() + "/rankdiff";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string spec = Write("rankdiff/spec.json", R"({"seedstore": 1, "seed": 7, "tensors": [
+    {"name": "d", "shape": [4, 6], "dtype": "float32", "init": {"dist": "zeros"}},
+    {"name": "lz", "shape": [4, 6], "dtype": "float32", "init": {"dist": "normal"}}]})");
+  const std::string ones = Write("rankdiff/ones.json", R"({"seedstore": 1, "seed": 7, "tensors": [
+    {"name": "d", "shape": [4, 6], "dtype": "float32", "init": {"dist": "ones"}}]})");
+  const std::string m = dir + "/m.h5", st = dir + "/d.safetensors";
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + m).code, 0);
+  ASSERT_EQ(Exec("export " + ones + " -o " + st).code, 0);
+  ASSERT_EQ(Exec("import " + st + " --update -o " + m).code, 0);  // d dense (ones), lz lazy
+  const std::string sharded = Write("rankdiff/L2.json", R"({"mesh": {"axes": ["x"], "shape": [2]}, "placements": [{"match": "*", "spec": ["x"]}]})");
+  const std::string replicated = Write("rankdiff/R2.json", R"({"mesh": {"axes": ["x"], "shape": [2]}})");
+  ASSERT_EQ(Exec("reshard " + m + " --layout " + sharded + " -o " + dir + "/p2.h5 -q").code, 0);
+  ASSERT_EQ(Exec("reshard " + m + " --layout " + replicated + " -o " + dir + "/r2.h5 -q").code, 0);
+  std::string p2_rank0, r2_rank1;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string n = e.path().filename();
+    if (n.rfind("p2.h5.", 0) == 0 && n.find(".rank0.h5") != std::string::npos) p2_rank0 = e.path();
+    if (n.rfind("r2.h5.", 0) == 0 && n.find(".rank1.h5") != std::string::npos) r2_rank1 = e.path();
+  }
+  ASSERT_FALSE(p2_rank0.empty() || r2_rank1.empty());
+  auto results = [](const Proc& d) {
+    std::map<std::string, std::string> r;
+    const auto j = nlohmann::json::parse(d.out);
+    for (const auto& t : j["tensors"]) r[t["name"].get<std::string>()] = t["result"].get<std::string>();
+    return r;
+  };
+  using Results = std::map<std::string, std::string>;
+  // Rank 0 of the sharded save holds rows 0:2 of d; lz is lazy (in the master only).
+  for (const std::string& pair : {p2_rank0 + " " + m, m + " " + p2_rank0}) {
+    const Proc d = Exec("diff " + pair + " --json");
+    ASSERT_EQ(d.code, 0) << pair << "\n" << d.out << d.err;
+    EXPECT_EQ(results(d), (Results{{"d", "identical"}, {"lz", "not-compared"}})) << d.out;
+    EXPECT_EQ(nlohmann::json::parse(d.out)["counts"]["not-compared"], 1) << d.out;
+  }
+  {
+    const Proc d = Exec("diff " + p2_rank0 + " " + m);
+    EXPECT_EQ(d.code, 0) << d.out << d.err;
+    EXPECT_NE(d.out.find("not-compared  lz  [4, 6] float32  (absent from the rank file a)"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("1 compared: 1 identical"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("1 not compared: absent from a distributed save's rank file"), std::string::npos) << d.out;
+  }
+  // Rank 1 of the replicated save owns nothing (rank 0 owns the replica): nothing compared.
+  {
+    const Proc d = Exec("diff " + r2_rank1 + " " + m + " --json");
+    ASSERT_EQ(d.code, 0) << d.out << d.err;
+    EXPECT_EQ(results(d), (Results{{"d", "not-compared"}, {"lz", "not-compared"}})) << d.out;
+  }
+  // What the rank file holds still counts: against the spec, where d is zeros, it differs.
+  {
+    const Proc d = Exec("diff " + p2_rank0 + " " + spec + " --json");
+    EXPECT_EQ(d.code, 7) << d.out << d.err;
+    EXPECT_EQ(results(d), (Results{{"d", "values-differ"}, {"lz", "not-compared"}})) << d.out;
+  }
+  // The same file under another name is an ordinary store: lz is only in b.
+  ASSERT_EQ(std::system(("cp " + p2_rank0 + " " + dir + "/copy.h5").c_str()), 0);
+  const Proc c = Exec("diff " + dir + "/copy.h5 " + m + " --json");
+  EXPECT_EQ(c.code, 7) << c.out << c.err;
+  EXPECT_EQ(results(c), (Results{{"d", "identical"}, {"lz", "only-in-b"}})) << c.out;
+}
+
 // import keeps a rank's shard file whole: its empty shards become empty pieces (shape [0],
 // piece flat [0, 0) of the global shape) and seedstore.rank the index's "rank", so export
 // writes the same metadata back, and the store and its export diff clean against the model
@@ -350,7 +418,8 @@ TEST(Cli, ImportOfARankShardFileKeepsItsEmptyShardsAndRank) {
   for (const std::string& source : {store, back, r5}) {
     const Proc d = Exec("diff " + source + " " + spec + " --json --all");
     ASSERT_EQ(d.code, 0) << source << "\n" << d.out << d.err;
-    for (const auto& t : nlohmann::json::parse(d.out)["tensors"]) {
+    const auto j = nlohmann::json::parse(d.out);
+    for (const auto& t : j["tensors"]) {
       EXPECT_EQ(t["result"], "identical") << source << " " << t.dump();
       EXPECT_EQ(t["by"], t["name"] == "w" ? "fingerprint" : "empty shard") << source << " " << t.dump();
     }
