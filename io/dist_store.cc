@@ -2154,7 +2154,7 @@ std::string ReshardReport::Table() const {
   s += line;
   size_t bad = 0;
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%-40s %-5s %6zu %12llu %-8s %-32s %s\n", r.name.c_str(),
+    std::snprintf(line, sizeof line, "%s %-5s %6zu %12llu %-8s %-32s %s\n", PadRight(r.name, 40).c_str(),
                   r.lazy ? "lazy" : "dense", r.pieces, static_cast<unsigned long long>(r.bytes),
                   r.source_ref.c_str(), FingerprintHex(r.source).c_str(),
                   r.ok() ? "ok" : ("MISMATCH (output " + FingerprintHex(r.output) + ")").c_str());

@@ -922,6 +922,72 @@ TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
   }
 }
 
+// gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
+// were missing).
+TEST(Cli, GenHelpListsEveryDtype) {
+  const Proc h = Exec("gen --help");
+  ASSERT_EQ(h.code, 0);
+  for (const char* dt : {"float32", "float64", "bfloat16", "float16", "uint8", "uint64", "int8", "int16", "int32",
+                         "int64", "bool"}) {
+    EXPECT_NE(h.out.find(dt), std::string::npos) << dt << "\n" << h.out;
+  }
+  EXPECT_EQ(Exec("gen --shape 3 --dtype int8 --init '{\"dist\":\"constant\",\"value\":-2}' --format text").out, "-2\n-2\n-2\n");
+}
+
+// inspect pads names by UTF-8 code points, not bytes: the columns after a non-ASCII name line
+// up (issue: 'größe' took 7 columns of padding).
+TEST(Cli, InspectAlignsNonAsciiNames) {
+  const std::string spec = Write("utf8.json", R"({"seedstore": 1, "seed": 0, "tensors": [
+    {"name": "größe", "shape": [2], "dtype": "float32", "init": {"dist": "zeros"}},
+    {"name": "weight", "shape": [3], "dtype": "float32", "init": {"dist": "zeros"}}]})");
+  const Proc r = Exec("inspect " + spec);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\ngröße   [2]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nweight  [3]"), std::string::npos) << r.out;
+}
+
+// A safetensors file holding one tensor 't' of `shape` ("[0, 5]") and no bytes.
+std::string EmptyTensorFile(const std::string& name, const std::string& shape) {
+  std::string header = R"({"t": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>((header.size() >> (8 * k)) & 0xFF);
+  return Write(name, bytes + header);
+}
+
+// One rule for a dimension, wherever a shape is read, whether the tensor has elements or not:
+// at most 2^63 - 1, refused otherwise naming the tensor, the dim and the limit (issue: [0,
+// 2^63] passed fingerprint/diff and failed import inside HDF5; [2^64 - 1, 0] was "more than
+// 2^62 bytes"; a spec dim 2^63 was "expected a non-negative integer").
+TEST(Cli, DimensionsOf2To63OrMoreAreRefusedEverywhere) {
+  const std::string big = EmptyTensorFile("dim63.safetensors", "[0, 9223372036854775808]");
+  const std::string huge = EmptyTensorFile("dim64.safetensors", "[18446744073709551615, 0]");
+  const std::string ok = EmptyTensorFile("dimok.safetensors", "[0, 9223372036854775807]");
+  const std::string store = TempDir() + "/dim.h5";
+  for (const std::string& cmd : {"fingerprint " + big, "diff " + big + " " + ok, "import " + big + " -o " + store}) {
+    const Proc r = Exec(cmd);
+    EXPECT_EQ(r.code, 4) << cmd << "\n" << r.err;
+    EXPECT_NE(r.err.find("tensor 't': shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"),
+              std::string::npos) << cmd << "\n" << r.err;
+  }
+  const Proc h = Exec("import " + huge + " -o " + store);
+  EXPECT_EQ(h.code, 4) << h.err;
+  EXPECT_NE(h.err.find("dim 0 is 18446744073709551615, more than the limit 2^63 - 1"), std::string::npos) << h.err;
+  const Proc spec = Exec("fingerprint " + Write("dim.json", R"({"seedstore": 1, "tensors": [
+    {"name": "e", "shape": [0, 9223372036854775808], "dtype": "float32", "init": {"dist": "zeros"}}]})"));
+  EXPECT_EQ(spec.code, 2) << spec.err;
+  EXPECT_NE(spec.err.find("('e').shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"), std::string::npos)
+      << spec.err;
+  const Proc g = Exec("gen --shape 0,9223372036854775808");
+  EXPECT_EQ(g.code, 2) << g.err;
+  EXPECT_NE(g.err.find("--shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"), std::string::npos) << g.err;
+  // The limit itself is a valid (empty) tensor, end to end.
+  const Proc i = Exec("import " + ok + " -o " + store);
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_EQ(Exec("verify " + store).code, 0);
+  EXPECT_EQ(Exec("diff " + store + " " + ok).code, 0);
+}
+
 // A directory given where a model source is expected is named as the wrong kind of path
 // (exit 2), not reported as a corrupt HDF5 file (exit 4).
 TEST(Cli, DirectoryAsSourceIsTheWrongKindOfPath) {
