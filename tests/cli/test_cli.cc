@@ -280,17 +280,20 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
   EXPECT_NE(m.err.find("nope.safetensors"), std::string::npos) << m.err;
 }
 
+// Three tensors flat over 8 ranks: rank 5 holds no element of f (4 elements) nor of z (none).
+const char* kEmptyShardsSpec = R"({"seedstore": 1, "seed": 3, "tensors": [
+    {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
+    {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
+    {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})";
+const char* kFlatOver8 = R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})";
+
 // A rank whose shard of a tensor is empty (torch.chunk of 4 elements over 8 flat ranks: ranks
 // 4-7 hold none of `f`; a tensor with no elements) leaves it out of its shard file and names it
 // in seedstore.empty_shards: diff against the model is identical (it was "only in b", exit 7).
 // Against a model where that tensor has another shape, it differs.
 TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
-  const std::string spec = Write("empty_spec.json", R"({"seedstore": 1, "seed": 3, "tensors": [
-    {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
-    {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
-    {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})");
-  const std::string layout = Write("empty_layout.json",
-      R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})");
+  const std::string spec = Write("empty_spec.json", kEmptyShardsSpec);
+  const std::string layout = Write("empty_layout.json", kFlatOver8);
   const std::string r5 = TempDir() + "/empty_r5.safetensors";
   ASSERT_EQ(Exec("materialize " + spec + " --layout " + layout + " --rank 5 -o " + r5).code, 0);
   auto f = SafetensorsFile::Open(r5);
@@ -391,12 +394,8 @@ TEST(Cli, DiffOfADistributedSavesRankFileComparesWhatItHolds) {
 // writes the same metadata back, and the store and its export diff clean against the model
 // (issue: import dropped both; the export's empty shards were "only in b", exit 7).
 TEST(Cli, ImportOfARankShardFileKeepsItsEmptyShardsAndRank) {
-  const std::string spec = Write("keep_spec.json", R"({"seedstore": 1, "seed": 3, "tensors": [
-    {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
-    {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
-    {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})");
-  const std::string layout = Write("keep_layout.json",
-      R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})");
+  const std::string spec = Write("keep_spec.json", kEmptyShardsSpec);
+  const std::string layout = Write("keep_layout.json", kFlatOver8);
   const std::string dir = TempDir(), r5 = dir + "/keep_r5.safetensors", store = dir + "/keep_r5.h5";
   const std::string back = dir + "/keep_back.safetensors";
   ASSERT_EQ(Exec("export " + spec + " --layout " + layout + " --rank 5 -o " + r5).code, 0);
