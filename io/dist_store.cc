@@ -274,22 +274,19 @@ void RemoveOtherPieces(const std::string& path, int64_t keep) {
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    // <8 hex>.rank<digits>.h5 then nothing (a piece) or ".tmp-..." (its temporary).
-    const std::string rest = name.substr(prefix.size());
-    if (rest.size() < 8 + 9 ||
-        rest.find_first_not_of("0123456789abcdef") < 8 || rest.compare(8, 5, ".rank") != 0)
+    // A piece, or its temporary (the piece's name, then ".tmp-...").
+    const size_t temp = name.find(".h5.tmp-", prefix.size());
+    std::string save;
+    uint32_t id = 0;
+    int rank = 0;
+    if (!ParseRankFileName(dir + name.substr(0, temp == std::string::npos ? temp : temp + 3), &save, &id, &rank) ||
+        BaseOf(save) != BaseOf(path))
       continue;
-    const size_t digits_end = rest.find_first_not_of("0123456789", 13);
-    if (digits_end == 13 || digits_end == std::string::npos ||
-        rest.compare(digits_end, 3, ".h5") != 0 || digits_end - 13 > 9)
-      continue;
-    const uint32_t id = static_cast<uint32_t>(std::stoul(rest.substr(0, 8), nullptr, 16));
-    const int rank = std::stoi(rest.substr(13, digits_end - 13));
     const std::string piece = RankFileName(path, id, rank);
-    if (BaseOf(piece) == name) {
-      if (keep < 0 || id != static_cast<uint32_t>(keep)) pieces.push_back(piece);
-    } else if (rest.compare(digits_end + 3, 5, ".tmp-") == 0) {
+    if (temp != std::string::npos) {
       with_temps.push_back(piece);
+    } else if (keep < 0 || id != static_cast<uint32_t>(keep)) {
+      pieces.push_back(piece);
     }
   }
   ::closedir(d);
@@ -1114,6 +1111,24 @@ std::string RankFileName(const std::string& path, uint32_t id, int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, ".%08x.rank%d.h5", id, rank);
   return path + buf;
+}
+
+bool ParseRankFileName(const std::string& path, std::string* save, uint32_t* id, int* rank) {
+  const std::string name = BaseOf(path);
+  const size_t at = name.rfind(".rank");  // "<P>.<8 hex>" before it, "<r>.h5" after
+  if (at == std::string::npos || at < 10 || name[at - 9] != '.') return false;
+  const std::string hex = name.substr(at - 8, 8), tail = name.substr(at + 5);
+  if (hex.find_first_not_of("0123456789abcdef") != std::string::npos || tail.size() < 4 ||
+      tail.compare(tail.size() - 3, 3, ".h5") != 0)
+    return false;
+  const std::string digits = tail.substr(0, tail.size() - 3);
+  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos ||
+      (digits.size() > 1 && digits[0] == '0'))
+    return false;
+  *save = DirOf(path) + name.substr(0, at - 9);
+  *id = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+  *rank = std::stoi(digits);
+  return true;
 }
 
 bool IsDistributedSave(const std::string& path) {
@@ -2167,7 +2182,7 @@ std::string ReshardReport::Table() const {
   s += line;
   size_t bad = 0;
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%-40s %-5s %6zu %12llu %-8s %-32s %s\n", r.name.c_str(),
+    std::snprintf(line, sizeof line, "%s %-5s %6zu %12llu %-8s %-32s %s\n", PadRight(r.name, 40).c_str(),
                   r.lazy ? "lazy" : "dense", r.pieces, static_cast<unsigned long long>(r.bytes),
                   r.source_ref.c_str(), FingerprintHex(r.source).c_str(),
                   r.ok() ? "ok" : ("MISMATCH (output " + FingerprintHex(r.output) + ")").c_str());

@@ -281,4 +281,9 @@ Result<ReshardReport> SaveBuffers(Exchange& comm, const std::vector<ParamBuffer>
 /// Rank r's file name of a save at `path` with save id `id`.
 std::string RankFileName(const std::string& path, uint32_t id, int rank);
 
+/// Whether `path` is named as a rank file is (RankFileName: "<P>.<8 hex>.rank<r>.h5", r in
+/// decimal without leading zeros, at most 9 digits); then sets *save (P, in the same folder),
+/// *id and *rank.
+bool ParseRankFileName(const std::string& path, std::string* save, uint32_t* id, int* rank);
+
 }  // namespace seedstore

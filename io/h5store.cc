@@ -1107,6 +1107,11 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     if (!gen.ok()) return bad(gen.status().message());
     s->generator_ = *gen;
   }
+  if (idx.contains("rank")) {
+    if (!idx["rank"].is_number_unsigned() || idx["rank"].get<uint64_t>() > INT32_MAX)
+      return bad("field 'rank' is " + JsonPreview(idx["rank"]) + ", not a rank (0..2147483647)");
+    s->rank_ = static_cast<int>(idx["rank"].get<uint64_t>());
+  }
   if (!idx.contains("tensors") || !idx["tensors"].is_array()) return bad("field 'tensors' missing");
   std::set<std::string> names;
   for (size_t k = 0; k < idx["tensors"].size(); ++k) {
@@ -1855,6 +1860,7 @@ struct StoreWriter::Impl {
   hid_t h5 = -1, g_tensors = -1, g_sums = -1, g_info = -1, g_meta = -1;
   uint64_t seed = 0;
   Generator generator = Generator::kThreefry;
+  std::optional<int> rank;
   WriteOptions opt;
   json records = json::array();
   std::set<std::string> names;
@@ -2274,6 +2280,8 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }
 Fingerprint StoreWriter::last_dense_fingerprint() const { return impl_->last_dense; }
 
+void StoreWriter::SetShardRank(std::optional<int> rank) { impl_->rank = rank; }
+
 Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>& before_rename) {
   Impl& m = *impl_;
   if (m.committed) return Internal("store '" + m.file->path() + "' committed twice");
@@ -2282,6 +2290,7 @@ Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>&
               {"seed", m.seed},
               {"generator", GeneratorName(m.generator)},
               {"tensors", m.records}};
+  if (m.rank) idx["rank"] = *m.rank;
   const std::string text = idx.dump();
   {
     H5Guard gl;
@@ -2331,6 +2340,7 @@ Status ReplaceWithDense(const std::string& path, const std::map<std::string, Box
     if (src->Find(name) < 0) return NotFound("file '" + path + "': no tensor '" + name + "'");
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<StoreWriter> w,
                              StoreWriter::Create(path, src->root_seed(), src->generator(), options));
+  w->SetShardRank(src->shard_rank());  // a rank's shard file stays that rank's
   for (size_t i = 0; i < src->tensors().size(); ++i) {
     const TensorRecord& t = src->tensors()[i];
     auto it = values.find(t.name);

@@ -195,6 +195,7 @@ class H5Store : public Catalog {
   const StoredTensor& stored(size_t i) const { return stored_.at(i); }
   uint64_t root_seed() const { return seed_; }
   Generator generator() const { return generator_; }
+  std::optional<int> shard_rank() const override { return rank_; }
   /// File size in bytes.
   uint64_t file_bytes() const { return file_bytes_; }
   /// Whether the file is a distributed save's master (FileIsDistributedMaster, io/h5_util.h):
@@ -295,6 +296,7 @@ class H5Store : public Catalog {
   uint64_t kernel_readahead_ = 0;  // the kernel's readahead window for fd_'s device (0: unknown)
   uint64_t seed_ = 0, file_bytes_ = 0;
   Generator generator_ = Generator::kThreefry;
+  std::optional<int> rank_;  // the index's "rank"
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
   mutable std::vector<std::pair<size_t, DatasetHandle>> open_;  // Dataset(): least recent first
@@ -375,6 +377,9 @@ class StoreWriter {
   ChunkCounts chunk_counts() const;
   /// The fingerprint recorded for the last dense tensor added (zero before the first).
   Fingerprint last_dense_fingerprint() const;
+  /// Records the layout rank whose shards the store's pieces are (the index's "rank",
+  /// Catalog::shard_rank); none by default.
+  void SetShardRank(std::optional<int> rank);
   /// Copies tensor `i` of `src` unchanged: lazy record, or dense chunks as stored (no
   /// recompression).
   Status CopyFrom(const H5Store& src, size_t i);

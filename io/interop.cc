@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -84,19 +85,23 @@ Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string
     if (o.layout) {
       SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(c, t, "--layout"));
       SEEDSTORE_ASSIGN_OR_RETURN(Shard s, o.layout->ShardOf(t.name, t.shape, o.rank));
-      if (s.empty()) {
-        empty[t.name] = {{"global_shape", t.shape}, {"dtype", DTypeName(t.dtype)}};
-        continue;
-      }
       it.region = s.region;
       it.shape = LocalShape(s.region);
       it.placed = s.region;
+    }
+    if (it.placed && it.placed->Count() == 0) {  // an empty shard: named, not written
+      const Region& p = *it.placed;
+      empty[t.name] = {{"global_shape", std::vector<uint64_t>(p.shape, p.shape + p.rank)},
+                       {"dtype", DTypeName(t.dtype)}};
+      continue;
     }
     SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(t.name, path));  // before any file is written
     it.bytes = it.region.Count() * DTypeSize(t.dtype);
     total += it.bytes;
     items.push_back(std::move(it));
   }
+  // The rank whose shards these are: --rank, or the one the source records.
+  const std::optional<int> rank = o.layout ? std::optional<int>(o.rank) : c.shard_rank();
   // Pack into files.
   std::vector<std::vector<size_t>> files(1);
   uint64_t in_file = 0;
@@ -142,14 +147,14 @@ Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string
       });
     }
     std::map<std::string, std::string> meta = {{"format", "pt"}, {"seedstore.version", "1"}};
-    if (o.layout || !shards.empty()) meta["seedstore.shards"] = shards.dump();
-    if (o.layout) meta["seedstore.rank"] = std::to_string(o.rank);
+    if (o.layout || !shards.empty() || !empty.empty()) meta["seedstore.shards"] = shards.dump();
+    if (rank) meta["seedstore.rank"] = std::to_string(*rank);
     if (f == 0 && !empty.empty()) meta["seedstore.empty_shards"] = empty.dump();
     SEEDSTORE_RETURN_IF_ERROR(w.Write(names[f], meta));
   }
   if (files.size() > 1) {
     json idx = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    if (o.layout) idx["metadata"]["seedstore.rank"] = std::to_string(o.rank);
+    if (rank) idx["metadata"]["seedstore.rank"] = std::to_string(*rank);
     const std::string text = idx.dump(2) + "\n";
     const std::string ipath = path + ".index.json";
     SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(ipath));
@@ -237,29 +242,21 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
           return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor " + Quoted(it.key()) +
                          ", which the file does not hold");
     }
-    // And which tensors it holds no elements of (their shard on its rank is empty).
-    if (auto m = file.metadata().find("seedstore.empty_shards"); m != file.metadata().end()) {
-      const std::string w = "safetensors file '" + f + "': __metadata__['seedstore.empty_shards']";
-      const json e = ParseJson(m->second, nullptr);
-      if (!e.is_object()) return Corrupt(w + " is not a JSON object");
-      for (auto it = e.begin(); it != e.end(); ++it) {
-        const std::string tw = w + " tensor " + Quoted(it.key());
-        const json& v = *it;
-        if (!v.is_object() || !v.contains("global_shape") || !v["global_shape"].is_array() ||
-            !v.contains("dtype") || !v["dtype"].is_string())
-          return Corrupt(tw + ": needs global_shape and dtype");
-        EmptyShard s;
-        auto dt = ParseDType(v["dtype"].get<std::string>());
-        if (!dt.ok()) return Corrupt(tw + ": " + dt.status().message());
-        s.dtype = *dt;
-        SEEDSTORE_ASSIGN_OR_RETURN(s.global_shape, GlobalShapeOf(v, s.dtype, tw));
-        if (file.Find(it.key())) return Corrupt(tw + ": the file holds that tensor");
-        c->empty_shards_[it.key()] = std::move(s);
-      }
+    if (auto m = file.metadata().find("seedstore.rank"); m != file.metadata().end()) {
+      const std::string& text = m->second;
+      const std::string w = "safetensors file '" + f + "': __metadata__['seedstore.rank'] is " + Quoted(text);
+      int r = -1;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), r);
+      if (ec != std::errc() || end != text.data() + text.size() || r < 0)
+        return Corrupt(w + ", not a rank (0..2147483647)");
+      if (c->rank_ && *c->rank_ != r)
+        return Corrupt(w + ", another file's is '" + std::to_string(*c->rank_) + "'");
+      c->rank_ = r;
     }
+    // Its tensors in file-offset order, each with where it lies in the global tensor.
     std::vector<SafetensorsEntry> v = file.entries();
     std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-    const size_t k = c->files_.size();
+    std::vector<std::pair<SafetensorsEntry, std::optional<Region>>> held;
     for (SafetensorsEntry& e : v) {
       std::optional<Region> shard;
       if (shard_meta.contains(e.name)) {
@@ -274,6 +271,33 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
           return Corrupt(w + ": the region " + DescribeRegion(*r) + " does not have the tensor's shape");
         shard = *r;
       }
+      held.emplace_back(std::move(e), shard);
+    }
+    // Then the tensors it holds no elements of (their shard on its rank is empty), in name
+    // order: each an empty piece, the flat range [0, 0) of its global shape (docs/FORMAT.md 8).
+    if (auto m = file.metadata().find("seedstore.empty_shards"); m != file.metadata().end()) {
+      const std::string w = "safetensors file '" + f + "': __metadata__['seedstore.empty_shards']";
+      const json e = ParseJson(m->second, nullptr);
+      if (!e.is_object()) return Corrupt(w + " is not a JSON object");
+      for (auto it = e.begin(); it != e.end(); ++it) {
+        const std::string tw = w + " tensor " + Quoted(it.key());
+        const json& v = *it;
+        if (!v.is_object() || !v.contains("global_shape") || !v["global_shape"].is_array() ||
+            !v.contains("dtype") || !v["dtype"].is_string())
+          return Corrupt(tw + ": needs global_shape and dtype");
+        SafetensorsEntry entry;  // no bytes
+        entry.name = it.key();
+        entry.shape = {0};
+        auto dt = ParseDType(v["dtype"].get<std::string>());
+        if (!dt.ok()) return Corrupt(tw + ": " + dt.status().message());
+        entry.dtype = *dt;
+        SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<uint64_t> global, GlobalShapeOf(v, entry.dtype, tw));
+        if (file.Find(entry.name)) return Corrupt(tw + ": the file holds that tensor");
+        held.emplace_back(std::move(entry), FlatRegion(global, 0, 0));
+      }
+    }
+    const size_t k = c->files_.size();
+    for (auto& [e, shard] : held) {
       if (auto it = seen.find(e.name); it != seen.end())
         return InvalidArgument("safetensors tensor '" + e.name + "' is held by both '" +
                                c->files_[it->second].path() + "' and '" + f + "'");
@@ -315,6 +339,7 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
   };
   if (!o.update) {
     SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, o.seed, Generator::kThreefry, o.write));
+    w->SetShardRank(src->shard_rank());
     for (size_t i = 0; i < ts.size(); ++i)
       SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, ts[i].shape, ts[i].dtype, source_of(i), progress,
                                             placed(ts[i].piece))

@@ -41,7 +41,12 @@ Result<uint64_t> ParseByteSize(const std::string& text);
 /// maps a name to {"global_shape", "start"/"stop" or "flat"}, holds pieces: that tensor's
 /// record has `piece` set (TensorRecord::piece, as a distributed save's rank file has), so its
 /// fingerprints are taken in the global tensor's frame; Open checks that the region lies in
-/// the global shape and has the tensor's shape (CORRUPT otherwise). Errors name the
+/// the global shape and has the tensor's shape (CORRUPT otherwise). The tensors such a file
+/// leaves out because their shard on its rank is empty (torch.chunk of 3 rows over 4 ranks; a
+/// tensor with no elements), named in __metadata__["seedstore.empty_shards"], are listed after
+/// the file's own tensors (in name order) as **empty pieces**: dense, shape [0], `piece` the
+/// flat range [0, 0) of the global shape (docs/FORMAT.md 4.1) -- so `fingerprint`, `diff`,
+/// `import` and `export` see every shard of the rank, as from the model with --layout. Errors name the
 /// file and the tensor: a tensor held by two files, an index entry whose file lacks it, a
 /// file name that is not local to the index's folder; a file the index names that cannot be
 /// opened (missing: NOT_FOUND, or invalid) also names the index and a tensor mapped to it.
@@ -54,18 +59,11 @@ class SafetensorsCatalog : public Catalog {
   /// The file holding tensor i (for messages).
   const std::string& file_of(size_t i) const { return files_[where_[i].first].path(); }
   size_t num_files() const { return files_.size(); }
-  /// A rank's shard file leaves out the tensors whose shard on its rank is empty (torch.chunk
-  /// of 3 rows over 4 ranks; a tensor with no elements) and names them in
-  /// __metadata__['seedstore.empty_shards'] (docs/FORMAT.md 8): tensor name -> this.
-  struct EmptyShard {
-    std::vector<uint64_t> global_shape;
-    DType dtype = DType::kF32;
-  };
-  const std::map<std::string, EmptyShard>& empty_shards() const { return empty_shards_; }
-
+  /// __metadata__["seedstore.rank"] (every file that has it must agree; CORRUPT otherwise).
+  std::optional<int> shard_rank() const override { return rank_; }
  private:
   std::string origin_;
-  std::map<std::string, EmptyShard> empty_shards_;
+  std::optional<int> rank_;
   std::vector<SafetensorsFile> files_;
   std::vector<TensorRecord> records_;
   std::vector<std::pair<size_t, SafetensorsEntry>> where_;  // per record: file index, entry

@@ -86,6 +86,10 @@ class Catalog {
   }
   /// Index of the tensor called `name`, or -1.
   int Find(const std::string& name) const;
+  /// The layout rank whose shards this catalog's pieces are, when recorded: a rank's
+  /// safetensors shard file's __metadata__["seedstore.rank"], kept by `import` in the store's
+  /// index ("rank", docs/FORMAT.md 4.1). By default none.
+  virtual std::optional<int> shard_rank() const { return std::nullopt; }
 };
 
 /// The fingerprint of region `r` of dense tensor `i` of `c`, read (Catalog::Read) and hashed

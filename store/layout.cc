@@ -469,9 +469,8 @@ Result<Layout> Layout::Parse(std::string_view text, std::string_view origin) {
 }
 
 Result<Layout> Layout::Load(const std::string& path) {
-  const std::string ctx = "layout file " + Quoted(path);
-  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, ctx));
-  return Parse(text, ctx);
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "layout file " + Quoted(path)));
+  return Parse(text, "file " + Quoted(path));
 }
 
 Layout Layout::Replicated(int world) {

@@ -133,9 +133,13 @@ Result<DType> ParseDType(std::string_view s) {
     if (s == n.name) return n.t;
   for (const auto& n : kDTypeAliases)
     if (s == n.name) return n.t;
-  return InvalidArgument("unknown dtype " + Quoted(s) +
-                         " (expected float32, float64, bfloat16, float16, uint8..uint64, "
-                         "int8..int64 or bool)");
+  return InvalidArgument("unknown dtype " + Quoted(s) + " (expected " + DTypeNameList() + ")");
+}
+
+std::string DTypeNameList() {
+  std::string list;
+  for (const auto& n : kDTypeNames) list += (list.empty() ? "" : ", ") + std::string(n.name);
+  return list;
 }
 
 const char* DistName(Dist d) {
@@ -244,11 +248,21 @@ Status ValidateShape(const std::vector<uint64_t>& shape, DType dtype, const std:
   if (shape.size() > static_cast<size_t>(kMaxRank))
     return InvalidArgument(where + ": rank " + std::to_string(shape.size()) + " exceeds " +
                            std::to_string(kMaxRank));
-  unsigned __int128 n = 1;
+  // Every dim, also of a tensor with no elements: HDF5 takes dims below 2^63 (it rounds each
+  // up to a power of two), and so does every index computation here.
+  bool empty = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] > kMaxDim)
+      return InvalidArgument(where + ": dim " + std::to_string(d) + " is " + std::to_string(shape[d]) +
+                             ", more than the limit 2^63 - 1");
+    empty = empty || shape[d] == 0;
+  }
+  if (empty) return Status::Ok();
+  unsigned __int128 n = DTypeSize(dtype);
   const unsigned __int128 limit = static_cast<unsigned __int128>(1) << 62;
   for (size_t d = 0; d < shape.size(); ++d) {
-    n *= shape[d];
-    if (n * DTypeSize(dtype) > limit)
+    n *= shape[d];  // every dim >= 1: n only grows, and stays below 2^125
+    if (n > limit)
       return InvalidArgument(where + ": shape overflows (more than 2^62 bytes at dim " +
                              std::to_string(d) + ")");
   }
@@ -271,7 +285,7 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
     return InvalidArgument(w + ".shape: missing or not an array");
   for (size_t d = 0; d < j.at("shape").size(); ++d) {
     const json& v = j.at("shape")[d];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+    if (!v.is_number_unsigned())  // one too large for a dim is ValidateShape's to name
       return InvalidArgument(w + ".shape[" + std::to_string(d) +
                              "]: expected a non-negative integer, got " + JsonPreview(v));
     t.shape.push_back(v.get<uint64_t>());

@@ -15,6 +15,8 @@ namespace seedstore {
 
 /// Canonical dtype name ("float32", "bfloat16", ...).
 const char* DTypeName(DType t);
+/// Every canonical dtype name, comma-separated ("float32, float64, bfloat16, ..., bool").
+std::string DTypeNameList();
 /// Parses a dtype name; accepts canonical names and the aliases f32/fp32, f64/fp64, bf16,
 /// f16/fp16/half, u8..u64, i8..i64. Error names the value.
 Result<DType> ParseDType(std::string_view s);
@@ -77,8 +79,13 @@ Result<TensorSpec> TensorSpecFromJson(const nlohmann::json& j, Generator default
                                       const std::string& where);
 nlohmann::json TensorSpecToJson(const TensorSpec& t);
 
-/// Validates a shape: every dim >= 0 and the element count (and byte count for `dtype`) fits
-/// in 63 bits. `where` names the field.
+/// The largest dim a shape may have (also when the tensor has no elements): 2^63 - 1.
+constexpr uint64_t kMaxDim = (uint64_t{1} << 63) - 1;
+
+/// The one check of a shape, wherever one is read (specs, --shape, stores, safetensors
+/// headers, piece records, distributed indexes, buffers): at most kMaxRank dims, every dim at
+/// most kMaxDim ("<where>: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"), and a
+/// tensor with elements holds at most 2^62 bytes of `dtype`. `where` names the tensor and field.
 Status ValidateShape(const std::vector<uint64_t>& shape, DType dtype, const std::string& where);
 
 /// The tensor's key. Derived keys (stable forever, docs/FORMAT.md "Key derivation"):

@@ -46,4 +46,17 @@ std::string Quoted(std::string_view s) {
   return q;
 }
 
+size_t TextWidth(std::string_view s) {
+  size_t n = 0;
+  for (const char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+std::string PadRight(std::string_view s, size_t width) {
+  std::string out(s);
+  const size_t w = TextWidth(s);
+  if (w < width) out.append(width - w, ' ');
+  return out;
+}
+
 }  // namespace seedstore

@@ -60,6 +60,12 @@ Status OpenFailure(const std::string& what, int err);
 /// shows as \0 ('x\0b'), so that a message printed as a C string is not cut there.
 std::string Quoted(std::string_view s);
 
+/// `s` padded with spaces to `width` columns for a text table, counting UTF-8 code points, not
+/// bytes (a tensor named 'größe' takes 5 columns); never cut.
+std::string PadRight(std::string_view s, size_t width);
+/// The columns PadRight counts in `s`: its UTF-8 code points (bytes that are not 10xxxxxx).
+size_t TextWidth(std::string_view s);
+
 /// A value or an error.
 template <class T>
 class [[nodiscard]] Result {

@@ -141,18 +141,18 @@ std::string CompositionCell(const TensorReport& t) {
 std::string VerifyReport::Table(bool problems_only) const {
   size_t w = 6;
   for (const auto& t : tensors)
-    if (!problems_only || !t.ok()) w = std::max(w, t.name.size());
+    if (!problems_only || !t.ok()) w = std::max(w, TextWidth(t.name));
   w = std::min<size_t>(w, 60);
   std::ostringstream os;
   char line[512];
-  std::snprintf(line, sizeof line, "%-*s  %7s  %-24s  %-20s  %s\n", static_cast<int>(w), "TENSOR",
+  std::snprintf(line, sizeof line, "%s  %7s  %-24s  %-20s  %s\n", PadRight("TENSOR", w).c_str(),
                 "SHARDS", "REPLICAS", "COMPOSITION", "FINGERPRINT");
   os << line;
   for (const auto& t : tensors) {
     if (problems_only && t.ok()) continue;
     const std::string shards = std::to_string(t.num_groups) + "x" + std::to_string(t.max_replicas);
-    std::snprintf(line, sizeof line, "%-*s  %7s  %-24s  %-20s  %s\n", static_cast<int>(w),
-                  t.name.c_str(), shards.c_str(), ReplicaCell(t).c_str(),
+    std::snprintf(line, sizeof line, "%s  %7s  %-24s  %-20s  %s\n", PadRight(t.name, w).c_str(),
+                  shards.c_str(), ReplicaCell(t).c_str(),
                   CompositionCell(t).c_str(),
                   t.composition == CompositionVerdict::kUndetermined
                       ? "-"

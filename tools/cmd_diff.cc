@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "io/device.h"
+#include "io/dist_store.h"
+#include "io/h5store.h"
 #include "io/interop.h"
 #include "io/open.h"
 #include "tools/cli.h"
@@ -20,7 +22,7 @@ struct Options {
   bool json = false, recorded = false, all = false;
 };
 
-enum class Verdict { kIdentical, kValues, kShape, kDType, kShard, kOnlyA, kOnlyB };
+enum class Verdict { kIdentical, kValues, kShape, kDType, kShard, kOnlyA, kOnlyB, kNotCompared };
 const char* VerdictName(Verdict v) {
   switch (v) {
     case Verdict::kIdentical: return "identical";
@@ -30,6 +32,7 @@ const char* VerdictName(Verdict v) {
     case Verdict::kShard: return "other-shards";
     case Verdict::kOnlyA: return "only-in-a";
     case Verdict::kOnlyB: return "only-in-b";
+    case Verdict::kNotCompared: return "not-compared";
   }
   return "?";
 }
@@ -48,24 +51,20 @@ struct Row {
   std::optional<Fingerprint> fa, fb;
   bool by_spec = false;  // both lazy with the same resolved spec: equal without generating
   std::optional<Region> shard;  // a side is a rank's file (its piece): the region compared
-  bool empty_shard = false;     // the other side is a rank's shard file whose shard of it is empty
+  bool empty_shard = false;     // ... and that piece is empty (an empty shard: FORMAT.md 4.1)
 };
 
 std::vector<uint64_t> GlobalShape(const Region& r) { return std::vector<uint64_t>(r.shape, r.shape + r.rank); }
 
-// Tensor `t`, on one side only: when `other` is a rank's shard file whose shard of `t` is
-// empty (named in its seedstore.empty_shards), identical -- or shape/dtype differs -- and
-// `*empty` is set; else `only` (it is on t's side only).
-Verdict EmptyShardOn(const Catalog& other, const TensorRecord& t, Verdict only, bool* empty) {
-  const auto* st = dynamic_cast<const SafetensorsCatalog*>(&other);
-  if (!st) return only;
-  auto it = st->empty_shards().find(t.name);
-  if (it == st->empty_shards().end()) return only;
-  *empty = true;
-  const std::vector<uint64_t> global = t.piece ? GlobalShape(*t.piece) : t.shape;
-  if (global != it->second.global_shape) return Verdict::kShape;
-  if (t.dtype != it->second.dtype) return Verdict::kDType;
-  return Verdict::kIdentical;
+// Whether `c` is one rank's file of a distributed save, opened alone: a store named as rank
+// files are (P.<id>.rank<r>.h5, docs/FORMAT.md 10). It holds only the dense pieces its rank
+// owns -- lazy tensors live in the master, a replica in its owner's file, an empty shard in
+// none -- and does not know the save's other tensors: a tensor it lacks is not compared.
+bool IsRankFile(const Catalog& c) {
+  std::string save;
+  uint32_t id = 0;
+  int rank = 0;
+  return dynamic_cast<const H5Store*>(&c) != nullptr && ParseRankFileName(c.origin(), &save, &id, &rank);
 }
 
 // Both lazy, and every element is the same pure function of its index: the same init rule,
@@ -124,13 +123,14 @@ int Run(const Options& o) {
     r.a = &ta;
     auto it = in_b.find(ta.name);
     if (it == in_b.end()) {
-      r.verdict = EmptyShardOn(B, ta, Verdict::kOnlyA, &r.empty_shard);
+      r.verdict = IsRankFile(B) ? Verdict::kNotCompared : Verdict::kOnlyA;
       bar.Advance(ta.NumBytes());
     } else {
       r.b = &B.tensors()[it->second];
       // A rank's file's piece is compared with the same region of the other side.
       const std::optional<Region> sa = shard_of(A, i), sb = shard_of(B, it->second);
       r.shard = sa ? sa : sb;
+      r.empty_shard = r.shard && r.shard->Count() == 0;
       const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape, gb = sb ? GlobalShape(*sb) : r.b->shape;
       if (ga != gb) {
         r.verdict = Verdict::kShape;
@@ -161,7 +161,7 @@ int Run(const Options& o) {
     if (!GlobMatch(o.tensors, tb.name) || !in_b.count(tb.name)) continue;
     Row r;
     r.name = tb.name;
-    r.verdict = EmptyShardOn(A, tb, Verdict::kOnlyB, &r.empty_shard);
+    r.verdict = IsRankFile(A) ? Verdict::kNotCompared : Verdict::kOnlyB;
     r.b = &tb;
     rows.push_back(std::move(r));
     bar.Advance(tb.NumBytes());
@@ -173,7 +173,8 @@ int Run(const Options& o) {
     by_spec += r.by_spec;
     shards += r.shard.has_value();
   }
-  const int differing = static_cast<int>(rows.size()) - count[Verdict::kIdentical];
+  const int compared = static_cast<int>(rows.size()) - count[Verdict::kNotCompared];
+  const int differing = compared - count[Verdict::kIdentical];
   if (o.json) {
     auto side = [](const TensorRecord* t, const std::optional<Fingerprint>& f) {
       if (!t) return nlohmann::json(nullptr);
@@ -185,13 +186,14 @@ int Run(const Options& o) {
     for (const Row& r : rows)
       ts.push_back({{"name", r.name},
                     {"result", VerdictName(r.verdict)},
-                    {"by", r.by_spec ? "spec" : r.empty_shard ? "empty shard" : r.fa ? "fingerprint" : "shape/dtype/name"},
+                    {"by", r.by_spec ? "spec" : r.empty_shard ? "empty shard" : r.fa ? "fingerprint"
+                           : r.verdict == Verdict::kNotCompared ? "absent from a rank file" : "shape/dtype/name"},
                     {"shard", r.shard ? nlohmann::json(DescribeRegion(*r.shard)) : nlohmann::json(nullptr)},
                     {"a", side(r.a, r.fa)},
                     {"b", side(r.b, r.fb)}});
     nlohmann::json counts = nlohmann::json::object();
     for (Verdict v : {Verdict::kIdentical, Verdict::kValues, Verdict::kShape, Verdict::kDType, Verdict::kShard,
-                      Verdict::kOnlyA, Verdict::kOnlyB})
+                      Verdict::kOnlyA, Verdict::kOnlyB, Verdict::kNotCompared})
       counts[VerdictName(v)] = count[v];
     nlohmann::json j = {{"a", o.a}, {"b", o.b}, {"identical", differing == 0}, {"recorded", o.recorded},
                         {"counts", counts}, {"tensors", ts}};
@@ -203,26 +205,34 @@ int Run(const Options& o) {
       std::string what;
       switch (r.verdict) {
         case Verdict::kIdentical:
-          what = r.by_spec ? "same spec" : r.empty_shard ? "an empty shard on this rank" : FingerprintHex(*r.fa);
+          what = r.by_spec ? "same spec" : r.empty_shard ? "no elements on this rank" : FingerprintHex(*r.fa);
           break;
         case Verdict::kValues: what = "a " + FingerprintHex(*r.fa) + "  b " + FingerprintHex(*r.fb); break;
         case Verdict::kShape:
         case Verdict::kDType:
-        case Verdict::kShard:
-          what = r.empty_shard ? desc(r.a ? r.a : r.b) + " against an empty shard of another shape or dtype"
-                               : "a " + desc(r.a) + "  b " + desc(r.b);
-          break;
+          if (r.empty_shard) {  // the other side's shape and dtype, against the empty piece's
+            what = desc(r.a->piece && r.a->NumElements() == 0 ? r.b : r.a) +
+                   " against an empty shard of another shape or dtype";
+            break;
+          }
+          [[fallthrough]];
+        case Verdict::kShard: what = "a " + desc(r.a) + "  b " + desc(r.b); break;
         case Verdict::kOnlyA: what = desc(r.a); break;
         case Verdict::kOnlyB: what = desc(r.b); break;
+        case Verdict::kNotCompared:
+          what = desc(r.a ? r.a : r.b) + "  (absent from the rank file " + (r.a ? "b" : "a") + ")";
+          break;
       }
-      if (r.shard) what += "  (shard " + DescribeRegion(*r.shard) + " of " + ShapeText(GlobalShape(*r.shard)) + ")";
+      if (r.shard)
+        what += std::string("  (") + (r.empty_shard ? "an empty shard" : "shard " + DescribeRegion(*r.shard)) +
+                " of " + ShapeText(GlobalShape(*r.shard)) + ")";
       std::printf("%-13s %s  %s\n", VerdictName(r.verdict), r.name.c_str(), what.c_str());
     }
     std::printf("a: %s (%zu tensors)\nb: %s (%zu tensors)\n", o.a.c_str(), A.tensors().size(), o.b.c_str(),
                 B.tensors().size());
-    std::printf("%zu compared%s: %d identical, %d values differ, %d shape differs, %d dtype differs, "
+    std::printf("%d compared%s: %d identical, %d values differ, %d shape differs, %d dtype differs, "
                 "%d only in a, %d only in b\n",
-                rows.size(), o.recorded ? " (recorded fingerprints where present)" : "",
+                compared, o.recorded ? " (recorded fingerprints where present)" : "",
                 count[Verdict::kIdentical], count[Verdict::kValues], count[Verdict::kShape],
                 count[Verdict::kDType], count[Verdict::kOnlyA], count[Verdict::kOnlyB]);
     if (count[Verdict::kShard]) std::printf("%d hold other shards on the two sides\n", count[Verdict::kShard]);
@@ -230,10 +240,15 @@ int Run(const Options& o) {
       std::printf("%d compared as shards: a rank's shard file against the same region of the other side\n", shards);
     if (by_spec)
       std::printf("%d identical by spec: lazy on both sides with the same init rule, key and generator\n", by_spec);
+    if (count[Verdict::kNotCompared])
+      std::printf("%d not compared: absent from a distributed save's rank file, which holds only the dense "
+                  "pieces its rank owns (lazy tensors are in the master, a replica in its owner's file, an "
+                  "empty shard in none); diff the save's master to compare every tensor\n",
+                  count[Verdict::kNotCompared]);
   }
   if (differing == 0) return 0;
   const Status verdict = Mismatch("'" + o.a + "' and '" + o.b + "' differ in " + std::to_string(differing) +
-                                  " of " + std::to_string(rows.size()) + " tensors");
+                                  " of " + std::to_string(compared) + " tensors compared");
   return o.json ? ExitCode(verdict) : Fail(verdict);
 }
 
@@ -247,8 +262,14 @@ Register reg({"diff", "Whether two checkpoints hold the same weights: tensor by 
       "Two lazy tensors with the same init rule, key and generator are identical by their spec; "
       "other lazy tensors are generated, dense ones read; no bytes move between the two. "
       "A rank's file -- a safetensors shard file (materialize, export --layout) or a distributed "
-      "save's rank file -- is compared with the same region of the other side. Lists what differs (--all: every tensor); exit 0 when every tensor is identical, 7 when any "
-      "differs. Fingerprints are 128-bit sums of per-element XXH3 hashes: they catch accidental "
+      "save's rank file -- is compared with the same region of the other side; a shard that is "
+      "empty on its rank (seedstore.empty_shards) is identical to any tensor of its shape and "
+      "dtype. A distributed save's rank file (P.<id>.rank<r>.h5) holds only the dense pieces its "
+      "rank owns -- lazy tensors are in the master, a replica in its owner's file, an empty shard "
+      "in none -- and does not list the save's other tensors: what it lacks is reported as "
+      "not-compared and is no difference (diff the master P to compare every tensor). "
+      "Lists what differs and what was not compared (--all: every tensor); exit 0 when every "
+      "tensor compared is identical, 7 when any differs. Fingerprints are 128-bit sums of per-element XXH3 hashes: they catch accidental "
       "differences, not a forger's.");
   app.add_option("a", o->a, "First checkpoint")->required();
   app.add_option("b", o->b, "Second checkpoint")->required();

@@ -97,7 +97,7 @@ int Run(const GenOptions& o) {
 Register reg({"gen", "Generate one lazily described tensor (or one box of it)", [](CLI::App& app) {
   auto o = std::make_shared<GenOptions>();
   app.add_option("--shape", o->shape, "Global shape, e.g. 32,8192,4096 (empty: scalar)")->required();
-  app.add_option("--dtype", o->dtype, "float32, bfloat16, float16, float64, uint8..uint64");
+  app.add_option("--dtype", o->dtype, DTypeNameList() + " (default float32)");
   app.add_option("--init", o->init, R"(Init rule as JSON, e.g. {"dist":"normal","scale":0.05})");
   auto* seed = AddInteger(app, "--seed", &o->seed,
                           "jax.random.key(seed): a 64-bit signed integer, as JAX takes a Python "

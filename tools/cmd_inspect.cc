@@ -37,11 +37,11 @@ int Run(const Options& o) {
   size_t wname = 4, wshape = 5;
   for (const auto& t : ts) {
     if (!GlobMatch(o.tensors, t.name)) continue;
-    wname = std::max(wname, t.name.size());
+    wname = std::max(wname, TextWidth(t.name));
     wshape = std::max(wshape, ShapeStr(t.shape).size());
   }
   if (!o.json)
-    std::printf("%-*s  %-*s  %-8s  %-5s  %14s  %s\n", static_cast<int>(wname), "name",
+    std::printf("%s  %-*s  %-8s  %-5s  %14s  %s\n", PadRight("name", wname).c_str(),
                 static_cast<int>(wshape), "shape", "dtype", "kind", "bytes_on_disk", "fingerprint");
   std::vector<DistCatalog::Storage> dist_storage;
   if (dist) {  // from the index; a save from before it records them: each rank file in turn
@@ -85,7 +85,7 @@ int Run(const Options& o) {
       }
       rows.push_back(r);
     } else {
-      std::printf("%-*s  %-*s  %-8s  %-5s  %14llu  %s\n", static_cast<int>(wname), t.name.c_str(),
+      std::printf("%s  %-*s  %-8s  %-5s  %14llu  %s\n", PadRight(t.name, wname).c_str(),
                   static_cast<int>(wshape), ShapeStr(t.shape).c_str(), DTypeName(t.dtype),
                   is_dense ? "dense" : "lazy", static_cast<unsigned long long>(disk), fp.c_str());
     }
@@ -93,6 +93,7 @@ int Run(const Options& o) {
   if (o.json) {
     nlohmann::json j = {{"source", o.source}, {"tensors", rows}, {"parameters", params},
                         {"lazy", lazy},       {"dense", dense}};
+    if (const std::optional<int> rank = (*cat)->shard_rank()) j["rank"] = *rank;  // a rank's shards
     if (store) {
       j["file_bytes"] = store->file_bytes();
       j["seed"] = store->root_seed();

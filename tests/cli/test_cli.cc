@@ -280,17 +280,20 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
   EXPECT_NE(m.err.find("nope.safetensors"), std::string::npos) << m.err;
 }
 
+// Three tensors flat over 8 ranks: rank 5 holds no element of f (4 elements) nor of z (none).
+const char* kEmptyShardsSpec = R"({"seedstore": 1, "seed": 3, "tensors": [
+    {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
+    {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
+    {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})";
+const char* kFlatOver8 = R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})";
+
 // A rank whose shard of a tensor is empty (torch.chunk of 4 elements over 8 flat ranks: ranks
 // 4-7 hold none of `f`; a tensor with no elements) leaves it out of its shard file and names it
 // in seedstore.empty_shards: diff against the model is identical (it was "only in b", exit 7).
 // Against a model where that tensor has another shape, it differs.
 TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
-  const std::string spec = Write("empty_spec.json", R"({"seedstore": 1, "seed": 3, "tensors": [
-    {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
-    {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
-    {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})");
-  const std::string layout = Write("empty_layout.json",
-      R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})");
+  const std::string spec = Write("empty_spec.json", kEmptyShardsSpec);
+  const std::string layout = Write("empty_layout.json", kFlatOver8);
   const std::string r5 = TempDir() + "/empty_r5.safetensors";
   ASSERT_EQ(Exec("materialize " + spec + " --layout " + layout + " --rank 5 -o " + r5).code, 0);
   auto f = SafetensorsFile::Open(r5);
@@ -316,6 +319,134 @@ TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
   EXPECT_NE(d.out.find("shape-differs f  [5] float32 against an empty shard of another shape or dtype"),
             std::string::npos)
       << d.out;
+}
+
+// A distributed save's rank file holds only the dense pieces its rank owns: a lazy tensor (in
+// the master), a replica another rank owns and an empty shard are not in it, and it does not
+// know the save's tensor list. diff reports those as not-compared, exits 0 when everything it
+// holds is identical, and 7 when anything it holds differs (issue: they were "only in b", exit
+// 7, for correct rank files). Only a file named as rank files are is read so.
+TEST(Cli, DiffOfADistributedSavesRankFileComparesWhatItHolds) {
+  const std::string dir = TempDir() + "/rankdiff";
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  const std::string spec = Write("rankdiff/spec.json", R"({"seedstore": 1, "seed": 7, "tensors": [
+    {"name": "d", "shape": [4, 6], "dtype": "float32", "init": {"dist": "zeros"}},
+    {"name": "lz", "shape": [4, 6], "dtype": "float32", "init": {"dist": "normal"}}]})");
+  const std::string ones = Write("rankdiff/ones.json", R"({"seedstore": 1, "seed": 7, "tensors": [
+    {"name": "d", "shape": [4, 6], "dtype": "float32", "init": {"dist": "ones"}}]})");
+  const std::string m = dir + "/m.h5", st = dir + "/d.safetensors";
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + m).code, 0);
+  ASSERT_EQ(Exec("export " + ones + " -o " + st).code, 0);
+  ASSERT_EQ(Exec("import " + st + " --update -o " + m).code, 0);  // d dense (ones), lz lazy
+  const std::string sharded = Write("rankdiff/L2.json", R"({"mesh": {"axes": ["x"], "shape": [2]}, "placements": [{"match": "*", "spec": ["x"]}]})");
+  const std::string replicated = Write("rankdiff/R2.json", R"({"mesh": {"axes": ["x"], "shape": [2]}})");
+  ASSERT_EQ(Exec("reshard " + m + " --layout " + sharded + " -o " + dir + "/p2.h5 -q").code, 0);
+  ASSERT_EQ(Exec("reshard " + m + " --layout " + replicated + " -o " + dir + "/r2.h5 -q").code, 0);
+  std::string p2_rank0, r2_rank1;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string n = e.path().filename();
+    if (n.rfind("p2.h5.", 0) == 0 && n.find(".rank0.h5") != std::string::npos) p2_rank0 = e.path();
+    if (n.rfind("r2.h5.", 0) == 0 && n.find(".rank1.h5") != std::string::npos) r2_rank1 = e.path();
+  }
+  ASSERT_FALSE(p2_rank0.empty() || r2_rank1.empty());
+  auto results = [](const Proc& d) {
+    std::map<std::string, std::string> r;
+    const auto j = nlohmann::json::parse(d.out);
+    for (const auto& t : j["tensors"]) r[t["name"].get<std::string>()] = t["result"].get<std::string>();
+    return r;
+  };
+  using Results = std::map<std::string, std::string>;
+  // Rank 0 of the sharded save holds rows 0:2 of d; lz is lazy (in the master only).
+  for (const std::string& pair : {p2_rank0 + " " + m, m + " " + p2_rank0}) {
+    const Proc d = Exec("diff " + pair + " --json");
+    ASSERT_EQ(d.code, 0) << pair << "\n" << d.out << d.err;
+    EXPECT_EQ(results(d), (Results{{"d", "identical"}, {"lz", "not-compared"}})) << d.out;
+    EXPECT_EQ(nlohmann::json::parse(d.out)["counts"]["not-compared"], 1) << d.out;
+  }
+  {
+    const Proc d = Exec("diff " + p2_rank0 + " " + m);
+    EXPECT_EQ(d.code, 0) << d.out << d.err;
+    EXPECT_NE(d.out.find("not-compared  lz  [4, 6] float32  (absent from the rank file a)"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("1 compared: 1 identical"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("1 not compared: absent from a distributed save's rank file"), std::string::npos) << d.out;
+  }
+  // Rank 1 of the replicated save owns nothing (rank 0 owns the replica): nothing compared.
+  {
+    const Proc d = Exec("diff " + r2_rank1 + " " + m + " --json");
+    ASSERT_EQ(d.code, 0) << d.out << d.err;
+    EXPECT_EQ(results(d), (Results{{"d", "not-compared"}, {"lz", "not-compared"}})) << d.out;
+  }
+  // What the rank file holds still counts: against the spec, where d is zeros, it differs.
+  {
+    const Proc d = Exec("diff " + p2_rank0 + " " + spec + " --json");
+    EXPECT_EQ(d.code, 7) << d.out << d.err;
+    EXPECT_EQ(results(d), (Results{{"d", "values-differ"}, {"lz", "not-compared"}})) << d.out;
+  }
+  // The same file under another name is an ordinary store: lz is only in b.
+  ASSERT_EQ(std::system(("cp " + p2_rank0 + " " + dir + "/copy.h5").c_str()), 0);
+  const Proc c = Exec("diff " + dir + "/copy.h5 " + m + " --json");
+  EXPECT_EQ(c.code, 7) << c.out << c.err;
+  EXPECT_EQ(results(c), (Results{{"d", "identical"}, {"lz", "only-in-b"}})) << c.out;
+}
+
+// import keeps a rank's shard file whole: its empty shards become empty pieces (shape [0],
+// piece flat [0, 0) of the global shape) and seedstore.rank the index's "rank", so export
+// writes the same metadata back, and the store and its export diff clean against the model
+// (issue: import dropped both; the export's empty shards were "only in b", exit 7).
+TEST(Cli, ImportOfARankShardFileKeepsItsEmptyShardsAndRank) {
+  const std::string spec = Write("keep_spec.json", kEmptyShardsSpec);
+  const std::string layout = Write("keep_layout.json", kFlatOver8);
+  const std::string dir = TempDir(), r5 = dir + "/keep_r5.safetensors", store = dir + "/keep_r5.h5";
+  const std::string back = dir + "/keep_back.safetensors";
+  ASSERT_EQ(Exec("export " + spec + " --layout " + layout + " --rank 5 -o " + r5).code, 0);
+  const Proc im = Exec("import " + r5 + " -o " + store);
+  ASSERT_EQ(im.code, 0) << im.err;
+  const Proc in = Exec("inspect " + store + " --json");
+  ASSERT_EQ(in.code, 0) << in.err;
+  const auto ij = nlohmann::json::parse(in.out);
+  EXPECT_EQ(ij.value("rank", -1), 5) << in.out;
+  std::map<std::string, nlohmann::json> pieces;
+  for (const auto& t : ij["tensors"]) pieces[t["name"]] = t["piece"];
+  EXPECT_EQ(pieces["f"], nlohmann::json::parse(R"({"shape": [4], "region": {"flat": [0, 0]}})")) << in.out;
+  EXPECT_EQ(pieces["z"], nlohmann::json::parse(R"({"shape": [0, 5], "region": {"flat": [0, 0]}})")) << in.out;
+  ASSERT_EQ(Exec("export " + store + " -o " + back).code, 0);
+  auto a = SafetensorsFile::Open(r5), b = SafetensorsFile::Open(back);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->metadata(), a->metadata());
+  EXPECT_EQ(b->entries().size(), 1u);  // w; the empty shards are named, not written
+  for (const std::string& source : {store, back, r5}) {
+    const Proc d = Exec("diff " + source + " " + spec + " --json --all");
+    ASSERT_EQ(d.code, 0) << source << "\n" << d.out << d.err;
+    const auto j = nlohmann::json::parse(d.out);
+    for (const auto& t : j["tensors"]) {
+      EXPECT_EQ(t["result"], "identical") << source << " " << t.dump();
+      EXPECT_EQ(t["by"], t["name"] == "w" ? "fingerprint" : "empty shard") << source << " " << t.dump();
+    }
+    auto lines = [](const std::string& text) {
+      std::set<std::string> l;
+      for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) l.insert(text.substr(at, nl - at));
+      return l;
+    };
+    EXPECT_EQ(lines(Exec("fingerprint " + source).out),
+              lines(Exec("fingerprint " + spec + " --layout " + layout + " --rank 5").out))
+        << source;
+  }
+  EXPECT_EQ(Exec("verify " + store).code, 0);
+  ASSERT_EQ(Exec("import " + r5 + " -o " + store + " --update").code, 0);  // keeps the store's rank
+  EXPECT_EQ(nlohmann::json::parse(Exec("inspect " + store + " --json").out).value("rank", -1), 5);
+  // Rank 0 (f and w non-empty, z empty) split into one file per tensor: the rank is in each
+  // file and in the index's metadata, the empty shard named in the first file.
+  const std::string r0 = dir + "/keep_r0.safetensors", store0 = dir + "/keep_r0.h5", split = dir + "/keep_split.safetensors";
+  ASSERT_EQ(Exec("export " + spec + " --layout " + layout + " --rank 0 -o " + r0).code, 0);
+  ASSERT_EQ(Exec("import " + r0 + " -o " + store0).code, 0);
+  const Proc sp = Exec("export " + store0 + " -o " + split + " --max-shard-size 1");
+  ASSERT_EQ(sp.code, 0) << sp.err;
+  const std::string index = ReadFile(split + ".index.json");
+  EXPECT_NE(index.find("\"seedstore.rank\": \"0\""), std::string::npos) << index;
+  const Proc d = Exec("diff " + split + ".index.json " + spec + " --json");
+  EXPECT_EQ(d.code, 0) << d.out << d.err;
+  EXPECT_EQ(nlohmann::json::parse(d.out)["counts"]["identical"], 3) << d.out;
+  EXPECT_EQ(nlohmann::json::parse(Exec("inspect " + split + ".index.json --json").out).value("rank", -1), 0);
 }
 
 // A --tensors glob that matches nothing is an error naming it (a typo wrote an empty file or
@@ -788,6 +919,72 @@ TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
     EXPECT_EQ(r.code, 3) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
   }
+}
+
+// gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
+// were missing).
+TEST(Cli, GenHelpListsEveryDtype) {
+  const Proc h = Exec("gen --help");
+  ASSERT_EQ(h.code, 0);
+  for (const char* dt : {"float32", "float64", "bfloat16", "float16", "uint8", "uint64", "int8", "int16", "int32",
+                         "int64", "bool"}) {
+    EXPECT_NE(h.out.find(dt), std::string::npos) << dt << "\n" << h.out;
+  }
+  EXPECT_EQ(Exec("gen --shape 3 --dtype int8 --init '{\"dist\":\"constant\",\"value\":-2}' --format text").out, "-2\n-2\n-2\n");
+}
+
+// inspect pads names by UTF-8 code points, not bytes: the columns after a non-ASCII name line
+// up (issue: 'größe' took 7 columns of padding).
+TEST(Cli, InspectAlignsNonAsciiNames) {
+  const std::string spec = Write("utf8.json", R"({"seedstore": 1, "seed": 0, "tensors": [
+    {"name": "größe", "shape": [2], "dtype": "float32", "init": {"dist": "zeros"}},
+    {"name": "weight", "shape": [3], "dtype": "float32", "init": {"dist": "zeros"}}]})");
+  const Proc r = Exec("inspect " + spec);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\ngröße   [2]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nweight  [3]"), std::string::npos) << r.out;
+}
+
+// A safetensors file holding one tensor 't' of `shape` ("[0, 5]") and no bytes.
+std::string EmptyTensorFile(const std::string& name, const std::string& shape) {
+  std::string header = R"({"t": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>((header.size() >> (8 * k)) & 0xFF);
+  return Write(name, bytes + header);
+}
+
+// One rule for a dimension, wherever a shape is read, whether the tensor has elements or not:
+// at most 2^63 - 1, refused otherwise naming the tensor, the dim and the limit (issue: [0,
+// 2^63] passed fingerprint/diff and failed import inside HDF5; [2^64 - 1, 0] was "more than
+// 2^62 bytes"; a spec dim 2^63 was "expected a non-negative integer").
+TEST(Cli, DimensionsOf2To63OrMoreAreRefusedEverywhere) {
+  const std::string big = EmptyTensorFile("dim63.safetensors", "[0, 9223372036854775808]");
+  const std::string huge = EmptyTensorFile("dim64.safetensors", "[18446744073709551615, 0]");
+  const std::string ok = EmptyTensorFile("dimok.safetensors", "[0, 9223372036854775807]");
+  const std::string store = TempDir() + "/dim.h5";
+  for (const std::string& cmd : {"fingerprint " + big, "diff " + big + " " + ok, "import " + big + " -o " + store}) {
+    const Proc r = Exec(cmd);
+    EXPECT_EQ(r.code, 4) << cmd << "\n" << r.err;
+    EXPECT_NE(r.err.find("tensor 't': shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"),
+              std::string::npos) << cmd << "\n" << r.err;
+  }
+  const Proc h = Exec("import " + huge + " -o " + store);
+  EXPECT_EQ(h.code, 4) << h.err;
+  EXPECT_NE(h.err.find("dim 0 is 18446744073709551615, more than the limit 2^63 - 1"), std::string::npos) << h.err;
+  const Proc spec = Exec("fingerprint " + Write("dim.json", R"({"seedstore": 1, "tensors": [
+    {"name": "e", "shape": [0, 9223372036854775808], "dtype": "float32", "init": {"dist": "zeros"}}]})"));
+  EXPECT_EQ(spec.code, 2) << spec.err;
+  EXPECT_NE(spec.err.find("('e').shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"), std::string::npos)
+      << spec.err;
+  const Proc g = Exec("gen --shape 0,9223372036854775808");
+  EXPECT_EQ(g.code, 2) << g.err;
+  EXPECT_NE(g.err.find("--shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"), std::string::npos) << g.err;
+  // The limit itself is a valid (empty) tensor, end to end.
+  const Proc i = Exec("import " + ok + " -o " + store);
+  ASSERT_EQ(i.code, 0) << i.err;
+  EXPECT_EQ(Exec("verify " + store).code, 0);
+  EXPECT_EQ(Exec("diff " + store + " " + ok).code, 0);
 }
 
 // A directory given where a model source is expected is named as the wrong kind of path

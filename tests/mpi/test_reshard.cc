@@ -1563,10 +1563,12 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   EXPECT_NE(bad.status().message().find("stored box [81:165, 63:139] does not hold the piece [80:160, 70:139]"),
             std::string::npos)
       << bad.status().ToString();
-  // A shape no tensor can have (17 dims; more elements than 2^64), checksum recomputed.
+  // A shape no tensor can have (17 dims; more elements than 2^64; a dim of 2^63), checksum
+  // recomputed.
   for (const auto& [shape, needle] : std::vector<std::pair<nlohmann::json, std::string>>{
            {std::vector<uint64_t>(17, 1), "rank 17 exceeds 16"},
-           {{uint64_t{1} << 63, uint64_t{1} << 63, 4}, "shape overflows"}}) {
+           {{uint64_t{1} << 62, uint64_t{1} << 62, 4}, "shape overflows"},
+           {{uint64_t{1} << 63, 0}, "dim 0 is 9223372036854775808, more than the limit 2^63 - 1"}}) {
     ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
     ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [&, s = shape](nlohmann::json& j) { j["tensors"][0]["shape"] = s; }));
     auto odd = DistCatalog::Open(t1);

@@ -240,7 +240,7 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
                   std::string(4, '\0')),
        "rank 17 exceeds 16"},
       {raw_header("wrap.safetensors",
-                  {{"x", {{"dtype", "U8"}, {"shape", {uint64_t{1} << 63, uint64_t{1} << 63, 4}}, {"data_offsets", {0, 0}}}}},
+                  {{"x", {{"dtype", "U8"}, {"shape", {uint64_t{1} << 62, uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}},
                   ""),
        "shape overflows"}};
   for (const auto& [path, needle] : bad_headers) {
