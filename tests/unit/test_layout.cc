@@ -452,7 +452,7 @@ TEST(Json, LoadFile) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
   EXPECT_EQ(bad.status().message(),
-            "layout file '" + std::string(path) +
+            "file '" + std::string(path) +
                 "': layout: placements[0].flat[0]: unknown mesh axis 'model' (mesh axes: data, "
                 "pipeline, tensor)");
   {
