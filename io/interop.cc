@@ -247,7 +247,7 @@ std::vector<std::string> LeftoverExportFiles(const std::string& path,
   std::vector<std::string> left;
   auto consider = [&](const std::string& f) {
     struct stat st;
-    if (std::find(written.begin(), written.end(), f) == written.end() && ::lstat(f.c_str(), &st) == 0 &&
+    if (std::find(written.begin(), written.end(), f) == written.end() && ::stat(f.c_str(), &st) == 0 &&
         S_ISREG(st.st_mode))
       left.push_back(f);
   };

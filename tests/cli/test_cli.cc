@@ -530,6 +530,7 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
       "try import " + b + " import " + st + " -o " + mnt + "/out.h5\n"
       "try save " + b + " reshard " + src + " --layout " + layout + " --threads 2 -q -o " + mnt + "/save.h5\n"
       "try export " + b + " export " + src + " --format safetensors -o " + mnt + "/out.safetensors\n"
+      "try export-split " + b + " export " + src + " --max-shard-size 1MB -o " + mnt + "/split.safetensors\n"
       "cmp " + src + " " + mnt + "/out.h5 && echo intact\n"
       "" + b + " verify " + mnt + "/out.h5 >/dev/null && echo verified\n"
       "echo \"left: $(ls -A " + mnt + " | tr '\\n' ' ')\"\n");
@@ -542,7 +543,7 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 90)
     GTEST_SKIP() << "not run: tmpfs cannot be mounted in the namespace: " << out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
-  for (const char* cmd : {"reshard", "import", "save", "export"}) {
+  for (const char* cmd : {"reshard", "import", "save", "export", "export-split"}) {
     const size_t at = out.find(std::string("== ") + cmd + "\n");
     ASSERT_NE(at, std::string::npos) << out;
     const size_t end = out.find("\n== ", at + 3);
@@ -550,13 +551,14 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
     SCOPED_TRACE(part);
     EXPECT_NE(part.find("rc=5"), std::string::npos) << cmd << ": not exit 5 (IO_ERROR)";
     EXPECT_NE(part.find("No space left on device"), std::string::npos) << cmd;
-    if (std::string(cmd) != "export") {
+    if (std::string(cmd).rfind("export", 0) != 0) {
       EXPECT_NE(part.find("tensor '"), std::string::npos) << cmd;
     }
   }
   EXPECT_NE(out.find("\nintact\n"), std::string::npos) << out;
   EXPECT_NE(out.find("\nverified\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("left: out.h5 \n"), std::string::npos) << "temporaries or rank files left:\n" << out;
+  EXPECT_NE(out.find("left: out.h5 \n"), std::string::npos)
+      << "temporaries, rank files or split files left:\n" << out;
 }
 
 // No command writes its output over one of its inputs: -o naming the source (by another
