@@ -237,7 +237,7 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
     : path_(std::move(o.path_)), temp_(std::move(o.temp_)), fd_(o.fd_), committed_(o.committed_),
-      cleanup_slot_(o.cleanup_slot_), final_mode_(o.final_mode_) {
+      synced_(o.synced_), cleanup_slot_(o.cleanup_slot_), final_mode_(o.final_mode_) {
   o.fd_ = -1;
   o.committed_ = true;  // the moved-from object owns nothing
   o.cleanup_slot_ = -1;
@@ -272,7 +272,7 @@ Status AtomicFile::CloseFd() {
   return Status::Ok();
 }
 
-Status AtomicFile::Commit() {
+Status AtomicFile::Sync() {
   int fd = fd_;
   if (fd < 0) fd = ::open(temp_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("cannot reopen '" + temp_ + "': " + Errno());
@@ -290,6 +290,12 @@ Status AtomicFile::Commit() {
   }
   ::close(fd);
   fd_ = -1;
+  synced_ = true;
+  return Status::Ok();
+}
+
+Status AtomicFile::Commit() {
+  if (!synced_) SEEDSTORE_RETURN_IF_ERROR(Sync());
   // The file being replaced, held so that the rename does not free it (see ReleaseReplaced).
   const int replaced = ::open(path_.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (!signal_cleanup::BeginChange()) {
@@ -313,6 +319,18 @@ Status AtomicFile::Commit() {
   }
   ReleaseReplaced(replaced);
   return Status::Ok();
+}
+
+Status AtomicFile::CommitAll(std::vector<AtomicFile>& files) {
+  if (files.empty()) return Status::Ok();
+  if (!signal_cleanup::BeginChange())
+    return IoError(std::to_string(files.size()) + " files (the first for '" + files[0].path_ +
+                   "') not renamed into place: the process is ending on a signal");
+  Status st;
+  for (AtomicFile& f : files)
+    if (st = f.Commit(); !st.ok()) break;
+  signal_cleanup::EndChange();
+  return st;
 }
 
 void AtomicFile::ReleaseReplaced(int fd) {

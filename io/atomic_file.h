@@ -111,9 +111,19 @@ class AtomicFile {
   Status Append(const void* data, size_t n);
   /// Closes the descriptor (for libraries that reopen the temporary by name).
   Status CloseFd();
-  /// fsync + rename + fsync(folder). A large file replaced at `path` (64 MiB or more) is
-  /// freed by the kernel on a thread of its own once the new file is durable, not in Commit.
+  /// fsync + close: the temporary is complete and durable, not yet in place (Commit then only
+  /// renames). For writers of several files that rename none until all are written.
+  Status Sync();
+  /// Sync (unless done) + rename + fsync(folder). A large file replaced at `path` (64 MiB or
+  /// more) is freed by the kernel on a thread of its own once the new file is durable, not in
+  /// Commit.
   Status Commit();
+  /// Commits `files` in order inside one signal_cleanup bracket, so that SIGINT, SIGTERM,
+  /// SIGHUP or SIGQUIT cannot end the process between two renames (the signal is handled once
+  /// all are done; the handler waits at most 2 s). Stops at the first error, leaving the
+  /// files before it renamed and those after it as temporaries (removed by their destructors).
+  /// Only a crash (SIGKILL, power loss) during the renames can leave some renamed and some not.
+  static Status CommitAll(std::vector<AtomicFile>& files);
 
  private:
   static void ReleaseReplaced(int fd);
@@ -122,6 +132,7 @@ class AtomicFile {
   std::string path_, temp_;
   int fd_ = -1;
   bool committed_ = false;
+  bool synced_ = false;  // Sync() done: the temporary is durable and closed
   int cleanup_slot_ = -1;  // signal_cleanup's slot of temp_
   int final_mode_ = -1;    // the mode Commit gives the temporary (-1: it has it already)
 };

@@ -1,5 +1,6 @@
 // Writing tensors of a catalog -- whole, or one rank's shards under a layout -- to safetensors.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "io/device.h"
@@ -14,6 +15,10 @@ struct ExportOptions {
   int rank = 0;                    // with a layout: whose shards
   CpuOptions cpu;
   Device device = Device::kCpu;  // resolved device that computes lazy tensors
+  /// When set, called with each file the export is to write (the index last), once all are
+  /// planned and before any is created; an error ends the export with nothing written (the
+  /// command line refuses a file that is one of its inputs).
+  std::function<Status(const std::string& file)> check_output;
 };
 
 /// Writes the selected tensors (or the rank's shards of them) to `path` atomically. With a

@@ -1,11 +1,14 @@
 #include "io/interop.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -43,41 +46,87 @@ struct Item {
 }  // namespace
 
 Result<uint64_t> ParseByteSize(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == 0) return InvalidArgument("size '" + text + "': expected a number with an optional unit");
-  double v = 0;
-  try {
-    v = std::stod(text.substr(0, i));
-  } catch (...) {
-    return InvalidArgument("size '" + text + "': bad number");
+  static const char* kUnitNames = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB";
+  const Status not_a_size = InvalidArgument("size '" + text + "': expected a number (such as 5, 1.5 or 1e3) "
+                                            "and an optional unit (" + kUnitNames + "), nothing else");
+  // A decimal number -- digits, optionally a fraction and an exponent (1e3) -- then letters.
+  auto digits = [&text](size_t i) {
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    return i;
+  };
+  size_t i = digits(0);
+  const bool whole = i > 0;
+  if (i < text.size() && text[i] == '.') i = digits(i + 1);
+  if (!whole && i < 2) return not_a_size;  // no digit before the unit
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    const size_t sign = i + 1 < text.size() && (text[i + 1] == '+' || text[i + 1] == '-') ? i + 2 : i + 1;
+    if (digits(sign) > sign) i = digits(sign);  // else the 'e' begins the unit (and is refused)
   }
   std::string unit = text.substr(i);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (auto& c : unit) {
+    if (!std::isalpha(static_cast<unsigned char>(c))) return not_a_size;  // 1.5.5, 5 GB, 5GB!
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
   static const std::map<std::string, double> kUnits = {
       {"", 1},       {"B", 1},         {"KB", 1e3},        {"MB", 1e6},         {"GB", 1e9},
       {"TB", 1e12},  {"KIB", 1024.0},  {"MIB", 1048576.0}, {"GIB", 1073741824.0},
       {"TIB", 1099511627776.0}};
   auto it = kUnits.find(unit);
   if (it == kUnits.end())
-    return InvalidArgument("size '" + text + "': unknown unit '" + text.substr(i) +
-                           "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
-  const double bytes = v * it->second;
-  if (!(bytes >= 1) || bytes > 9.2e18) return InvalidArgument("size '" + text + "' is out of range");
-  return static_cast<uint64_t>(bytes);
+    return InvalidArgument("size '" + text + "': unknown unit '" + text.substr(i) + "' (" + kUnitNames + ")");
+  const double bytes = std::strtod(text.substr(0, i).c_str(), nullptr) * it->second;
+  if (!(bytes >= 1) || bytes > 9.2e18)
+    return InvalidArgument("size '" + text + "' is out of range (1 byte to 9.2e18 bytes)");
+  return static_cast<uint64_t>(bytes);  // whole bytes, rounded down
 }
 
 namespace {
 
-// ExportSafetensorsFiles, which also counts the tensors written into `*tensors`.
-Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string& path, const ExportOptions& o,
-                                             uint64_t max_file_bytes, std::function<void(uint64_t)> progress,
-                                             int* tensors) {
-  // Select tensors and regions, in catalog order.
+// The name of the output's split files, without "-00001-of-0000N.safetensors".
+std::string SplitStem(const std::string& path) {
+  std::string stem = BaseName(path);
+  if (EndsWith(stem, ".safetensors")) stem.resize(stem.size() - 12);
+  return stem;
+}
+
+// The k-th (from 1) of n split files of an export to `path`, as Hugging Face names them.
+std::string SplitFileName(const std::string& path, size_t k, size_t n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu.safetensors", k, n);
+  return DirName(path) + SplitStem(path) + buf;
+}
+
+// An export's output names a file: not a folder ("out/", ".", an existing directory) and,
+// when split, one with a stem to name the split files by.
+Status CheckExportPath(const std::string& path, bool split) {
+  const std::string base = BaseName(path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return InvalidArgument("'" + path + "' is a directory; give a file to write");
+  if (base.empty() || base == "." || base == "..")
+    return InvalidArgument("'" + path + "' names a folder, not a file; give a file to write");
+  if (split && SplitStem(path).empty())
+    return InvalidArgument("'" + path + "' has no name to call the split files by (<name>-00001-of-0000N"
+                           ".safetensors); give a file such as model.safetensors");
+  return Status::Ok();
+}
+
+// What an export writes: the selected tensors (or regions), packed into files, and the files.
+struct ExportPlan {
   std::vector<Item> items;
   json empty = json::object();  // tensors whose shard on this rank is empty: name -> shape, dtype
-  const auto& ts = c.tensors();
   uint64_t total = 0;
+  std::optional<int> rank;                 // the layout rank whose shards these are, if any
+  std::vector<std::vector<size_t>> files;  // per file, its items
+  std::vector<std::string> names;          // per file, then (split) the index
+};
+
+// Plans an export from the catalog's records alone (nothing is read or written).
+Result<ExportPlan> PlanExport(const Catalog& c, const std::string& path, const ExportOptions& o,
+                              uint64_t max_file_bytes) {
+  ExportPlan p;
+  // Select tensors and regions, in catalog order.
+  const auto& ts = c.tensors();
   for (size_t i = 0; i < ts.size(); ++i) {
     const TensorRecord& t = ts[i];
     if (!GlobMatch(o.tensors_glob, t.name)) continue;
@@ -90,53 +139,63 @@ Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string
       it.placed = s.region;
     }
     if (it.placed && it.placed->Count() == 0) {  // an empty shard: named, not written
-      const Region& p = *it.placed;
-      empty[t.name] = {{"global_shape", std::vector<uint64_t>(p.shape, p.shape + p.rank)},
-                       {"dtype", DTypeName(t.dtype)}};
+      const Region& pl = *it.placed;
+      p.empty[t.name] = {{"global_shape", std::vector<uint64_t>(pl.shape, pl.shape + pl.rank)},
+                         {"dtype", DTypeName(t.dtype)}};
       continue;
     }
     SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(t.name, path));  // before any file is written
     it.bytes = it.region.Count() * DTypeSize(t.dtype);
-    total += it.bytes;
-    items.push_back(std::move(it));
+    p.total += it.bytes;
+    p.items.push_back(std::move(it));
   }
   // The rank whose shards these are: --rank, or the one the source records.
-  const std::optional<int> rank = o.layout ? std::optional<int>(o.rank) : c.shard_rank();
+  p.rank = o.layout ? std::optional<int>(o.rank) : c.shard_rank();
   // Pack into files.
-  std::vector<std::vector<size_t>> files(1);
+  p.files.resize(1);
   uint64_t in_file = 0;
-  for (size_t k = 0; k < items.size(); ++k) {
-    if (max_file_bytes > 0 && !files.back().empty() && in_file + items[k].bytes > max_file_bytes) {
-      files.emplace_back();
+  for (size_t k = 0; k < p.items.size(); ++k) {
+    if (max_file_bytes > 0 && !p.files.back().empty() && in_file + p.items[k].bytes > max_file_bytes) {
+      p.files.emplace_back();
       in_file = 0;
     }
-    files.back().push_back(k);
-    in_file += items[k].bytes;
+    p.files.back().push_back(k);
+    in_file += p.items[k].bytes;
   }
-  std::vector<std::string> names;
-  if (files.size() == 1) {
-    names.push_back(path);
+  const size_t n = p.files.size();
+  SEEDSTORE_RETURN_IF_ERROR(CheckExportPath(path, n > 1));
+  if (n == 1) {
+    p.names.push_back(path);
   } else {
-    std::string stem = BaseName(path);
-    if (EndsWith(stem, ".safetensors")) stem.resize(stem.size() - 12);
-    char buf[64];
-    for (size_t f = 0; f < files.size(); ++f) {
-      std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu.safetensors", f + 1, files.size());
-      names.push_back(DirName(path) + stem + buf);
-    }
+    for (size_t f = 0; f < n; ++f) p.names.push_back(SplitFileName(path, f + 1, n));
+    p.names.push_back(path + ".index.json");
   }
+  if (o.check_output)
+    for (const std::string& f : p.names) SEEDSTORE_RETURN_IF_ERROR(o.check_output(f));
+  return p;
+}
+
+// ExportSafetensorsFiles, which also counts the tensors written into `*tensors`. Every file is
+// written to a synced temporary first; only when all are complete are they renamed into place,
+// the index last (docs/FORMAT.md 8).
+Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string& path, const ExportOptions& o,
+                                             uint64_t max_file_bytes, std::function<void(uint64_t)> progress,
+                                             int* tensors) {
+  SEEDSTORE_ASSIGN_OR_RETURN(const ExportPlan p, PlanExport(c, path, o, max_file_bytes));
+  const auto& ts = c.tensors();
+  std::vector<AtomicFile> written;  // temporaries, until CommitAll renames them
   json weight_map = json::object();
-  for (size_t f = 0; f < files.size(); ++f) {
+  for (size_t f = 0; f < p.files.size(); ++f) {
     SafetensorsWriter w;
     json shards = json::object();
-    for (size_t k : files[f]) {
-      const Item& it = items[k];
+    for (size_t k : p.files[f]) {
+      const Item& it = p.items[k];
       const TensorRecord& t = ts[it.index];
-      if (const std::optional<Region>& p = it.placed) {
-        shards[t.name] = RegionToJson(*p);
-        shards[t.name]["global_shape"] = std::vector<uint64_t>(p->shape, p->shape + p->rank);
+      if (const std::optional<Region>& pl = it.placed) {
+        shards[t.name] = RegionToJson(*pl);
+        shards[t.name]["global_shape"] = std::vector<uint64_t>(pl->shape, pl->shape + pl->rank);
       }
-      weight_map[t.name] = BaseName(names[f]);
+      weight_map[t.name] = BaseName(p.names[f]);
       const size_t idx = it.index;
       const Region r = it.region;
       const uint64_t bytes = it.bytes;
@@ -147,23 +206,24 @@ Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string
       });
     }
     std::map<std::string, std::string> meta = {{"format", "pt"}, {"seedstore.version", "1"}};
-    if (o.layout || !shards.empty() || !empty.empty()) meta["seedstore.shards"] = shards.dump();
-    if (rank) meta["seedstore.rank"] = std::to_string(*rank);
-    if (f == 0 && !empty.empty()) meta["seedstore.empty_shards"] = empty.dump();
-    SEEDSTORE_RETURN_IF_ERROR(w.Write(names[f], meta));
+    if (o.layout || !shards.empty() || !p.empty.empty()) meta["seedstore.shards"] = shards.dump();
+    if (p.rank) meta["seedstore.rank"] = std::to_string(*p.rank);
+    if (f == 0 && !p.empty.empty()) meta["seedstore.empty_shards"] = p.empty.dump();
+    SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile file, w.WriteTemporary(p.names[f], meta));
+    written.push_back(std::move(file));
   }
-  if (files.size() > 1) {
-    json idx = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    if (rank) idx["metadata"]["seedstore.rank"] = std::to_string(*rank);
+  if (p.files.size() > 1) {
+    json idx = {{"metadata", {{"total_size", p.total}}}, {"weight_map", weight_map}};
+    if (p.rank) idx["metadata"]["seedstore.rank"] = std::to_string(*p.rank);
     const std::string text = idx.dump(2) + "\n";
-    const std::string ipath = path + ".index.json";
-    SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(ipath));
+    SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(p.names.back()));
     SEEDSTORE_RETURN_IF_ERROR(af.Append(text.data(), text.size()));
-    SEEDSTORE_RETURN_IF_ERROR(af.Commit());
-    names.push_back(ipath);
+    SEEDSTORE_RETURN_IF_ERROR(af.Sync());
+    written.push_back(std::move(af));
   }
-  *tensors = static_cast<int>(items.size());
-  return names;
+  SEEDSTORE_RETURN_IF_ERROR(AtomicFile::CommitAll(written));
+  *tensors = static_cast<int>(p.items.size());
+  return p.names;
 }
 
 }  // namespace
@@ -180,6 +240,36 @@ Result<int> ExportSafetensors(const Catalog& c, const std::string& path, const E
   int tensors = 0;
   SEEDSTORE_RETURN_IF_ERROR(ExportFiles(c, path, o, 0, {}, &tensors).status());
   return tensors;
+}
+
+std::vector<std::string> LeftoverExportFiles(const std::string& path,
+                                             const std::vector<std::string>& written) {
+  std::vector<std::string> left;
+  auto consider = [&](const std::string& f) {
+    struct stat st;
+    if (std::find(written.begin(), written.end(), f) == written.end() && ::stat(f.c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode))
+      left.push_back(f);
+  };
+  consider(path);
+  consider(path + ".index.json");
+  const std::string dir = DirName(path), stem = SplitStem(path);
+  const size_t tail = std::string("-00001-of-00002.safetensors").size();
+  DIR* d = ::opendir(dir.empty() ? "." : dir.c_str());
+  if (!d) return left;
+  std::vector<std::string> split;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() != stem.size() + tail || name.compare(0, stem.size(), stem) != 0) continue;
+    const std::string digits = name.substr(stem.size());  // "-00001-of-00002.safetensors"
+    const size_t k = std::strtoul(digits.substr(1, 5).c_str(), nullptr, 10);
+    const size_t n = std::strtoul(digits.substr(10, 5).c_str(), nullptr, 10);
+    if (SplitFileName(path, k, n) == dir + name) split.push_back(dir + name);  // exactly that form
+  }
+  ::closedir(d);
+  std::sort(split.begin(), split.end());
+  for (const std::string& f : split) consider(f);
+  return left;
 }
 
 namespace {

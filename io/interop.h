@@ -20,16 +20,33 @@ namespace seedstore {
 /// (a tensor larger than the limit gets a file of its own), named like Hugging Face's
 /// "<stem>-00001-of-0000N.safetensors" next to `path` (stem = file name of `path` without
 /// ".safetensors"), plus "<path>.index.json" = {"metadata": {"total_size": bytes, ...},
-/// "weight_map": {name: file}}. Every file is written atomically, the index last. A selected
-/// tensor whose name CheckSafetensorsName refuses fails before any file is written.
-/// Returns the files written (the index last, when there is one). `progress(bytes)` may be
-/// empty.
+/// "weight_map": {name: file}}.
+/// The files are planned from the catalog's records first; then ExportOptions::check_output
+/// sees each name; then every file is written to a synced temporary, and only once all are
+/// complete are they renamed into place, the index last (AtomicFile::CommitAll: a signal
+/// cannot come between two renames). Any failure before the renames leaves every previous
+/// file as it was and no temporary (docs/FORMAT.md 8). Refused before anything is written
+/// (INVALID_ARGUMENT naming it): a selected tensor whose name CheckSafetensorsName refuses;
+/// a `path` that is a directory or names one ("out/"); split, a `path` with an empty stem
+/// (".safetensors"). Returns the files written (the index last, when there is one).
+/// `progress(bytes)` may be empty.
 Result<std::vector<std::string>> ExportSafetensorsFiles(
     const Catalog& c, const std::string& path, const ExportOptions& o, uint64_t max_file_bytes,
     std::function<void(uint64_t)> progress = {});
 
-/// Parses a size such as "5GB", "500MB", "2GiB", "1048576" (decimal units are powers of 1000,
-/// binary ones of 1024, as huggingface_hub). Error names the text.
+/// The files by the names of an export to `path` -- `path`, "<path>.index.json", and
+/// "<stem>-NNNNN-of-MMMMM.safetensors" next to it (five digits each) -- that are regular
+/// files and not among `written` (what an export to `path` just wrote): left from an earlier
+/// export to `path` that was split otherwise (or not at all), and still loadable -- an old
+/// index still names its old files. Nothing is removed: the caller warns.
+std::vector<std::string> LeftoverExportFiles(const std::string& path,
+                                             const std::vector<std::string>& written);
+
+/// Parses a size such as "5GB", "500MB", "2GiB", "1.5GB", "1e9", "1048576": the whole text is
+/// a decimal number (digits, optionally a fraction and an exponent) and an optional unit, case
+/// ignored (decimal units are powers of 1000, binary ones of 1024, as huggingface_hub);
+/// rounded down to whole bytes, 1 to 9.2e18. Anything else ("1.5.5", "5 GB", "-1", "0") is
+/// INVALID_ARGUMENT naming the text.
 Result<uint64_t> ParseByteSize(const std::string& text);
 
 /// The dense tensors of a .safetensors file, or of every file that a Hugging Face

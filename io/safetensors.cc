@@ -67,6 +67,12 @@ void SafetensorsWriter::Add(std::string name, DType dtype, std::vector<uint64_t>
 
 Status SafetensorsWriter::Write(const std::string& path,
                                 const std::map<std::string, std::string>& metadata) {
+  SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile f, WriteTemporary(path, metadata));
+  return f.Commit();
+}
+
+Result<AtomicFile> SafetensorsWriter::WriteTemporary(const std::string& path,
+                                                     const std::map<std::string, std::string>& metadata) {
   for (const Item& it : items_) SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(it.entry.name, path));
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -94,7 +100,8 @@ Status SafetensorsWriter::Write(const std::string& path,
     SEEDSTORE_RETURN_IF_ERROR(it.fill(buf.data()).WithContext("tensor '" + it.entry.name + "'"));
     SEEDSTORE_RETURN_IF_ERROR(f.Append(buf.data(), buf.size()));
   }
-  return f.Commit();
+  SEEDSTORE_RETURN_IF_ERROR(f.Sync());
+  return f;
 }
 
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {

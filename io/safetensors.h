@@ -10,6 +10,7 @@
 
 #include "gen/dtype.h"
 #include "gen/region.h"
+#include "io/atomic_file.h"
 #include "store/status.h"
 
 namespace seedstore {
@@ -53,6 +54,10 @@ class SafetensorsWriter {
   /// Writes the file atomically. `metadata` becomes "__metadata__". A tensor name refused by
   /// CheckSafetensorsName fails before anything is written (an existing file is untouched).
   Status Write(const std::string& path, const std::map<std::string, std::string>& metadata);
+  /// Write without the rename: the whole file in a temporary next to `path`, synced
+  /// (AtomicFile::Sync), for the caller to commit (with others: AtomicFile::CommitAll) or drop.
+  Result<AtomicFile> WriteTemporary(const std::string& path,
+                                    const std::map<std::string, std::string>& metadata);
 
  private:
   struct Item {

@@ -162,6 +162,14 @@ Status CheckOutputIsNotInput(const std::string& out, const std::string& source, 
   return Status::Ok();
 }
 
+CLI::Validator FileOutput(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& out) {
+        return out == "-" ? what + " output must be a file; '-' (stdout) is not supported" : std::string();
+      },
+      "");
+}
+
 void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank) {
   app.add_option("--simulate", *simulate,
                  "Testing: process --simulate-rank hangs, dies (exit 3) or is killed (SIGKILL) "

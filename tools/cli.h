@@ -106,6 +106,11 @@ Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Cat
 Status CheckOutputIsNotInput(const std::string& out, const std::string& source,
                              const Catalog* cat = nullptr, bool may_rewrite_store = false);
 
+/// The check of a command's -o that writes `what` ("safetensors", "store", ...) to a file by
+/// name, atomically: "-" (stdout) is refused, a usage error (exit 2) "safetensors output must
+/// be a file; '-' (stdout) is not supported" (only gen writes to stdout).
+CLI::Validator FileOutput(const std::string& what);
+
 /// --simulate none|hang|die|kill and --simulate-rank R of the commands that write a
 /// distributed save (save-ranks, reshard): the fault-injection hook of tests/mpi/test_faults.cc
 /// (DistSaveOptions::simulate in io/dist_store.h).

@@ -35,11 +35,13 @@ int Run(const Options& o) {
     if (!m.ok()) return Fail(m.status().WithContext("--max-shard-size"));
     max_bytes = *m;
   }
-  // Neither the file nor (split) the index written may be the source or one of its files.
-  for (const std::string& out : {o.out, max_bytes > 0 ? o.out + ".index.json" : std::string()})
-    for (auto st : {CheckOutputIsNotInput(out, o.source, cat->get()),
-                    CheckOutputIsNotInput(out, o.layout)})
-      if (!st.ok()) return Fail(st);
+  // No file written -- the output, or (split) each shard file and the index, as planned -- may
+  // be the source, one of its files or the layout.
+  auto is_input = [&o, &cat](const std::string& file) {
+    Status st = CheckOutputIsNotInput(file, o.source, cat->get());
+    return st.ok() ? CheckOutputIsNotInput(file, o.layout) : st;
+  };
+  e.check_output = is_input;
   uint64_t total = 0;
   for (const auto& t : (*cat)->tensors())
     if (GlobMatch(o.tensors, t.name)) total += t.NumBytes();
@@ -49,6 +51,15 @@ int Run(const Options& o) {
     files = ExportSafetensorsFiles(**cat, o.out, e, max_bytes, [&p](uint64_t n) { p.Advance(n); });
   }
   if (!files.ok()) return Fail(files.status());
+  // Files of an earlier export to this path, split otherwise, still load: named, never removed.
+  std::string left;
+  for (const std::string& f : LeftoverExportFiles(o.out, *files))
+    if (is_input(f).ok()) left += (left.empty() ? "'" : ", '") + f + "'";
+  if (!left.empty())
+    std::fprintf(stderr,
+                 "%s: warning: %s: left from an earlier export to '%s' (split otherwise) and not "
+                 "replaced by this one; remove them if they are stale\n",
+                 g_command.c_str(), left.c_str(), o.out.c_str());
   if (o.json) {
     std::printf("%s\n", nlohmann::json({{"files", *files}}).dump(2).c_str());
   } else {
@@ -62,13 +73,16 @@ Register reg({"export", "Write a store's tensors (or one rank's shards) as safet
   auto o = std::make_shared<Options>();
   app.add_option("source", o->source, "Store, distributed save, spec (.json) or safetensors (file or index.json)")->required();
   app.add_option("--format", o->format, "Output format")->check(CLI::IsMember({"safetensors"}));
-  app.add_option("-o,--output", o->out, "Output file, e.g. model.safetensors")->required();
+  app.add_option("-o,--output", o->out, "Output file, e.g. model.safetensors")
+      ->required()
+      ->check(FileOutput("safetensors"));
   app.add_option("--layout", o->layout, "Layout JSON: write only --rank's shards");
   AddInteger(app, "--rank", &o->rank, "Rank whose shards to write (with --layout)", 0);
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
   app.add_option("--max-shard-size", o->max_size,
-                 "Split into files of at most this much tensor data (e.g. 5GB), with "
-                 "<output>.index.json as Hugging Face does");
+                 "Split into files of at most this much tensor data (e.g. 5GB, 1.5GiB, 1e9), "
+                 "named <stem>-00001-of-0000N.safetensors, with <output>.index.json as Hugging "
+                 "Face does; all are renamed into place only once every one is written");
   AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return Run(*o); };

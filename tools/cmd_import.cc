@@ -72,7 +72,7 @@ Register reg({"import", "Import safetensors (file or index.json) into a store as
   auto o = std::make_shared<Options>();
   app.add_option("source", o->source, "model.safetensors or model.safetensors.index.json")
       ->required();
-  app.add_option("-o,--output", o->out, "Store file")->required();
+  app.add_option("-o,--output", o->out, "Store file")->required()->check(FileOutput("store"));
   app.add_flag("--update", o->update,
                "Replace these tensors in the existing one-file store (same shape and dtype), keep the rest; a distributed save is refused (reshard --consolidate makes a store of it)");
   AddInteger(app, "--seed", &o->seed, "Root seed recorded in a new store, 0..2^64-1 (default 0)");

@@ -70,7 +70,8 @@ Register reg({"init", "Create a store from a preset or a spec, every tensor lazy
       ->excludes(spec);
   app.add_option("--generator", o->generator, "threefry (JAX-exact, default) or philox")
       ->excludes(spec);
-  app.add_option("-o,--output", o->out, "Store file to create (replaced atomically)");
+  app.add_option("-o,--output", o->out, "Store file to create (replaced atomically)")
+      ->check(FileOutput("store"));
   app.add_flag("--no-fingerprints", o->no_fingerprints,
                "Do not compute fingerprints now (verify and fingerprint compute them later)");
   app.add_flag("--list", o->list, "List the presets");

@@ -42,7 +42,9 @@ Register reg({"materialize", "Write one rank's shards to a safetensors file", []
   app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
   AddInteger(app, "--rank", &o->rank, "Rank whose shards to write", 0)->required();
   app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
-  app.add_option("-o,--output", o->out, "Output .safetensors file")->required();
+  app.add_option("-o,--output", o->out, "Output .safetensors file")
+      ->required()
+      ->check(FileOutput("safetensors"));
   AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
   return [o] { return Run(*o); };
 }});

@@ -102,7 +102,9 @@ Register reg({"reshard",
   auto o = std::make_shared<ReshardOptions>();
   app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Output layout JSON (mesh + placements)");
-  app.add_option("-o,--output", o->output, "Output path (the master file)")->required();
+  app.add_option("-o,--output", o->output, "Output path (the master file)")
+      ->required()
+      ->check(FileOutput("store"));
   app.add_flag("--consolidate", o->consolidate, "Write one ordinary store instead");
   app.add_flag("--json", o->json, "Print the proof as JSON (rank 0)");
   app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");

@@ -79,7 +79,9 @@ Register reg({"save-ranks",
   app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
   app.add_option("--layout", o->layout, "Layout JSON; its world size must be the job's")
       ->required();
-  app.add_option("-o,--output", o->output, "Output path (the master file)")->required();
+  app.add_option("-o,--output", o->output, "Output path (the master file)")
+      ->required()
+      ->check(FileOutput("distributed save"));
   app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
   app.add_flag("--full-proof", o->full_proof,
                "Prove by decoding and fingerprinting every written chunk (default: check its "

@@ -530,6 +530,7 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
       "try import " + b + " import " + st + " -o " + mnt + "/out.h5\n"
       "try save " + b + " reshard " + src + " --layout " + layout + " --threads 2 -q -o " + mnt + "/save.h5\n"
       "try export " + b + " export " + src + " --format safetensors -o " + mnt + "/out.safetensors\n"
+      "try export-split " + b + " export " + src + " --max-shard-size 1MB -o " + mnt + "/split.safetensors\n"
       "cmp " + src + " " + mnt + "/out.h5 && echo intact\n"
       "" + b + " verify " + mnt + "/out.h5 >/dev/null && echo verified\n"
       "echo \"left: $(ls -A " + mnt + " | tr '\\n' ' ')\"\n");
@@ -542,7 +543,7 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 90)
     GTEST_SKIP() << "not run: tmpfs cannot be mounted in the namespace: " << out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
-  for (const char* cmd : {"reshard", "import", "save", "export"}) {
+  for (const char* cmd : {"reshard", "import", "save", "export", "export-split"}) {
     const size_t at = out.find(std::string("== ") + cmd + "\n");
     ASSERT_NE(at, std::string::npos) << out;
     const size_t end = out.find("\n== ", at + 3);
@@ -550,13 +551,14 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
     SCOPED_TRACE(part);
     EXPECT_NE(part.find("rc=5"), std::string::npos) << cmd << ": not exit 5 (IO_ERROR)";
     EXPECT_NE(part.find("No space left on device"), std::string::npos) << cmd;
-    if (std::string(cmd) != "export") {
+    if (std::string(cmd).rfind("export", 0) != 0) {
       EXPECT_NE(part.find("tensor '"), std::string::npos) << cmd;
     }
   }
   EXPECT_NE(out.find("\nintact\n"), std::string::npos) << out;
   EXPECT_NE(out.find("\nverified\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("left: out.h5 \n"), std::string::npos) << "temporaries or rank files left:\n" << out;
+  EXPECT_NE(out.find("left: out.h5 \n"), std::string::npos)
+      << "temporaries, rank files or split files left:\n" << out;
 }
 
 // No command writes its output over one of its inputs: -o naming the source (by another
@@ -577,17 +579,19 @@ TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
   ASSERT_EQ(Exec("export " + spec + " -o " + d + "/m.safetensors --max-shard-size 1KB").code, 0);
   const std::string index = d + "/m.safetensors.index.json";
   ASSERT_EQ(Exec("reshard " + model + " --layout " + layout + " -q -o " + save).code, 0);
-  std::string shard, rank0;  // the index's first shard file, the save's rank 0 file
+  std::string shard, shard2, rank0;  // the index's two shard files, the save's rank 0 file
   for (const auto& e : std::filesystem::directory_iterator(d)) {
     const std::string n = e.path().filename();
     if (n.rfind("m-00001-of-", 0) == 0) shard = e.path();
+    if (n == "m-00002-of-00002.safetensors") shard2 = e.path();  // norm, flat.w, layers.0.w
     if (n.rfind("save.h5.", 0) == 0 && n.size() > 9 && n.substr(n.size() - 9) == ".rank0.h5") rank0 = e.path();
   }
   ASSERT_FALSE(shard.empty());
+  ASSERT_FALSE(shard2.empty());
   ASSERT_FALSE(rank0.empty());
   ASSERT_EQ(::symlink("model.h5", (d + "/link.h5").c_str()), 0);
   ASSERT_EQ(::link(model.c_str(), (d + "/hard.h5").c_str()), 0);
-  const std::vector<std::string> inputs = {spec, layout, st, model, index, shard, save, rank0};
+  const std::vector<std::string> inputs = {spec, layout, st, model, index, shard, shard2, save, rank0};
   std::map<std::string, std::string> before;
   for (const auto& f : inputs) before[f] = ReadFile(f);
   struct Case {
@@ -601,7 +605,12 @@ TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
       {"export " + model + " -o " + d + "/./model.h5", "is the input '" + model + "'"},
       {"export " + d + "/hard.h5 -o " + model, "is the input '" + d + "/hard.h5'"},
       {"export " + index + " -o " + shard, "-o '" + shard + "' is a file of the input '" + index + "'"},
-      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1KB", "-o '" + index + "' is the input '" + index + "'"},
+      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1KB", "-o '" + shard + "' is a file of the input '" + index + "'"},
+      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1", "-o '" + index + "' is the input '" + index + "'"},
+      // Split, the files written are named after -o: d/m -> d/m-00001-of-00002.safetensors, ...
+      // (flat.w, then layers.0.w), the index's own files, and a file named like one of them.
+      {"export " + index + " -o " + d + "/m --tensors '*.w' --max-shard-size 100", "-o '" + shard + "' is a file of the input '" + index + "'"},
+      {"export " + shard2 + " -o " + d + "/m --tensors '*.w' --max-shard-size 100", "-o '" + shard2 + "' is the input '" + shard2 + "'"},
       {"export " + save + " -o " + rank0, "is a file of the input '" + save + "'"},
       {"export " + spec + lr + " -o " + layout, "is the input '" + layout + "'"},
       {"import " + st + " -o " + st, "-o '" + st + "' is the input '" + st + "'"},
@@ -632,6 +641,153 @@ TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
   EXPECT_EQ(Exec("verify " + model).code, 0);
   EXPECT_EQ(Exec("verify " + save).code, 0);
   EXPECT_EQ(Exec("diff " + model + " " + spec).code, 0);
+}
+
+// Every entry of folder `d`: name -> bytes (a folder's: "").
+std::map<std::string, std::string> Folder(const std::string& d) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(d))
+    files[e.path().filename()] = e.is_regular_file() ? ReadFile(e.path()) : "";
+  return files;
+}
+
+// A spec of 4 float32 tensors t0..t3 of 16 KiB each (uniform, root seed `seed`).
+std::string FourTensorSpec(const std::string& name, int seed) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (int k = 0; k < 4; ++k) {
+    std::string t = std::to_string(k);
+    t.insert(t.begin(), 't');
+    tensors.push_back({{"name", t}, {"shape", {64, 64}}, {"dtype", "float32"}, {"init", {{"dist", "uniform"}}}});
+  }
+  return Write(name, nlohmann::json{{"seedstore", 1}, {"seed", seed}, {"tensors", tensors}}.dump());
+}
+
+// A split export is all or nothing: every shard file and the index are written to temporaries
+// first and renamed only once all are complete, so an error part-way -- here a corrupt chunk
+// of t2, which lands in the third of four files -- leaves the previous export byte for byte,
+// and no temporary (issue: files 1 and 2 were already replaced, and the old index still
+// loaded the mix). A successful export then replaces them all.
+TEST(Cli, SplitExportThatFailsPartWayKeepsThePreviousExport) {
+  const std::string d = TempDir() + "/split_fail", out = d + "/m.safetensors";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string old_spec = FourTensorSpec("split_old.json", 5), new_spec = FourTensorSpec("split_new.json", 6);
+  const std::string st = TempDir() + "/split_new.safetensors", good = TempDir() + "/split_new.h5",
+                    bad = TempDir() + "/split_bad.h5";
+  ASSERT_EQ(Exec("export " + new_spec + " -o " + st).code, 0);
+  ASSERT_EQ(Exec("import " + st + " -o " + good).code, 0);
+  ASSERT_EQ(std::system(("cp " + good + " " + bad).c_str()), 0);
+  ASSERT_TRUE(testutil::FlipChunkByte(bad, "t2", {0, 0}));
+  const Proc prev = Exec("export " + old_spec + " -o " + out + " --max-shard-size 16KiB");
+  ASSERT_EQ(prev.code, 0) << prev.err;
+  const std::map<std::string, std::string> before = Folder(d);
+  ASSERT_EQ(before.size(), 5u);  // m-0000k-of-00004.safetensors, m.safetensors.index.json
+  ASSERT_EQ(before.count("m-00004-of-00004.safetensors"), 1u);
+  const Proc r = Exec("export " + bad + " -o " + out + " --max-shard-size 16KiB");
+  EXPECT_EQ(r.code, 4) << r.err;
+  EXPECT_NE(r.err.find("chunk-corrupt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'t2'"), std::string::npos) << r.err;
+  const std::map<std::string, std::string> after = Folder(d);
+  for (const auto& [name, bytes] : before) {
+    EXPECT_TRUE(after.count(name) && after.at(name) == bytes) << name << " changed";
+  }
+  for (const auto& [name, bytes] : after) EXPECT_EQ(before.count(name), 1u) << name << " left behind";
+  EXPECT_EQ(Exec("diff " + out + ".index.json " + old_spec).code, 0);
+  // The good store replaces every file.
+  const Proc ok = Exec("export " + good + " -o " + out + " --max-shard-size 16KiB");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(ok.err.find("warning"), std::string::npos) << ok.err;
+  const std::map<std::string, std::string> now = Folder(d);
+  EXPECT_EQ(now.size(), 5u);
+  for (const auto& [name, bytes] : now) {
+    if (name != "m.safetensors.index.json") {
+      EXPECT_NE(before.at(name), bytes) << name << " not replaced";
+    }
+  }
+  EXPECT_EQ(Exec("diff " + out + ".index.json " + new_spec).code, 0);
+}
+
+// An export to a path that an earlier export split otherwise (or not at all) leaves that
+// export's other files, which still load (an old index names its old shards): the command
+// names them on stderr and removes nothing -- they may be another tool's, or wanted. Files
+// that are the export's own input (consolidating an index into one file) are not named.
+TEST(Cli, ExportNamesTheFilesLeftFromAnEarlierExportSplitOtherwise) {
+  const std::string d = TempDir() + "/leftover", out = d + "/m.safetensors";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = FourTensorSpec("leftover.json", 3);
+  const std::string warning = "left from an earlier export to '" + out + "' (split otherwise)";
+  auto q = [&d](const std::string& f) { return "'" + d + "/" + f + "'"; };
+  ASSERT_EQ(Exec("export " + spec + " -o " + out + " --max-shard-size 32KiB").code, 0);  // 2 files
+  const std::map<std::string, std::string> split2 = Folder(d);
+  {  // Unsplit over split: the index and its shards remain, untouched.
+    const Proc r = Exec("export " + spec + " -o " + out);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find("warning: " + q("m.safetensors.index.json") + ", " + q("m-00001-of-00002.safetensors") +
+                         ", " + q("m-00002-of-00002.safetensors") + ": " + warning),
+              std::string::npos)
+        << r.err;
+    for (const auto& [name, bytes] : split2) EXPECT_EQ(ReadFile(d + "/" + name), bytes) << name;
+  }
+  {  // Split in 4 over split in 2 and a single file: the single file and the 2 shards.
+    const Proc r = Exec("export " + spec + " -o " + out + " --max-shard-size 16KiB");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.err.find("warning: " + q("m.safetensors") + ", " + q("m-00001-of-00002.safetensors") + ", " +
+                         q("m-00002-of-00002.safetensors") + ": " + warning),
+              std::string::npos)
+        << r.err;
+    EXPECT_TRUE(std::filesystem::exists(out));
+  }
+  ASSERT_EQ(std::system(("rm " + out + " " + d + "/m-0000?-of-00002.safetensors").c_str()), 0);
+  {  // The same split again: nothing left over.
+    const Proc r = Exec("export " + spec + " -o " + out + " --max-shard-size 16KiB");
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  }
+  {  // Consolidating the index into one file: its files are the input, not named.
+    const Proc r = Exec("export " + out + ".index.json -o " + out);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+    EXPECT_EQ(Exec("diff " + out + " " + spec).code, 0);
+  }
+}
+
+// -o must name a file: a folder ("out/", an existing directory, ".") is refused (exit 2) split
+// or not (issue: split, "out/" wrote out/.index.json and out/-00001-of-00004.safetensors), as
+// is split output with no name to call its files by (".safetensors"), and "-" (stdout) for
+// every command that writes a file by name (issue: export and init wrote a file called "-").
+// Nothing is written.
+TEST(Cli, OutputMustNameAFile) {
+  const std::string d = TempDir() + "/out_file";
+  ASSERT_EQ(std::system(("mkdir -p " + d + "/dir").c_str()), 0);
+  const std::string spec = Write("out_file/spec.json", kSpec), layout = Write("out_file/layout.json", kLayout);
+  const std::map<std::string, std::string> before = Folder(d);
+  struct Case {
+    std::string args, needle;
+  };
+  const std::string e = "export " + spec + " -o ", split = " --max-shard-size 100";
+  const std::string stdout_refused = " output must be a file; '-' (stdout) is not supported";
+  const Case cases[] = {
+      {e + d + "/dir" + split, "'" + d + "/dir' is a directory; give a file to write"},
+      {e + d + "/dir/" + split, "'" + d + "/dir/' is a directory; give a file to write"},
+      {e + d + "/new/" + split, "'" + d + "/new/' names a folder, not a file; give a file to write"},
+      {e + d + "/new/", "'" + d + "/new/' names a folder, not a file"},
+      {e + d + "/.safetensors" + split, "'" + d + "/.safetensors' has no name to call the split files by"},
+      {e + "-", "safetensors" + stdout_refused},
+      {e + "-" + split, "safetensors" + stdout_refused},
+      {"materialize " + spec + " --layout " + layout + " --rank 0 -o -", "safetensors" + stdout_refused},
+      {"init --spec " + spec + " -o -", "store" + stdout_refused},
+      {"init --preset gpt2 -o -", "store" + stdout_refused},
+      {"reshard " + spec + " --consolidate -q -o -", "store" + stdout_refused},
+  };
+  const std::string cwd = std::filesystem::current_path();
+  std::filesystem::current_path(d);  // where a file "-" would appear
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+  }
+  std::filesystem::current_path(cwd);
+  EXPECT_TRUE(Folder(d) == before) << "a file was written";
+  EXPECT_TRUE(std::filesystem::is_empty(d + "/dir"));
 }
 
 // Every integer option is parsed by one strict parser: a value outside the option's range, a

@@ -7,11 +7,12 @@ writer lock on SIGINT, SIGTERM, SIGHUP and SIGQUIT, then ends by that same signa
 (`reshard --layout`), each signal sent twice at random moments mid-write: the process ends by
 the signal; the checkpoint verifies with the old fingerprints (or the new ones, when the signal
 came after the rename); the lock is never left; and the folder holds exactly the files it held
-before. (Until 2026-12-02 a file another thread created by name just as the handler ran -- a
+before. A split safetensors export (several files and an index) is all or nothing likewise. (Until 2026-12-02 a file another thread created by name just as the handler ran -- a
 temporary, HDF5 creating it again -- could stay; every creation of such a file is now
 registered first and waited for: signal_cleanup::BeginChange. The last two tests pin that
 moment, for a temporary and for the writer lock.)
 """
+import hashlib
 import json
 import os
 import random
@@ -164,3 +165,52 @@ def test_a_signal_while_the_writer_lock_is_created_leaves_none(tmp_path):
     out.mkdir()
     signal_each_time([BIN, "reshard", st, "--layout", layout, "-o", out / "model.h5"], out,
                      lambda files: "model.h5.lock" in files, "lock")
+
+
+def test_a_signal_mid_split_export_leaves_the_previous_export_whole(tmp_path):
+    """`export --max-shard-size` writes every shard file and the index to synced temporaries
+    and renames them only once all are complete, the index last, in one bracket that no signal
+    interrupts (AtomicFile::CommitAll). Each signal twice, at random moments: the process ends
+    by it and the folder holds exactly the previous export, byte for byte, or exactly the new
+    one -- never a mix of old and new files (before: each file was renamed as soon as it was
+    written, so a signal left the first ones new and the old index loading them with the old
+    rest), and no temporary."""
+    a_st, b_st = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    for path, seed in ((a_st, 1), (b_st, 2)):
+        write_bf16_safetensors(path, seed, [(1024, 4096)] * 8)  # 8 tensors of 8 MiB
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def export(src):
+        return [BIN, "export", src, "-o", out / "model.safetensors", "--max-shard-size", "8MiB"]
+
+    def folder():
+        return {f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in os.listdir(out)}
+
+    t0 = time.monotonic()
+    subprocess.run(export(b_st), check=True, capture_output=True)
+    full = time.monotonic() - t0
+    new = folder()
+    subprocess.run(export(a_st), check=True, capture_output=True)
+    old = folder()
+    assert len(old) == 9 and old.keys() == new.keys()  # model-0000k-of-00008, the index
+    assert all(old[f] != new[f] for f in old if not f.endswith(".json"))
+    rng = random.Random(7)
+    mid = 0
+    for k in range(2 * len(SIGNALS)):
+        sig = SIGNALS[k % len(SIGNALS)]
+        proc = subprocess.Popen(export(b_st), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True,
+                                preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in SIGNALS])
+        time.sleep(rng.uniform(0.05, 0.9) * full)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+            mid += 1
+        _, err = proc.communicate()
+        now = folder()
+        assert now in (old, new), f"{sig!r}: neither the old export nor the new: {sorted(now)}\n{err}"
+        if proc.returncode != 0:
+            assert proc.returncode == -sig, f"{sig!r} -> rc {proc.returncode}\n{err}"
+        if now != old:
+            subprocess.run(export(a_st), check=True, capture_output=True)
+    assert mid >= len(SIGNALS), f"only {mid} runs were interrupted mid-export"

@@ -456,5 +456,38 @@ TEST(SafetensorsCatalog, ARanksShardFileHoldsPiecesInTheGlobalFrame) {
   EXPECT_FALSE(std::filesystem::exists(dir / "re.safetensors"));
 }
 
+// --max-shard-size: the whole text is a decimal number (an integer, a fraction, an exponent)
+// and an optional unit, or it is refused naming the text (issue: "1.5.5" was read as 1.5,
+// since std::stod stops early, and "1e3" was refused as the unit 'e3').
+TEST(ParseByteSize, TheWholeTextIsANumberAndAnOptionalUnit) {
+  const std::pair<const char*, uint64_t> good[] = {
+      {"1", 1},         {"1048576", 1048576},        {"5GB", 5000000000},   {"5gb", 5000000000},
+      {"2GiB", 2147483648}, {"1.5KB", 1500},        {".5KB", 500},          {"5.", 5},
+      {"1e3", 1000},    {"1E3", 1000},               {"1.5e3", 1500},       {"1e+3KB", 1000000},
+      {"2e-3MB", 2000}, {"1.9", 1},                  {"500B", 500},         {"1TiB", 1099511627776}};
+  for (const auto& [text, bytes] : good) {
+    auto r = ParseByteSize(text);
+    ASSERT_TRUE(r.ok()) << text << ": " << r.status().ToString();
+    EXPECT_EQ(*r, bytes) << text;
+  }
+  const std::pair<const char*, const char*> bad[] = {
+      {"1.5.5", "expected a number"}, {"5 GB", "expected a number"}, {" 5", "expected a number"},
+      {"5GB ", "expected a number"},  {"-1", "expected a number"},   {"+1", "expected a number"},
+      {"", "expected a number"},      {".", "expected a number"},    {"e3", "expected a number"},
+      {"0x10", "expected a number"},    {"5GB!", "expected a number"}, {"1e", "unknown unit 'e'"},
+      {"1EB", "unknown unit 'EB'"},   {"5XB", "unknown unit 'XB'"},  {"nan", "expected a number"},
+      {"inf", "expected a number"},   {"0", "out of range"},         {"0.5", "out of range"},
+      {"1e-3", "out of range"},       {"1e999", "out of range"},     {"10000PB", "unknown unit"},
+      {"1e19", "out of range"}};
+  for (const auto& [text, needle] : bad) {
+    auto r = ParseByteSize(text);
+    ASSERT_FALSE(r.ok()) << text << " accepted as " << *r;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << text;
+    EXPECT_NE(r.status().message().find("size '" + std::string(text) + "'"), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << text << ": " << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace seedstore
