@@ -1,5 +1,7 @@
 #include "io/atomic_file.h"
 
+#include "gen/checksum.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -9,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <system_error>
@@ -43,6 +46,17 @@ const std::string& HostTag() {
   }();
   return tag;
 }
+// The first part of the temporaries' names of a file named `base`: `base` itself, or, when
+// "<base>.tmp-<host>-<pid>-<n>" could exceed NAME_MAX (255 bytes) with the longest pid and n,
+// as much of `base` as fits followed by "~" and the XXH3-64 of all of it (16 hex digits).
+std::string TempStem(const std::string& base) {
+  const size_t fixed = std::strlen(".tmp-") + HostTag().size() + 2 * (1 + 10);  // "-<pid>-<n>"
+  const size_t room = NAME_MAX - fixed;
+  if (base.size() <= room) return base;
+  char hash[24];
+  std::snprintf(hash, sizeof hash, "~%016llx", static_cast<unsigned long long>(Checksum64(base.data(), base.size())));
+  return base.substr(0, room - std::strlen(hash)) + hash;
+}
 // "<digits>" -> value (at most INT_MAX); -1 if s is empty, has another character or overflows.
 long ParseDecimal(const std::string& s) {
   if (s.empty() || s.size() > 10) return -1;
@@ -56,13 +70,15 @@ long ParseDecimal(const std::string& s) {
 }  // namespace
 
 std::string AtomicFile::TempName(const std::string& path, pid_t pid, unsigned n) {
-  return path + ".tmp-" + HostTag() + "-" + std::to_string(pid) + "-" + std::to_string(n);
+  const std::string base = BaseOf(path);
+  return path.substr(0, path.size() - base.size()) + TempStem(base) + ".tmp-" + HostTag() + "-" +
+         std::to_string(pid) + "-" + std::to_string(n);
 }
 
 int AtomicFile::RemoveStaleTemporaries(const std::string& path) {
   const std::string dir = DirOf(path);
   // Every temporary of `path` written on this host starts with this; "<pid>-<n>" follows.
-  const std::string prefix = BaseOf(path) + ".tmp-" + HostTag() + "-";
+  const std::string prefix = TempStem(BaseOf(path)) + ".tmp-" + HostTag() + "-";
   DIR* d = ::opendir(dir.c_str());
   if (!d) return 0;
   int removed = 0;

@@ -96,7 +96,9 @@ class AtomicFile {
   AtomicFile& operator=(AtomicFile&&) = delete;
   ~AtomicFile();  // removes the temporary if not committed
 
-  /// The temporary's name for a writer `pid` on this host: "<path>.tmp-<host>-<pid>-<n>".
+  /// The temporary's name for a writer `pid` on this host: "<path>.tmp-<host>-<pid>-<n>"; when
+  /// that could exceed NAME_MAX (255 bytes) for a long file name, the name's part is cut to fit
+  /// and ends in "~<16 hex digits: XXH3-64 of the whole name>" (docs/FORMAT.md 6).
   static std::string TempName(const std::string& path, pid_t pid, unsigned n);
   /// Removes the stale temporaries of `path` (rule above); returns how many were removed.
   /// Errors are ignored (a temporary that cannot be removed is simply left).

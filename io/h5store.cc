@@ -823,6 +823,7 @@ void RegisterZstdFilter() {
 }
 
 bool LooksLikeHdf5(const std::string& path) {
+  if (!NotARegularFile(path).empty()) return false;  // a pipe would block, and cannot seek
   std::ifstream f(path, std::ios::binary);
   if (!f) return false;
   static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
@@ -1033,6 +1034,9 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return OpenFailure(w, errno);
   if (S_ISDIR(st.st_mode)) return InvalidArgument(w + ": is a directory, not a store");
+  if (!S_ISREG(st.st_mode))
+    return InvalidArgument(w + ": is " + NotARegularFile(path) +
+                           ", not a store: a store is read by seeking; give a regular file");
   if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
     return OpenFailure(w, errno);
   else

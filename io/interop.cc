@@ -277,6 +277,9 @@ namespace {
 // The safetensors files `path` stands for: itself, or those its index names.
 Result<SafetensorsIndex> ListSafetensorsFiles(const std::string& path) {
   if (!EndsWith(path, ".json")) return SafetensorsIndex{{path}, {}};
+  if (const std::string kind = NotARegularFile(path); !kind.empty())
+    return InvalidArgument("index file " + Quoted(path) + " is " + kind +
+                           ", not a regular file: an index names the files next to it");
   SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "index file " + Quoted(path)));
   return ParseSafetensorsIndex(text, path);
 }
@@ -298,6 +301,7 @@ Result<std::vector<uint64_t>> GlobalShapeOf(const json& m, DType dtype, const st
 bool IsSafetensorsSource(const std::string& path) {
   if (EndsWith(path, ".safetensors")) return true;
   if (!EndsWith(path, ".json")) return false;
+  if (!NotARegularFile(path).empty()) return false;  // read once, by whoever opens it as a spec
   const Result<std::string> text = ReadTextFile(path, path);
   if (!text.ok()) return false;  // OpenCatalog reports it
   const json j = ParseJson(*text, nullptr);

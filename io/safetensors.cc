@@ -107,6 +107,9 @@ Result<AtomicFile> SafetensorsWriter::WriteTemporary(const std::string& path,
 Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   SafetensorsFile s;
   s.path_ = path;
+  if (const std::string kind = NotARegularFile(path); !kind.empty())
+    return InvalidArgument("safetensors file " + Quoted(path) + " is " + kind +
+                           ", not a regular file: safetensors files are read by seeking");
   s.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (s.fd_ < 0) return OpenFailure("safetensors file " + Quoted(path), errno);
   struct stat st;

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <vector>
 
 namespace seedstore {
 
@@ -93,6 +95,28 @@ void Preview(const json& j, int depth_left, size_t budget, std::string& out) {
   out += obj ? '}' : ']';
 }
 
+// Where the parser is, for naming a duplicate key: one frame per open object or array.
+struct Frame {
+  bool object = false;
+  std::set<std::string> keys;  // an object's keys so far
+  std::string key;             // an object's latest key
+  size_t index = 0;            // an array's elements so far
+};
+
+// RFC 6901 JSON pointer of the innermost open container ("" for the top level).
+std::string PointerOf(const std::vector<Frame>& frames) {
+  std::string p;
+  for (size_t i = 0; i + 1 < frames.size(); ++i) {
+    p += '/';
+    if (!frames[i].object) {
+      p += std::to_string(frames[i].index);
+      continue;
+    }
+    for (const char c : frames[i].key) p += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
+  }
+  return p;
+}
+
 }  // namespace
 
 json ParseJson(std::string_view text, std::string* error) {
@@ -105,8 +129,48 @@ json ParseJson(std::string_view text, std::string* error) {
     if (error) *error = "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return json(json::value_t::discarded);
   }
+  // JSON leaves a repeated key's meaning open and nlohmann keeps the last one silently: a
+  // document with one is refused, naming the key and where it is.
+  std::vector<Frame> frames;
+  std::string duplicate;
+  auto element_done = [&frames] {
+    if (!frames.empty() && !frames.back().object) ++frames.back().index;
+  };
+  const json::parser_callback_t watch = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        frames.push_back(Frame{event == json::parse_event_t::object_start, {}, {}, 0});
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!frames.empty()) frames.pop_back();
+        element_done();
+        break;
+      case json::parse_event_t::key:
+        if (!frames.empty() && parsed.is_string()) {
+          Frame& f = frames.back();
+          f.key = parsed.get<std::string>();
+          if (!f.keys.insert(f.key).second && duplicate.empty()) {
+            const std::string at = PointerOf(frames);
+            duplicate = "duplicate key " + Printable(json(f.key).dump(-1, ' ', false, json::error_handler_t::replace)) +
+                        (at.empty() ? " in the top-level object" : " in the object at " + Printable(at));
+          }
+        }
+        break;
+      case json::parse_event_t::value:
+        element_done();
+        break;
+    }
+    return true;
+  };
   try {
-    return json::parse(text.begin(), text.end());
+    json j = json::parse(text.begin(), text.end(), watch);
+    if (!duplicate.empty()) {
+      if (error) *error = "malformed JSON: " + duplicate;
+      return json(json::value_t::discarded);
+    }
+    return j;
   } catch (const json::exception& e) {  // syntax errors and out-of-range numbers alike
     if (error) *error = "malformed JSON: " + Printable(e.what());
     return json(json::value_t::discarded);

@@ -21,10 +21,13 @@ Result<std::string> ReadTextFile(const std::string& path, const std::string& wha
 constexpr int kMaxJsonDepth = 64;
 
 /// Parses `text`, which must be one JSON value with only JSON whitespace around it (a UTF-8
-/// byte-order mark at the start is skipped). On failure returns a discarded value
-/// (is_discarded()) and sets `*error` to "malformed JSON: <the parser's message, bytes outside
-/// printable ASCII shown as \xNN>", "malformed JSON: a NUL byte at offset N" (nlohmann would
-/// end the text there and ignore the rest) or "JSON nested deeper than 64 levels".
+/// byte-order mark at the start is skipped), no object repeating a key. On failure returns a
+/// discarded value (is_discarded()) and sets `*error` to "malformed JSON: <the parser's
+/// message, bytes outside printable ASCII shown as \xNN>", "malformed JSON: a NUL byte at
+/// offset N" (nlohmann would end the text there and ignore the rest), "malformed JSON:
+/// duplicate key \"k\" in the object at /tensors/0" (a JSON pointer; "in the top-level
+/// object"; JSON leaves which one counts open, nlohmann would keep the last silently) or
+/// "JSON nested deeper than 64 levels".
 nlohmann::json ParseJson(std::string_view text, std::string* error);
 
 /// At most `max_chars` characters of `j`'s compact JSON text ("..." marks the cut), without

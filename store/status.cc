@@ -1,6 +1,7 @@
 #include "store/status.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -28,6 +29,17 @@ Status OpenFailure(const std::string& what, int err) {
     limit = " (this process may open " + std::to_string(l.rlim_cur) + " files: raise it with `ulimit -n`)";
   return Status(err == ENOENT ? Code::kNotFound : Code::kIo,
                 what + ": cannot open: " + std::strerror(err) + limit);
+}
+
+std::string NotARegularFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return "";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISFIFO(st.st_mode)) return "a pipe (FIFO)";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "not a regular file";
 }
 
 std::string Status::ToString() const {

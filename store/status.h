@@ -56,6 +56,13 @@ inline Status Internal(std::string m) { return Status(Code::kInternal, std::move
 /// EMFILE it adds the process's limit on open files.
 Status OpenFailure(const std::string& what, int err);
 
+/// What the file at `path` is when it exists and is not a regular file: "a directory", "a pipe
+/// (FIFO)", "a character device", "a block device", "a socket"; "" for a regular file or when
+/// nothing can be found there (the open that follows names why). Stores, distributed saves,
+/// safetensors files and indexes are read by seeking or name files next to them, so only a
+/// spec or a layout may come from a pipe (`<(...)`, /dev/stdin).
+std::string NotARegularFile(const std::string& path);
+
 /// `s` in single quotes, as error messages name fields, tensors and files: 'x'. A NUL byte
 /// shows as \0 ('x\0b'), so that a message printed as a C string is not cut there.
 std::string Quoted(std::string_view s);

@@ -40,7 +40,9 @@ int Run(const Options& o) {
   // Progress total: the data bytes (file size, or the index's metadata.total_size).
   uint64_t total = 0;
   struct stat sst;
-  if (o.source.size() > 5 && o.source.compare(o.source.size() - 5, 5, ".json") == 0) {
+  if (!NotARegularFile(o.source).empty()) {
+    // ImportSafetensors names what it is
+  } else if (o.source.size() > 5 && o.source.compare(o.source.size() - 5, 5, ".json") == 0) {
     const Result<std::string> text = ReadTextFile(o.source, o.source);  // unreadable: import says why
     const nlohmann::json j = ParseJson(text.ok() ? *text : std::string(), nullptr);
     if (!j.is_discarded() && j.is_object() && j.contains("metadata") && j["metadata"].is_object() &&

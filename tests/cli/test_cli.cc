@@ -1077,6 +1077,57 @@ TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
   }
 }
 
+// A spec or a layout may come from a pipe (`<(...)`, /dev/stdin, a named FIFO): read once,
+// as a spec (issue: `inspect <(cat spec.json)` said "not an HDF5 file", having read the pipe
+// while guessing its kind). What is read by seeking -- a store, a distributed save, a
+// safetensors file, an index naming files next to it -- given as a pipe is refused at once,
+// naming it (issue: a FIFO with no writer yet hung the command in HDF5's open).
+TEST(Cli, ASpecOrALayoutMayComeFromAPipeAndNothingElseHangsOnOne) {
+  const std::string d = TempDir() + "/pipes";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = Write("pipes/spec.json", kSpec), layout = Write("pipes/layout.json", kLayout);
+  const Proc want = Exec("fingerprint " + spec + " --layout " + layout + " --rank 3 --json");
+  ASSERT_EQ(want.code, 0) << want.err;
+  const std::string b = Bin();
+  EXPECT_EQ(Shell("bash -c '" + b + " fingerprint <(cat " + spec + ") --layout <(cat " + layout +
+                  ") --rank 3 --json 2>/dev/null'"),
+            want.out);
+  EXPECT_EQ(Shell("cat " + spec + " | " + b + " fingerprint /dev/stdin --layout " + layout + " --rank 3 --json"),
+            want.out);
+  const Proc inspect = Exec("inspect " + spec);
+  ASSERT_EQ(inspect.code, 0);
+  const std::string fifo = d + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_NE(Shell("cat " + spec + " > " + fifo + " & " + b + " inspect " + fifo).find("norm"), std::string::npos);
+  // Not a spec: named as a pipe.
+  const std::string junk = Shell("bash -c '" + b + " inspect <(echo junk); echo rc=$?'");
+  EXPECT_NE(junk.find("is a pipe (FIFO): of the model sources only a spec (JSON) can be read from one"),
+            std::string::npos) << junk;
+  EXPECT_NE(junk.find("malformed JSON"), std::string::npos) << junk;
+  EXPECT_NE(junk.find("rc=2"), std::string::npos) << junk;
+  // What must be seeked: refused at once, though the FIFO has no writer (each under `timeout`:
+  // a hang fails the case with rc=124 rather than the suite).
+  const std::string fifo_st = d + "/fifo.safetensors", fifo_index = d + "/fifo.index.json";
+  ASSERT_EQ(::mkfifo(fifo_st.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo(fifo_index.c_str(), 0600), 0);
+  struct Case {
+    std::string args, needle;
+  };
+  const Case cases[] = {
+      {"verify " + fifo, "file '" + fifo + "': is a pipe (FIFO), not a store: a store is read by seeking"},
+      {"import " + fifo_st + " -o " + d + "/out.h5",
+       "safetensors file '" + fifo_st + "' is a pipe (FIFO), not a regular file: safetensors files are read by seeking"},
+      {"import " + fifo_index + " -o " + d + "/out.h5",
+       "index file '" + fifo_index + "' is a pipe (FIFO), not a regular file: an index names the files next to it"},
+      {"fingerprint " + fifo_st, "safetensors file '" + fifo_st + "' is a pipe (FIFO)"},
+  };
+  for (const auto& c : cases) {
+    const std::string log = Shell("timeout 20 " + b + " " + c.args + "; echo rc=$?");
+    EXPECT_NE(log.find(c.needle), std::string::npos) << c.args << "\n" << log;
+    EXPECT_NE(log.find("rc=2"), std::string::npos) << c.args << "\n" << log;
+  }
+}
+
 // gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
 // were missing).
 TEST(Cli, GenHelpListsEveryDtype) {

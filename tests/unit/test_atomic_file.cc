@@ -99,6 +99,37 @@ TEST_F(AtomicTemps, NextWriteRemovesOnlyStaleTemporariesOfItsTarget) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(v), {}), "must survive");
 }
 
+// A file name near NAME_MAX (255 bytes) still gets a temporary: "<name>.tmp-..." would be too
+// long (issue: names over about 200 bytes failed with "File name too long"), so the name's part
+// is cut and ends in "~" and the hash of the whole name. Names that differ only past the cut get
+// different temporaries, and the stale ones of a long name are found and removed as any other's.
+TEST_F(AtomicTemps, LongFileNamesGetTemporariesThatFit) {
+  for (const size_t len : {1u, 150u, 200u, 254u, 255u}) {
+    const std::string name(len, 'n');
+    const std::string target = dir_ + "/" + name;
+    const std::string temp = AtomicFile::TempName(target, 2147483647, 4294967295u);
+    ASSERT_EQ(temp.rfind(dir_ + "/", 0), 0u) << temp;
+    EXPECT_LE(temp.size() - dir_.size() - 1, 255u) << len;
+    if (temp.size() - dir_.size() - 1 < 255u - 30) {
+      EXPECT_EQ(temp.rfind(target + ".tmp-", 0), 0u) << temp;  // short names: unchanged form
+    }
+    auto f = AtomicFile::Create(target);
+    ASSERT_TRUE(f.ok()) << len << ": " << f.status().ToString();
+    ASSERT_TRUE(f->Append("x", 1).ok());
+    ASSERT_TRUE(f->Commit().ok()) << len;
+    EXPECT_TRUE(fs::is_regular_file(target)) << len;
+  }
+  const std::string a = dir_ + "/" + std::string(250, 'a'), b = dir_ + "/" + std::string(249, 'a') + "b";
+  const std::string ta = AtomicFile::TempName(a, dead_, 0), tb = AtomicFile::TempName(b, dead_, 0);
+  EXPECT_NE(ta, tb);
+  EXPECT_NE(ta.find('~'), std::string::npos) << ta;
+  Touch(ta);
+  Touch(tb);
+  EXPECT_EQ(AtomicFile::RemoveStaleTemporaries(a), 1);
+  EXPECT_FALSE(fs::exists(ta));
+  EXPECT_TRUE(fs::exists(tb));
+}
+
 TEST_F(AtomicTemps, RemoveStaleTemporariesCountsAndIsIdempotent) {
   const std::string target = dir_ + "/m.h5";
   Touch(AtomicFile::TempName(target, dead_, 0));

@@ -298,5 +298,32 @@ TEST(Spec, DeeplyNestedJsonIsRefusedNotACrash) {
   EXPECT_LT(bad.message().size(), 200u) << bad.message();
 }
 
+// JSON leaves a repeated key's meaning open, and nlohmann keeps the last one silently: a spec
+// with "seed" twice, or a tensor with two "dtype"s, would be read as whichever came last. Every
+// document seedstore reads is refused instead, naming the key and the object (a JSON pointer).
+TEST(Spec, ARepeatedKeyIsRefusedNamingItAndWhere) {
+  ExpectError(R"({"seedstore": 1, "seed": 1, "seed": 2, "tensors": []})", Code::kInvalidArgument,
+              "spec.json: malformed JSON: duplicate key \"seed\" in the top-level object");
+  ExpectError(R"({"seedstore": 1, "tensors": [{"name": "a", "shape": [2], "dtype": "float32", "init": {"dist": "ones"}},
+                 {"name": "w", "shape": [2], "dtype": "float32", "dtype": "bfloat16", "init": {"dist": "ones"}}]})",
+              Code::kInvalidArgument, "duplicate key \"dtype\" in the object at /tensors/1");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "scale": 1, "scale": 2})"),
+              Code::kInvalidArgument, "duplicate key \"scale\" in the object at /tensors/0/init");
+  const Status l = Layout::Parse(R"({"mesh": {"dp": 2, "dp": 4}, "placements": {}})", "l.json").status();
+  EXPECT_EQ(l.code(), Code::kInvalidArgument) << l.ToString();
+  EXPECT_NE(l.message().find("duplicate key \"dp\" in the object at /mesh"), std::string::npos) << l.message();
+  std::string err;
+  // Pointers escape '~' and '/'; array positions count every kind of element before them.
+  EXPECT_TRUE(ParseJson(R"({"a/b~": [1, [2], {"x": 0}, "s", null, {"k": 1, "k": 1}]})", &err).is_discarded());
+  EXPECT_EQ(err, "malformed JSON: duplicate key \"k\" in the object at /a~1b~0/5");
+  // The same key in different objects, or nested at another level, is no repeat.
+  EXPECT_FALSE(ParseJson(R"({"k": {"k": 1}, "j": [{"k": 1}, {"k": 2}]})", &err).is_discarded()) << err;
+  EXPECT_FALSE(ParseJson(R"([{"a": 1}, {"a": 1}])", &err).is_discarded()) << err;
+  // Keys that differ only after an escape are different keys; escaped spellings of one key are one.
+  EXPECT_FALSE(ParseJson(R"({"a": 1, "A": 1, "a\u0000": 1})", &err).is_discarded()) << err;
+  EXPECT_TRUE(ParseJson(R"({"a": 1, "\u0061": 2})", &err).is_discarded());
+  EXPECT_EQ(err, "malformed JSON: duplicate key \"a\" in the top-level object");
+}
+
 }  // namespace
 }  // namespace seedstore
