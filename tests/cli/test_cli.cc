@@ -1128,6 +1128,32 @@ TEST(Cli, ASpecOrALayoutMayComeFromAPipeAndNothingElseHangsOnOne) {
   }
 }
 
+// Names near NAME_MAX (255 bytes): a store gets a temporary that fits; a distributed save whose
+// rank files' names ("<P>.<8 hex>.rank<r>.h5") or lock ("<P>.lock") would not fit is refused
+// before any work, naming the limit (issue: the last rename failed, "File name too long").
+TEST(Cli, LongOutputNamesWorkOrAreRefusedFirst) {
+  const std::string d = TempDir() + "/long_names";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = Write("long_names/spec.json", kSpec), layout = Write("long_names/layout.json", kLayout);
+  const std::string store = d + "/" + std::string(252, 's') + ".h5";  // 255 bytes
+  const Proc init = Exec("init --spec " + spec + " -o " + store);
+  ASSERT_EQ(init.code, 0) << init.err;
+  EXPECT_EQ(Exec("verify " + store).code, 0);
+  const Proc save = Exec("reshard " + store + " --layout " + layout + " -q -o " + d + "/" + std::string(240, 'p') + ".h5");
+  EXPECT_EQ(save.code, 2) << save.err;
+  EXPECT_NE(save.err.find("the name is too long for its rank files"), std::string::npos) << save.err;
+  EXPECT_NE(save.err.find("a file name has at most 255"), std::string::npos) << save.err;
+  const Proc one = Exec("reshard " + store + " --consolidate -q -o " + d + "/" + std::string(252, 'c') + ".h5");
+  EXPECT_EQ(one.code, 2) << one.err;
+  EXPECT_NE(one.err.find("the name is too long for its lock file"), std::string::npos) << one.err;
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(d)) files += e.is_regular_file();
+  EXPECT_EQ(files, 3u) << "only the spec, the layout and the store";
+  // Names that fit save as usual.
+  const Proc ok = Exec("reshard " + store + " --layout " + layout + " -q -o " + d + "/" + std::string(200, 'p') + ".h5");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
 // gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
 // were missing).
 TEST(Cli, GenHelpListsEveryDtype) {
