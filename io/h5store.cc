@@ -1402,6 +1402,7 @@ int H5Store::HintFd(uint64_t chunk_bytes) const {
 // are ignored.
 static void PrefetchChunk(int fd, const ChunkWhere& w, const Grid& g, uint64_t j) {
   if (fd < 0 || !g.chunked() || j >= g.num) return;
+  if (!w.located && g.num > H5Store::kAddressedChunks) return;  // no address: the kernel's readahead
   uint64_t c[kMaxRank];
   hsize_t off[kMaxRank];
   g.Coords(j, c);
@@ -1453,20 +1454,28 @@ static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, co
   g.Coords(j, cs);
   hsize_t off[kMaxRank];
   for (int d = 0; d < g.rank; ++d) off[d] = cs[d] * g.chunk[d];
+  if (!w.located && (fd < 0 || g.num > H5Store::kAddressedChunks)) {  // looked up by HDF5 directly
+    H5Guard gl;
+    hsize_t n = 0;
+    if (H5Dget_chunk_storage_size(w.dset(), off, &n) < 0) {
+      H5ErrorText();
+      n = 0;
+    }
+    if (n == 0) return fail("the chunk is missing from the file");
+    s.raw.resize(n);
+    uint32_t m = 0;
+    if (H5Dread_chunk(w.dset(), H5P_DEFAULT, off, &m, s.raw.data()) < 0)
+      return fail("cannot read the stored chunk: " + H5ErrorText());
+    *mask = m;
+    return Status::Ok();
+  }
   const ChunkLoc loc = LocateChunk(w, j, off);
   const uint64_t addr = loc.addr;
   const hsize_t n = loc.size;
   *mask = loc.mask;
   if (n == 0) return fail("the chunk is missing from the file");
   s.raw.resize(n);
-  if (fd < 0) {
-    H5Guard gl;
-    uint32_t m = 0;
-    if (H5Dread_chunk(w.dset(), H5P_DEFAULT, off, &m, s.raw.data()) < 0)
-      return fail("cannot read the stored chunk: " + H5ErrorText());
-    *mask = m;
-  }
-  for (size_t got = 0; fd >= 0 && got < n;) {
+  for (size_t got = 0; got < n;) {
     const ssize_t r = ::pread(fd, s.raw.data() + got, n - got, static_cast<off_t>(addr + got));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return fail(std::string("cannot read the stored chunk: ") + std::strerror(errno));

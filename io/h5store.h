@@ -253,6 +253,13 @@ class H5Store : public Catalog {
   /// chunks are (when it reads chunks with pread). A 256-rank reshard's proof reopened 37,888
   /// datasets, each already opened by Open's checks, for their chunk addresses.
   static constexpr uint64_t kLocatedChunks = 4;
+  /// Chunks of a tensor of more chunks are read with H5Dread_chunk under the HDF5 lock, not by
+  /// file address with pread: HDF5 1.10's only way to an address, H5Dget_chunk_info_by_coord,
+  /// walks the chunk index from its start (O(chunks) per chunk, O(chunks^2) per read: 16,000
+  /// chunks took 8 s), while H5Dread_chunk and H5Dget_chunk_storage_size look a chunk up in
+  /// the index directly. Below it the addresses cost little and buy overlapped reads and
+  /// readahead hints (docs/PERF.md).
+  static constexpr uint64_t kAddressedChunks = 512;
 
   /// Raw access for copying: HDF5 file id (valid while the store is open).
   int64_t h5_file() const { return file_; }
