@@ -164,12 +164,6 @@ size_t ZstdFilter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], 
 
 // ---- names, types, attributes --------------------------------------------------------------
 
-std::string ShapeText(const std::vector<uint64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 // The HDF5 file type of a dtype (bfloat16 as uint16, bool as uint8: see seedstore.dtype).
 Hid StorageType(DType d) {
   switch (d) {

@@ -328,9 +328,11 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     // A rank's shard file says where each tensor lies in the global one.
     json shard_meta = json::object();
     if (auto m = file.metadata().find("seedstore.shards"); m != file.metadata().end()) {
-      shard_meta = ParseJson(m->second, nullptr);
+      std::string why;
+      shard_meta = ParseJson(m->second, &why);
       if (shard_meta.is_discarded() || !shard_meta.is_object())
-        return Corrupt("safetensors file '" + f + "': __metadata__['seedstore.shards'] is not a JSON object");
+        return Corrupt("safetensors file '" + f + "': __metadata__['seedstore.shards'] is not a JSON object" +
+                       (why.empty() ? std::string() : ": " + why));
       for (auto it = shard_meta.begin(); it != shard_meta.end(); ++it)
         if (!file.Find(it.key()))
           return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor " + Quoted(it.key()) +
@@ -371,8 +373,9 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     // order: each an empty piece, the flat range [0, 0) of its global shape (docs/FORMAT.md 8).
     if (auto m = file.metadata().find("seedstore.empty_shards"); m != file.metadata().end()) {
       const std::string w = "safetensors file '" + f + "': __metadata__['seedstore.empty_shards']";
-      const json e = ParseJson(m->second, nullptr);
-      if (!e.is_object()) return Corrupt(w + " is not a JSON object");
+      std::string why;
+      const json e = ParseJson(m->second, &why);
+      if (!e.is_object()) return Corrupt(w + " is not a JSON object" + (why.empty() ? std::string() : ": " + why));
       for (auto it = e.begin(); it != e.end(); ++it) {
         const std::string tw = w + " tensor " + Quoted(it.key());
         const json& v = *it;
@@ -393,7 +396,8 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     const size_t k = c->files_.size();
     for (auto& [e, shard] : held) {
       if (auto it = seen.find(e.name); it != seen.end())
-        return InvalidArgument("safetensors tensor '" + e.name + "' is held by both '" +
+        return InvalidArgument((EndsWith(path, ".json") ? "index file '" + path + "': " : std::string()) +
+                               "safetensors tensor '" + e.name + "' is held by both '" +
                                c->files_[it->second].path() + "' and '" + f + "'");
       seen[e.name] = k;
       TensorRecord t;
@@ -420,6 +424,10 @@ Status SafetensorsCatalog::Read(size_t i, const Region& r, void* out, CpuOptions
 
 Result<int> ImportSafetensors(const std::string& source, const std::string& store,
                               const ImportOptions& o, std::function<void(uint64_t)> progress) {
+  if (LooksLikeHdf5(source))  // not a damaged safetensors file: the wrong kind of input
+    return InvalidArgument("'" + source + "' is an HDF5 file (a seedstore store or distributed save?), not "
+                           "safetensors: import reads .safetensors files and model.safetensors.index.json "
+                           "(a store is copied or consolidated with: seedstore reshard SRC --consolidate -o OUT)");
   SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<SafetensorsCatalog> src, SafetensorsCatalog::Open(source));
   const std::vector<TensorRecord>& ts = src->tensors();
   auto source_of = [src](size_t i) {
@@ -451,7 +459,8 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
     if (k < 0) return NotFound(w + ": the store '" + store + "' has no such tensor");
     const TensorRecord& t = st->tensors()[k];
     if (t.shape != ts[i].shape || t.dtype != ts[i].dtype)
-      return InvalidArgument(w + ": shape/dtype differ from the store's (" + DTypeName(t.dtype) + ")");
+      return InvalidArgument(w + " is " + ShapeText(ts[i].shape) + " " + DTypeName(ts[i].dtype) + "; the store's is " +
+                             ShapeText(t.shape) + " " + DTypeName(t.dtype) + " (--update keeps shapes and dtypes)");
     if (t.piece.has_value() != ts[i].piece.has_value() || (t.piece && !SameRegion(*t.piece, *ts[i].piece)))
       return InvalidArgument(w + ": " + (ts[i].piece ? "the piece " + DescribeRegion(*ts[i].piece) : std::string("the whole tensor")) +
                              " cannot replace the store's " +

@@ -172,6 +172,9 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       e.shape.push_back(d.get<uint64_t>());
       n *= d.get<uint64_t>();
     }
+    if (e.shape.size() > static_cast<size_t>(kMaxRank))  // a valid file; seedstore's limit
+      return Unsupported(w + ": shape has " + std::to_string(e.shape.size()) + " dims; seedstore reads at most " +
+                         std::to_string(kMaxRank));
     if (Status vs = ValidateShape(e.shape, e.dtype, "shape"); !vs.ok())
       return Corrupt(w + ": " + vs.message());
     if (!v["data_offsets"][0].is_number_unsigned() || !v["data_offsets"][1].is_number_unsigned())

@@ -46,6 +46,12 @@ std::string Status::ToString() const {
   return ok() ? std::string("OK") : std::string(CodeName(code_)) + ": " + message_;
 }
 
+std::string ShapeText(const std::vector<uint64_t>& shape) {
+  std::string t = "[";
+  for (size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+  return t + "]";
+}
+
 std::string Quoted(std::string_view s) {
   std::string q;
   q.reserve(s.size() + 2);

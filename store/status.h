@@ -2,6 +2,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 #include <utility>
 
@@ -62,6 +63,9 @@ Status OpenFailure(const std::string& what, int err);
 /// safetensors files and indexes are read by seeking or name files next to them, so only a
 /// spec or a layout may come from a pipe (`<(...)`, /dev/stdin).
 std::string NotARegularFile(const std::string& path);
+
+/// A shape as messages and tables show it: "[4096, 128]", "[]" for a scalar.
+std::string ShapeText(const std::vector<uint64_t>& shape);
 
 /// `s` in single quotes, as error messages name fields, tensors and files: 'x'. A NUL byte
 /// shows as \0 ('x\0b'), so that a message printed as a C string is not cut there.

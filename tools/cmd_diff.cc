@@ -37,12 +37,6 @@ const char* VerdictName(Verdict v) {
   return "?";
 }
 
-std::string ShapeText(const std::vector<uint64_t>& s) {
-  std::string o = "[";
-  for (size_t d = 0; d < s.size(); ++d) o += (d ? ", " : "") + std::to_string(s[d]);
-  return o + "]";
-}
-
 struct Row {
   std::string name;
   Verdict verdict = Verdict::kIdentical;

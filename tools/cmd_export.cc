@@ -82,7 +82,9 @@ Register reg({"export", "Write a store's tensors (or one rank's shards) as safet
   app.add_option("--max-shard-size", o->max_size,
                  "Split into files of at most this much tensor data (e.g. 5GB, 1.5GiB, 1e9), "
                  "named <stem>-00001-of-0000N.safetensors, with <output>.index.json as Hugging "
-                 "Face does; all are renamed into place only once every one is written");
+                 "Face does; all are renamed into place only once every one is written")
+      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("empty: give a size such as 5GB") : std::string(); },
+                             ""));
   AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
   app.add_flag("--json", o->json, "JSON output");
   return [o] { return Run(*o); };

@@ -77,7 +77,8 @@ Register reg({"import", "Import safetensors (file or index.json) into a store as
   app.add_option("-o,--output", o->out, "Store file")->required()->check(FileOutput("store"));
   app.add_flag("--update", o->update,
                "Replace these tensors in the existing one-file store (same shape and dtype), keep the rest; a distributed save is refused (reshard --consolidate makes a store of it)");
-  AddInteger(app, "--seed", &o->seed, "Root seed recorded in a new store, 0..2^64-1 (default 0)");
+  AddInteger(app, "--seed", &o->seed, "Root seed recorded in a new store, 0..2^64-1 (default 0); not with --update (the store keeps its own)")
+      ->excludes("--update");
   AddInteger(app, "--zstd-level", &o->level, "zstd level 1..22 (default 1)", kMinZstdLevel,
              kMaxZstdLevel);
   AddInteger<uint64_t>(app, "--chunk-bytes", &o->chunk_bytes,

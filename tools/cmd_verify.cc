@@ -30,6 +30,12 @@ int Run(const Options& o) {
                        "recorded fingerprints of seedstore stores and distributed saves, and a safetensors "
                        "file records no checksums or fingerprints. To check its weights against another "
                        "checkpoint, run: seedstore diff " + o.source + " OTHER");
+  } else if (o.source.size() > 5 && o.source.compare(o.source.size() - 5, 5, ".json") == 0 &&
+             !LooksLikeHdf5(o.source)) {  // a spec: nothing stored
+    open = Unsupported("'" + o.source +
+                       "' is a spec (JSON), not a seedstore store: it stores no data, so there are no chunk "
+                       "checksums or recorded fingerprints to verify. Its fingerprints: seedstore "
+                       "fingerprint " + o.source + "; against a checkpoint: seedstore diff " + o.source + " OTHER");
   } else if (IsDistributedSave(o.source)) {
     auto d = DistCatalog::Open(o.source);
     open = d.status();

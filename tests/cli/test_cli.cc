@@ -1154,6 +1154,43 @@ TEST(Cli, LongOutputNamesWorkOrAreRefusedFirst) {
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
+// Inputs of the wrong kind, or beyond what seedstore reads, are named as such -- not CORRUPT, a
+// damaged file's error (issues: `import m.h5` said "header length ... exceeds the limit",
+// `verify spec.json` said not-hdf5) -- and options that would be ignored are refused.
+TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
+  const std::string d = TempDir() + "/kinds";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = Write("kinds/spec.json", kSpec), store = d + "/m.h5", st = d + "/m.safetensors";
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + store).code, 0);
+  ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
+  struct Case {
+    std::string args, needle;
+    int code;
+  };
+  const Case cases[] = {
+      {"import " + store + " -o " + d + "/out.h5", "is an HDF5 file (a seedstore store or distributed save?), not safetensors", 2},
+      {"verify " + spec, "is a spec (JSON), not a seedstore store: it stores no data", 6},
+      {"export " + spec + " -o " + d + "/o.safetensors --max-shard-size ''", "--max-shard-size: empty: give a size such as 5GB", 2},
+      {"import " + st + " -o " + store + " --update --seed 3", "--update excludes --seed", 2},
+  };
+  for (const auto& c : cases) {
+    const Proc r = Exec(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(d + "/out.h5"));
+  EXPECT_FALSE(std::filesystem::exists(d + "/o.safetensors"));
+  // --update names both shapes and dtypes when they differ.
+  const std::string other = Write("kinds/other.json", R"({"seedstore": 1, "tensors": [
+    {"name": "norm", "shape": [11], "dtype": "float32", "init": {"dist": "ones"}}]})");
+  ASSERT_EQ(Exec("export " + other + " -o " + d + "/norm.safetensors").code, 0);
+  const std::string before = ReadFile(store);
+  const Proc u = Exec("import " + d + "/norm.safetensors -o " + store + " --update");
+  EXPECT_EQ(u.code, 2) << u.err;
+  EXPECT_NE(u.err.find("tensor 'norm' is [11] float32; the store's is [10] float32"), std::string::npos) << u.err;
+  EXPECT_EQ(ReadFile(store), before);
+}
+
 // gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
 // were missing).
 TEST(Cli, GenHelpListsEveryDtype) {

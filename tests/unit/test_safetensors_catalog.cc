@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "io/interop.h"
@@ -171,7 +172,7 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
   };
   const std::vector<Case> cases = {
       {index("dup.index.json", {{"a", "x.safetensors"}, {"b", "y.safetensors"}}),
-       "tensor 'b' is held by both", Code::kInvalidArgument},
+       "index file '" + (dir / "dup.index.json") + "': safetensors tensor 'b' is held by both", Code::kInvalidArgument},
       {index("lacks.index.json", {{"a", "y.safetensors"}}), "tensor 'a' is mapped to", Code::kNotFound},
       {index("far.index.json", {{"a", "../x.safetensors"}}), "must be a file in the index's folder", Code::kInvalidArgument},
       // A file that cannot be opened: the index and a tensor mapped to it named too.
@@ -220,7 +221,10 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
       {R"({"a": {"flat": [0, 4]}})", "no global_shape"},
       {R"({"a": {"global_shape": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4], "flat": [0, 4]}})", "rank 17 exceeds 16"},
       {R"({"a": {"global_shape": [4611686018427387904, 4], "flat": [0, 4]}})", "shape overflows"},
-      {R"([1, 2])", "not a JSON object"}};
+      {R"([1, 2])", "not a JSON object"},
+      // A key repeated in the metadata's JSON is named (it said only "not a JSON object").
+      {R"({"a": {"global_shape": [4], "flat": [0, 4]}, "a": {"global_shape": [8], "flat": [0, 4]}})",
+       "is not a JSON object: malformed JSON: duplicate key \"a\" in the top-level object"}};
   for (size_t k = 0; k < bad_shards.size(); ++k) {
     auto c = SafetensorsCatalog::Open(shard_file("bad" + std::to_string(k) + ".safetensors", bad_shards[k].first));
     ASSERT_FALSE(c.ok()) << bad_shards[k].first;
@@ -228,25 +232,26 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
     EXPECT_NE(c.status().message().find(bad_shards[k].second), std::string::npos) << c.status().ToString();
     EXPECT_NE(c.status().message().find("bad" + std::to_string(k) + ".safetensors"), std::string::npos);
   }
-  // Headers whose shapes no tensor can have: more dims than a region holds (kMaxRank), or an
-  // element count past 2^64 that wraps to the (zero) bytes given -- refused, never read.
+  // Headers whose shapes no tensor can have: an element count past 2^64 that wraps to the
+  // (zero) bytes given -- corrupt; or more dims than seedstore's regions hold (kMaxRank): a
+  // valid file seedstore cannot read, UNSUPPORTED (it said CORRUPT) -- refused, never read.
   auto raw_header = [&](const std::string& name, const nlohmann::json& header, const std::string& data) {
     WriteRawFile(dir / name, Header(header), data);
     return dir / name;
   };
-  const std::vector<std::pair<std::string, std::string>> bad_headers = {
+  const std::vector<std::tuple<std::string, std::string, Code>> bad_headers = {
       {raw_header("rank17.safetensors",
                   {{"x", {{"dtype", "F32"}, {"shape", std::vector<uint64_t>(17, 1)}, {"data_offsets", {0, 4}}}}},
                   std::string(4, '\0')),
-       "rank 17 exceeds 16"},
+       "shape has 17 dims; seedstore reads at most 16", Code::kUnsupported},
       {raw_header("wrap.safetensors",
                   {{"x", {{"dtype", "U8"}, {"shape", {uint64_t{1} << 62, uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}},
                   ""),
-       "shape overflows"}};
-  for (const auto& [path, needle] : bad_headers) {
+       "shape overflows", Code::kCorrupt}};
+  for (const auto& [path, needle, code] : bad_headers) {
     auto c = SafetensorsCatalog::Open(path);
     ASSERT_FALSE(c.ok()) << path;
-    EXPECT_EQ(c.status().code(), Code::kCorrupt) << c.status().ToString();
+    EXPECT_EQ(c.status().code(), code) << c.status().ToString();
     EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().ToString();
     EXPECT_NE(c.status().message().find("tensor 'x'"), std::string::npos) << c.status().ToString();
   }
