@@ -266,7 +266,9 @@ class WriterLock {
 // the files "<path>.<8 hex>.rank<r>.h5" in its folder -- the replaced save's, and those an
 // interrupted save left (a rank killed or hung mid-save) -- plus the stale temporaries of any
 // such piece (the rule of io/atomic_file.h: their writer is gone). Only the writer holding
-// the lock calls it, after its own master is in place, so no live save owns them.
+// the lock calls it, after its own master is in place, so no live save at `path` owns them.
+// A piece another distributed save's master in the folder names is kept: a master renamed
+// (`mv P Q`) keeps reading its rank files by their old names, and removing them lost Q.
 void RemoveOtherPieces(const std::string& path, int64_t keep) {
   const std::string dir = DirOf(path), prefix = BaseOf(path) + ".";
   DIR* d = ::opendir(dir.empty() ? "." : dir.c_str());
@@ -291,7 +293,28 @@ void RemoveOtherPieces(const std::string& path, int64_t keep) {
     }
   }
   ::closedir(d);
-  for (const std::string& p : pieces) ::unlink(p.c_str());
+  std::set<std::string> named_elsewhere;  // base names of rank files other masters name
+  if (!pieces.empty() && (d = ::opendir(dir.empty() ? "." : dir.c_str()))) {
+    std::vector<std::string> masters;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name, full = dir + name;
+      std::string save;
+      uint32_t id = 0;
+      int rank = 0;
+      if (name == BaseOf(path) || name.compare(0, prefix.size(), prefix) == 0 ||
+          ParseRankFileName(full, &save, &id, &rank))
+        continue;  // this save, its pieces, temporaries and lock; any rank file
+      if (IsDistributedSave(full)) masters.push_back(full);
+    }
+    ::closedir(d);
+    for (const std::string& m : masters) {
+      auto c = DistCatalog::Open(m);
+      if (!c.ok()) return;  // which files it names is unknown: keep them all (space, not data)
+      for (const std::string& f : (*c)->rank_files()) named_elsewhere.insert(BaseOf(f));
+    }
+  }
+  for (const std::string& p : pieces)
+    if (!named_elsewhere.count(BaseOf(p))) ::unlink(p.c_str());
   for (const std::string& p : with_temps) AtomicFile::RemoveStaleTemporaries(p);
 }
 

@@ -1191,6 +1191,43 @@ TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
   EXPECT_EQ(ReadFile(store), before);
 }
 
+// A distributed save whose master was renamed keeps its rank files' names; a later save to
+// the old name replaces its own save only (issue: it removed every "<old name>.<id>.rank<r>.h5",
+// and the renamed save was lost). The replaced save's own rank files are still removed.
+TEST(Cli, ASaveToTheNameOfARenamedMasterKeepsTheRenamedSave) {
+  const std::string d = TempDir() + "/renamed";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = Write("renamed/spec.json", kSpec), layout = Write("renamed/layout.json", kLayout);
+  const std::string store = d + "/m.h5";
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + store).code, 0);
+  ASSERT_EQ(Exec("export " + store + " -o " + d + "/m.safetensors").code, 0);
+  ASSERT_EQ(Exec("import " + d + "/m.safetensors -o " + d + "/dense.h5").code, 0);  // dense: rank files
+  auto rank_files = [&d](const std::string& master) {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d)) {
+      const std::string f = e.path().filename();
+      n += f.rfind(master + ".", 0) == 0 && f.size() > 3 && f.compare(f.size() - 3, 3, ".h5") == 0;
+    }
+    return n;
+  };
+  const std::string a = d + "/a.h5", keep = d + "/keep.h5";
+  ASSERT_EQ(Exec("reshard " + d + "/dense.h5 --layout " + layout + " -q -o " + a).code, 0);
+  const size_t per_save = rank_files("a.h5");
+  ASSERT_GT(per_save, 0u);
+  ASSERT_EQ(std::rename(a.c_str(), keep.c_str()), 0);
+  ASSERT_EQ(Exec("verify " + keep).code, 0);
+  ASSERT_EQ(Exec("reshard " + d + "/dense.h5 --layout " + layout + " -q -o " + a).code, 0);
+  const Proc v = Exec("verify " + keep);
+  EXPECT_EQ(v.code, 0) << v.out << v.err;
+  EXPECT_EQ(Exec("diff " + keep + " " + spec).code, 0);
+  EXPECT_EQ(rank_files("a.h5"), 2 * per_save);  // keep.h5's and the new a.h5's
+  // Replacing a.h5 again removes a.h5's replaced rank files, not keep.h5's.
+  ASSERT_EQ(Exec("reshard " + d + "/dense.h5 --layout " + layout + " -q -o " + a).code, 0);
+  EXPECT_EQ(rank_files("a.h5"), 2 * per_save);
+  EXPECT_EQ(Exec("verify " + keep).code, 0);
+  EXPECT_EQ(Exec("verify " + a).code, 0);
+}
+
 // gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
 // were missing).
 TEST(Cli, GenHelpListsEveryDtype) {
