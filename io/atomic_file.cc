@@ -210,6 +210,7 @@ Result<std::string> ResolveSymlinks(const std::string& path) {
 
 Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
   SEEDSTORE_ASSIGN_OR_RETURN(const std::string path, ResolveSymlinks(requested));
+  SEEDSTORE_RETURN_IF_ERROR(CheckNoOtherWriter(path));
   struct stat existing;
   if (::stat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
     // Renaming over a directory fails only after all the work; over a device or a pipe it
@@ -312,6 +313,7 @@ Status AtomicFile::Sync() {
 
 Status AtomicFile::Commit() {
   if (!synced_) SEEDSTORE_RETURN_IF_ERROR(Sync());
+  SEEDSTORE_RETURN_IF_ERROR(CheckNoOtherWriter(path_));  // a save begun meanwhile keeps its path
   // The file being replaced, held so that the rename does not free it (see ReleaseReplaced).
   const int replaced = ::open(path_.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (!signal_cleanup::BeginChange()) {
@@ -365,6 +367,40 @@ void AtomicFile::ReleaseReplaced(int fd) {
     }
   }
   ::close(fd);
+}
+
+std::string HostName() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+std::string DeadHolder(const std::string& holder) {
+  const std::string on = " on ";
+  const auto at = holder.find(on);
+  if (holder.rfind("pid ", 0) != 0 || at == std::string::npos) return "";
+  const std::string digits = holder.substr(4, at - 4);
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return "";
+  const long pid = std::stol(digits);
+  if (pid <= 0 || holder.substr(at + on.size()) != HostName()) return "";
+  return ProcessIsGone(static_cast<pid_t>(pid)) ? holder : "";
+}
+
+Status CheckNoOtherWriter(const std::string& path) {
+  const std::string lock = path + ".lock";
+  FILE* f = std::fopen(lock.c_str(), "r");
+  if (!f) return Status::Ok();
+  char buf[256] = {};
+  std::string holder(buf, std::fread(buf, 1, sizeof buf - 1, f));
+  std::fclose(f);
+  while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+  if (holder == "pid " + std::to_string(::getpid()) + " on " + HostName()) return Status::Ok();
+  if (!DeadHolder(holder).empty()) return Status::Ok();  // an interrupted save's: nobody writes
+  return IoError("writer-locked: '" + path + "' is being written as a distributed save by another writer (" +
+                 (holder.empty() ? std::string("lock file") : holder) + "; lock file '" + lock +
+                 "'): this write is refused and nothing was replaced. Remove the lock file only if that "
+                 "writer is dead");
 }
 
 bool ProcessIsGone(pid_t pid) {

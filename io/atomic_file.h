@@ -145,6 +145,18 @@ class AtomicFile {
 /// runs, when we may not signal it (EPERM), and for pid <= 0.
 bool ProcessIsGone(pid_t pid);
 
+/// This host's name (gethostname), as writer locks record it.
+std::string HostName();
+/// A distributed save's writer-lock holder "pid <pid> on <host>" (io/dist_store.cc) when that
+/// host is this one and process <pid> is gone; "" otherwise (alive, elsewhere, unreadable).
+std::string DeadHolder(const std::string& holder);
+/// Whether another writer holds the writer lock "<path>.lock" of a distributed save at `path`:
+/// kIo "writer-locked: ..." naming the holder when the lock exists and is not this process's
+/// and its holder is not gone (DeadHolder); OK otherwise. AtomicFile checks it when it creates
+/// a temporary and again before it renames it, so that a one-file writer (import, init,
+/// export) never replaces a save that another process is writing.
+Status CheckNoOtherWriter(const std::string& path);
+
 /// Reads exactly n bytes at offset; errors name the file and say if it is truncated.
 Status PreadExact(int fd, void* dst, size_t n, uint64_t offset, const std::string& name);
 

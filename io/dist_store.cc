@@ -189,27 +189,6 @@ Status CheckSeal(const std::string& path) {
 
 // ---- Writer lock ------------------------------------------------------------------------
 
-std::string HostName() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
-
-// The lock holder "pid <pid> on <host>" when that host is this one and process <pid> is gone
-// (ProcessIsGone in io/atomic_file.h); "" otherwise (alive, elsewhere, unreadable).
-std::string DeadHolder(const std::string& holder) {
-  const std::string on = " on ";
-  const auto at = holder.find(on);
-  if (holder.rfind("pid ", 0) != 0 || at == std::string::npos) return "";
-  const std::string digits = holder.substr(4, at - 4);
-  if (digits.empty() || digits.size() > 9 ||
-      digits.find_first_not_of("0123456789") != std::string::npos)
-    return "";
-  const long pid = std::stol(digits);
-  if (pid <= 0 || holder.substr(at + on.size()) != HostName()) return "";
-  return ProcessIsGone(static_cast<pid_t>(pid)) ? holder : "";
-}
-
 class WriterLock {
  public:
   Status Acquire(const std::string& path) {

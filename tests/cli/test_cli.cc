@@ -1228,6 +1228,44 @@ TEST(Cli, ASaveToTheNameOfARenamedMasterKeepsTheRenamedSave) {
   EXPECT_EQ(Exec("verify " + a).code, 0);
 }
 
+// One-file writers (import, init, export, reshard --consolidate) honour a distributed save's
+// writer lock "<P>.lock": while another live process holds it, writing P is refused, named,
+// and P is untouched (issue: an import renamed over P mid-save; the save then failed as
+// "bad-index" and left its rank files). A lock whose holder is gone does not stop them.
+TEST(Cli, OneFileWritersHonourASavesWriterLock) {
+  const std::string d = TempDir() + "/locked";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = Write("locked/spec.json", kSpec), p = d + "/p.h5", st = d + "/m.safetensors";
+  ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
+  ASSERT_EQ(Exec("init --spec " + spec + " -o " + p).code, 0);
+  const std::string before = ReadFile(p);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string live = "pid " + std::to_string(::getpid()) + " on " + host;  // this test: alive
+  for (const std::string& holder : {live, std::string("pid 4242 on another-host.example")}) {
+    std::ofstream(p + ".lock") << holder << "\n";
+    for (const std::string& cmd : {"import " + st + " -o " + p, "init --spec " + spec + " -o " + p,
+                                   "export " + spec + " --format safetensors -o " + p,
+                                   "reshard " + spec + " --consolidate -q -o " + p}) {
+      const Proc r = Exec(cmd);
+      EXPECT_EQ(r.code, 5) << cmd << "\n" << r.err;
+      EXPECT_NE(r.err.find("writer-locked: '" + p + "'"), std::string::npos) << cmd << "\n" << r.err;
+      EXPECT_NE(r.err.find(holder), std::string::npos) << cmd << "\n" << r.err;
+      EXPECT_EQ(ReadFile(p), before) << cmd;
+    }
+  }
+  // A dead holder's lock: an interrupted save's; the one-file write goes ahead.
+  const pid_t c = fork();
+  if (c == 0) _exit(0);
+  ASSERT_GT(c, 0);
+  ASSERT_EQ(waitpid(c, nullptr, 0), c);
+  std::ofstream(p + ".lock") << "pid " << c << " on " << host << "\n";
+  const Proc ok = Exec("import " + st + " -o " + p);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(Exec("diff " + p + " " + spec).code, 0);
+  std::filesystem::remove(p + ".lock");
+}
+
 // gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
 // were missing).
 TEST(Cli, GenHelpListsEveryDtype) {
