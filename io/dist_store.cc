@@ -1437,6 +1437,12 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
   if (!FileExists(f))
     return DistError("rank-file-missing", Code::kNotFound, path_, rank, f, reading + "the file does not exist");
   auto s = H5Store::Open(f);
+  if (!s.ok() && !FileExists(f))  // gone meanwhile: another writer replaced the save
+    return DistError("rank-file-missing", Code::kNotFound, path_, rank, f,
+                     reading + "the file was removed while it was opened (the save replaced by another "
+                               "writer? open it again): " + s.status().message());
+  if (!s.ok() && s.status().code() == Code::kInvalidArgument)  // a directory, a pipe: the save is damaged
+    return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f, reading + s.status().message());
   if (!s.ok())  // an I/O failure (e.g. too many open files) is not the file's fault
     return DistError(s.status().code() == Code::kIo ? "rank-file-unreadable" : "rank-file-corrupt",
                      s.status().code(), path_, rank, f, reading + s.status().message());

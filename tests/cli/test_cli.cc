@@ -1266,6 +1266,42 @@ TEST(Cli, OneFileWritersHonourASavesWriterLock) {
   std::filesystem::remove(p + ".lock");
 }
 
+// A save whose rank file has become a directory or a pipe is damaged: CORRUPT
+// (rank-file-corrupt, exit 4), named, and read at once (issue: INVALID_ARGUMENT, exit 2, as if
+// the user had given a bad argument).
+TEST(Cli, ARankFileThatIsNotAFileIsCorruptNotAnArgument) {
+  const std::string d = TempDir() + "/rank_kinds";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = Write("rank_kinds/spec.json", kSpec), layout = Write("rank_kinds/layout.json", kLayout);
+  ASSERT_EQ(Exec("export " + spec + " -o " + d + "/m.safetensors").code, 0);
+  ASSERT_EQ(Exec("import " + d + "/m.safetensors -o " + d + "/dense.h5").code, 0);
+  const std::string p = d + "/p.h5";
+  ASSERT_EQ(Exec("reshard " + d + "/dense.h5 --layout " + layout + " -q -o " + p).code, 0);
+  std::string rank1;
+  for (const auto& e : std::filesystem::directory_iterator(d)) {
+    const std::string n = e.path().filename();
+    if (n.rfind("p.h5.", 0) == 0 && n.size() > 9 && n.substr(n.size() - 9) == ".rank1.h5") rank1 = e.path();
+  }
+  ASSERT_FALSE(rank1.empty());
+  ASSERT_EQ(std::rename(rank1.c_str(), (d + "/rank1.bak").c_str()), 0);
+  ASSERT_TRUE(std::filesystem::create_directory(rank1));
+  for (const std::string& cmd : {"verify " + p, "export " + p + " -o " + d + "/e.safetensors"}) {
+    const Proc r = Exec(cmd);
+    EXPECT_EQ(r.code, 4) << cmd << "\n" << r.err;
+    const std::string all = r.out + r.err;  // verify lists its problems on stdout
+    EXPECT_NE(all.find("rank-file-corrupt"), std::string::npos) << cmd << "\n" << all;
+    EXPECT_NE(all.find("is a directory"), std::string::npos) << cmd << "\n" << all;
+  }
+  std::filesystem::remove(rank1);
+  ASSERT_EQ(::mkfifo(rank1.c_str(), 0600), 0);
+  const std::string log = Shell("timeout 20 " + Bin() + " export " + p + " -o " + d + "/e.safetensors; echo rc=$?");
+  EXPECT_NE(log.find("rank-file-corrupt"), std::string::npos) << log;
+  EXPECT_NE(log.find("rc=4"), std::string::npos) << log;
+  std::filesystem::remove(rank1);
+  ASSERT_EQ(std::rename((d + "/rank1.bak").c_str(), rank1.c_str()), 0);
+  EXPECT_EQ(Exec("verify " + p).code, 0);
+}
+
 // gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
 // were missing).
 TEST(Cli, GenHelpListsEveryDtype) {
