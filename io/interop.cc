@@ -300,7 +300,19 @@ Result<std::vector<uint64_t>> GlobalShapeOf(const json& m, DType dtype, const st
 
 bool IsSafetensorsSource(const std::string& path) {
   if (EndsWith(path, ".safetensors")) return true;
-  if (!EndsWith(path, ".json")) return false;
+  if (!EndsWith(path, ".json")) {  // by its first bytes
+    if (!NotARegularFile(path).empty() || LooksLikeHdf5(path)) return false;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    unsigned char head[9];
+    struct stat st;
+    const bool read = ::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) && ::fstat(fd, &st) == 0;
+    ::close(fd);
+    if (!read) return false;
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; --k) n = (n << 8) | head[k];
+    return head[8] == '{' && n >= 2 && n <= static_cast<uint64_t>(st.st_size) - 8;
+  }
   if (!NotARegularFile(path).empty()) return false;  // read once, by whoever opens it as a spec
   const Result<std::string> text = ReadTextFile(path, path);
   if (!text.ok()) return false;  // OpenCatalog reports it

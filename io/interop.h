@@ -88,8 +88,10 @@ class SafetensorsCatalog : public Catalog {
 
 /// True when `path` names safetensors: a ".safetensors" file, or a JSON file holding an
 /// object with a `weight_map` key (a Hugging Face index, checked by ParseSafetensorsIndex when
-/// opened: a weight_map that is not an object is refused there, not read as a spec). A JSON
-/// spec is not.
+/// opened: a weight_map that is not an object is refused there, not read as a spec), or -- by
+/// whatever name (model.bin, M.SAFETENSORS: `export -o` writes any) -- a regular file that is
+/// not HDF5 and begins as safetensors do: an 8-byte little-endian header length n with
+/// 8 + n <= its size, then '{'. A JSON spec is not.
 bool IsSafetensorsSource(const std::string& path);
 
 struct ImportOptions {

@@ -1189,6 +1189,14 @@ TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
   EXPECT_EQ(u.code, 2) << u.err;
   EXPECT_NE(u.err.find("tensor 'norm' is [11] float32; the store's is [10] float32"), std::string::npos) << u.err;
   EXPECT_EQ(ReadFile(store), before);
+  // safetensors by any name (export -o writes any) is read as safetensors, by its first bytes
+  // (issue: inspect and diff said CORRUPT not-hdf5 of export's own output).
+  ASSERT_EQ(Exec("export " + spec + " -o " + d + "/odd.h5").code, 0);
+  const Proc i = Exec("inspect " + d + "/odd.h5");
+  EXPECT_EQ(i.code, 0) << i.err;
+  EXPECT_NE(i.out.find("safetensors in 1 file"), std::string::npos) << i.out;
+  EXPECT_EQ(Exec("diff " + d + "/odd.h5 " + spec).code, 0);
+  EXPECT_EQ(Exec("verify " + d + "/odd.h5").code, 6);
 }
 
 // A distributed save whose master was renamed keeps its rank files' names; a later save to
