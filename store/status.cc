@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace seedstore {
@@ -64,14 +65,36 @@ std::string Quoted(std::string_view s) {
   return q;
 }
 
+std::string ShownText(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b != 0x7f) {
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", b);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 size_t TextWidth(std::string_view s) {
   size_t n = 0;
-  for (const char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  for (const char c : ShownText(s)) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
   return n;
 }
 
 std::string PadRight(std::string_view s, size_t width) {
-  std::string out(s);
+  std::string out = ShownText(s);
   const size_t w = TextWidth(s);
   if (w < width) out.append(width - w, ' ');
   return out;

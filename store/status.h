@@ -71,10 +71,14 @@ std::string ShapeText(const std::vector<uint64_t>& shape);
 /// shows as \0 ('x\0b'), so that a message printed as a C string is not cut there.
 std::string Quoted(std::string_view s);
 
-/// `s` padded with spaces to `width` columns for a text table, counting UTF-8 code points, not
-/// bytes (a tensor named 'größe' takes 5 columns); never cut.
+/// `s` as a line of text output shows it: control bytes (below 0x20, and 0x7f) escaped as \n,
+/// \t, \r or \xNN, so that a tensor named "a\nidentical  b" cannot forge a line of a table.
+/// Everything else (UTF-8 included) is kept.
+std::string ShownText(std::string_view s);
+/// ShownText(s) padded with spaces to `width` columns for a text table, counting UTF-8 code
+/// points, not bytes (a tensor named 'größe' takes 5 columns); never cut.
 std::string PadRight(std::string_view s, size_t width);
-/// The columns PadRight counts in `s`: its UTF-8 code points (bytes that are not 10xxxxxx).
+/// The columns PadRight counts in `s`: the UTF-8 code points of ShownText(s).
 size_t TextWidth(std::string_view s);
 
 /// A value or an error.

@@ -220,7 +220,7 @@ int Run(const Options& o) {
       if (r.shard)
         what += std::string("  (") + (r.empty_shard ? "an empty shard" : "shard " + DescribeRegion(*r.shard)) +
                 " of " + ShapeText(GlobalShape(*r.shard)) + ")";
-      std::printf("%-13s %s  %s\n", VerdictName(r.verdict), r.name.c_str(), what.c_str());
+      std::printf("%-13s %s  %s\n", VerdictName(r.verdict), ShownText(r.name).c_str(), what.c_str());
     }
     std::printf("a: %s (%zu tensors)\nb: %s (%zu tensors)\n", o.a.c_str(), A.tensors().size(), o.b.c_str(),
                 B.tensors().size());

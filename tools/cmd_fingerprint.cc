@@ -45,7 +45,7 @@ int Run(const Options& o) {
       if (layout) e["region"] = DescribeRegion(r);
       out.push_back(e);
     } else {
-      std::printf("%s %s\n", ts[i].name.c_str(), FingerprintHex(*f).c_str());
+      std::printf("%s %s\n", ShownText(ts[i].name).c_str(), FingerprintHex(*f).c_str());
     }
   }
   if (o.json) std::printf("%s\n", out.dump(2).c_str());

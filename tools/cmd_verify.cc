@@ -81,7 +81,7 @@ int Run(const Options& o) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& p : rep.problems)
-      std::printf("FAIL %s%s: %s\n", p.tensor.c_str(),
+      std::printf("FAIL %s%s: %s\n", ShownText(p.tensor).c_str(),
                   p.chunk >= 0 ? (" chunk " + std::to_string(p.chunk)).c_str() : "",
                   p.status.ToString().c_str());
     size_t unrecorded = 0;

@@ -298,6 +298,19 @@ TEST(Spec, DeeplyNestedJsonIsRefusedNotACrash) {
   EXPECT_LT(bad.message().size(), 200u) << bad.message();
 }
 
+// Names in text tables: control bytes escaped (a tensor named "a\nidentical  b" cannot forge a
+// line of a diff or inspect table), UTF-8 kept and counted by code points.
+TEST(Text, TableNamesShowControlBytesEscaped) {
+  EXPECT_EQ(ShownText("plain.w"), "plain.w");
+  EXPECT_EQ(ShownText("a\nidentical  b"), "a\\nidentical  b");
+  EXPECT_EQ(ShownText(std::string("t\tr\rz\x01\x7f\0", 8)), "t\\tr\\rz\\x01\\x7F\\x00");
+  EXPECT_EQ(ShownText("gr\xc3\xb6\xc3\x9f" "e"), "gr\xc3\xb6\xc3\x9f" "e");
+  EXPECT_EQ(TextWidth("gr\xc3\xb6\xc3\x9f" "e"), 5u);
+  EXPECT_EQ(TextWidth("a\nb"), 4u);
+  EXPECT_EQ(PadRight("a\nb", 6), "a\\nb  ");
+  EXPECT_EQ(PadRight("longer", 3), "longer");
+}
+
 // JSON leaves a repeated key's meaning open, and nlohmann keeps the last one silently: a spec
 // with "seed" twice, or a tensor with two "dtype"s, would be read as whichever came last. Every
 // document seedstore reads is refused instead, naming the key and the object (a JSON pointer).
