@@ -17,6 +17,15 @@ namespace seedstore {
 /// (kIo) name the attribute.
 Status WriteStringAttr(int64_t obj, const char* name, const std::string& value);
 
+/// Rank r's file name of a distributed save at `path` with save id `id` (defined in
+/// io/dist_store.cc).
+std::string RankFileName(const std::string& path, uint32_t id, int rank);
+
+/// Whether `path` is named as a rank file is (RankFileName: "<P>.<8 hex>.rank<r>.h5", r in
+/// decimal without leading zeros, at most 9 digits); then sets *save (P, in the same folder),
+/// *id and *rank. Defined in io/dist_store.cc.
+bool ParseRankFileName(const std::string& path, std::string* save, uint32_t* id, int* rank);
+
 /// This thread's HDF5 error stack as one line, then cleared; a system call's failure that
 /// HDF5's file driver reports (e.g. "No space left on device") leads it.
 std::string H5ErrorText();

@@ -2355,10 +2355,33 @@ Status RewriteOfMasterRefused(const std::string& path) {
                          "(`seedstore reshard " + path + " --consolidate -o STORE` makes one)");
 }
 
+Status CheckRewritableAsStore(const H5Store& store, const std::string& path) {
+  if (store.distributed_master()) return RewriteOfMasterRefused(path);
+  std::string save;
+  uint32_t id = 0;
+  int rank = 0;
+  if (!ParseRankFileName(path, &save, &id, &rank)) return Status::Ok();
+  bool master = false;
+  if (LooksLikeHdf5(save)) {  // else no master (or a pipe, which HDF5's open would block on)
+    auto lock = LockH5();
+    Hid f(H5Fopen(save.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    master = f.ok() && FileIsDistributedMaster(f.get(), save);
+    H5ErrorText();
+  }
+  if (!master) return Status::Ok();
+  return InvalidArgument("file '" + path + "' is rank " + std::to_string(rank) +
+                         "'s file of the distributed save '" + save +
+                         "': rewritten alone it would no longer match the piece fingerprints the "
+                         "save's index records, and the save would fail to verify and read; update "
+                         "the save instead (`seedstore reshard " + save +
+                         " --consolidate -o STORE`, update STORE, then `seedstore reshard STORE "
+                         "--layout LAYOUT -o " + save + "`)");
+}
+
 Status ReplaceWithDense(const std::string& path, const std::map<std::string, BoxSource>& values,
                         WriteOptions options, std::function<void(uint64_t)> progress) {
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> src, H5Store::Open(path));
-  if (src->distributed_master()) return RewriteOfMasterRefused(path);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRewritableAsStore(*src, path));
   for (const auto& [name, _] : values)
     if (src->Find(name) < 0) return NotFound("file '" + path + "': no tensor '" + name + "'");
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<StoreWriter> w,
