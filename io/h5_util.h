@@ -1,4 +1,5 @@
-// HDF5 helpers shared by the io/ files that write seedstore files (internal to io/).
+// HDF5 helpers shared by the io/ files that write seedstore files (internal to io/; io/dist_store.h
+// includes it for RankFileName and ParseRankFileName).
 #pragma once
 #include <cstdint>
 #include <mutex>
