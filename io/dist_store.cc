@@ -938,6 +938,9 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
 
   H fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_libver_bounds(fapl.id, H5F_LIBVER_V110, H5F_LIBVER_LATEST);
+  // No sieve buffer (as StoreWriter::Create): the index and the scalars are written, and a
+  // full disk fails, at their H5Dwrite, not at an H5Dclose whose failure goes unseen.
+  H5Pset_sieve_buf_size(fapl.id, 0);
   // Closed below: kept when every object is written and flushed, else abandoned (the master
   // is an uncommitted temporary: AbandonH5File), never left half-closed by a failed flush.
   const hid_t fid = H5Fopen(file.c_str(), H5F_ACC_RDWR, fapl.id);
@@ -953,9 +956,10 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
       H d(H5Dcreate2(fid, kIndexPath, H5T_STD_U8LE, space.id, H5P_DEFAULT, untimed.id,
                      H5P_DEFAULT),
           H5Dclose);
-      if (g.id < 0 || d.id < 0) return IoError("cannot create " + std::string(kIndexPath));
+      if (g.id < 0 || d.id < 0)
+        return IoError("cannot create " + std::string(kIndexPath) + " in '" + file + "': " + H5ErrorText());
       if (H5Dwrite(d.id, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
-        return IoError("cannot write " + std::string(kIndexPath));
+        return IoError("cannot write " + std::string(kIndexPath) + " to '" + file + "': " + H5ErrorText());
       const uint64_t h = Checksum64(text.data(), text.size());
       H as(H5Screate(H5S_SCALAR), H5Sclose);
       H a(H5Acreate2(d.id, "seedstore.xxh3", H5T_STD_U64LE, as.id, H5P_DEFAULT, H5P_DEFAULT),
@@ -1017,14 +1021,16 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
       if (d.id < 0) return IoError("cannot create the virtual dataset of '" + t.name + "'");
       SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.id));
     }
-    return H5Fflush(fid, H5F_SCOPE_GLOBAL) < 0 ? IoError("cannot flush master '" + file + "'")
-                                                : Status::Ok();
+    return H5Fflush(fid, H5F_SCOPE_GLOBAL) < 0
+               ? IoError("cannot flush master '" + file + "': " + H5ErrorText())
+               : Status::Ok();
   }();
   if (!st.ok()) {
     AbandonH5File(fid);
     return st;
   }
-  return H5Fclose(fid) < 0 ? IoError("cannot close master '" + file + "'") : Status::Ok();
+  return H5Fclose(fid) < 0 ? IoError("cannot close master '" + file + "': " + H5ErrorText())
+                           : Status::Ok();
 }
 
 // This rank's shard buffers as a catalog: any region inside the rank's own shard can be read.

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "io/collective.h"
+#include "io/h5_util.h"
 #include "io/h5store.h"
 #include "store/catalog.h"
 #include "store/layout.h"
@@ -278,12 +279,7 @@ Result<ReshardReport> SaveBuffers(Exchange& comm, const std::vector<ParamBuffer>
                                   const Layout& layout, const std::string& path,
                                   const DistSaveOptions& o = {});
 
-/// Rank r's file name of a save at `path` with save id `id`.
-std::string RankFileName(const std::string& path, uint32_t id, int rank);
-
-/// Whether `path` is named as a rank file is (RankFileName: "<P>.<8 hex>.rank<r>.h5", r in
-/// decimal without leading zeros, at most 9 digits); then sets *save (P, in the same folder),
-/// *id and *rank.
-bool ParseRankFileName(const std::string& path, std::string* save, uint32_t* id, int* rank);
+// RankFileName and ParseRankFileName (defined in dist_store.cc) are declared in io/h5_util.h,
+// where the store's rewrite check (CheckRewritableAsStore, io/h5store.h) reaches them too.
 
 }  // namespace seedstore

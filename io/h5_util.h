@@ -1,4 +1,5 @@
-// HDF5 helpers shared by the io/ files that write seedstore files (internal to io/).
+// HDF5 helpers shared by the io/ files that write seedstore files (internal to io/; io/dist_store.h
+// includes it for RankFileName and ParseRankFileName).
 #pragma once
 #include <cstdint>
 #include <mutex>
@@ -17,14 +18,29 @@ namespace seedstore {
 /// (kIo) name the attribute.
 Status WriteStringAttr(int64_t obj, const char* name, const std::string& value);
 
+/// Rank r's file name of a distributed save at `path` with save id `id` (defined in
+/// io/dist_store.cc).
+std::string RankFileName(const std::string& path, uint32_t id, int rank);
+
+/// Whether `path` is named as a rank file is (RankFileName: "<P>.<8 hex>.rank<r>.h5", r in
+/// decimal without leading zeros, at most 9 digits); then sets *save (P, in the same folder),
+/// *id and *rank. Defined in io/dist_store.cc.
+bool ParseRankFileName(const std::string& path, std::string* save, uint32_t* id, int* rank);
+
+/// This thread's HDF5 error stack as one line, then cleared; a system call's failure that
+/// HDF5's file driver reports (e.g. "No space left on device") leads it.
+std::string H5ErrorText();
+
 /// Closes HDF5 file `file`, open for writing, whose bytes will never be read (an uncommitted
 /// writer's temporary, removed next): HDF5's close still flushes its metadata and truncates the
 /// file to its end of allocation, and when that fails -- the disk that failed a write is full
 /// or failing -- HDF5 1.10 leaves the file half-closed and crashes at exit or at the next
 /// close. So the file's descriptor (sec2 driver) is first pointed at an anonymous in-memory
-/// file (memfd; sparse, so the truncation costs nothing), where the flush cannot fail. Then
-/// closed; falls back to a plain close where that cannot be done. Like every HDF5 call, it
-/// must not run concurrently with other HDF5 calls (in io/h5store.cc: hold H5Guard).
+/// file (memfd; sparse, so the truncation costs nothing), where the flush cannot fail, and
+/// flushed there once (which also recovers HDF5's cache from an earlier failed H5Fflush, after
+/// which H5Fclose failed the same way). Then closed; falls back to a plain close where that
+/// cannot be done. Like every HDF5 call, it must not run concurrently with other HDF5 calls
+/// (in io/h5store.cc: hold H5Guard).
 void AbandonH5File(int64_t file);
 
 /// `v` as 16 lowercase hex digits (checksums in messages).

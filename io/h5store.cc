@@ -55,6 +55,8 @@ herr_t WalkError(unsigned, const H5E_error2_t* e, void* data) {
   return 0;
 }
 
+}  // namespace
+
 // The HDF5 error stack of this thread as one line, then cleared. A system call's failure that
 // HDF5's file driver reports ("... error message = 'No space left on device' ...") leads it.
 std::string H5ErrorText() {
@@ -70,6 +72,8 @@ std::string H5ErrorText() {
       return s.substr(at + key.size(), end - at - key.size()) + ": " + s;
   return s;
 }
+
+namespace {
 
 void InitH5() {
   static std::once_flag once;
@@ -880,10 +884,17 @@ void AbandonH5File(int64_t file) {
       H5Fget_vfd_handle(file, fapl.get(), &handle) >= 0 && handle != nullptr) {
     const int fd = *static_cast<int*>(handle);
     const int mem = ::memfd_create("seedstore-abandoned", MFD_CLOEXEC);
-    if (mem >= 0) {
-      (void)::dup2(mem, fd);  // HDF5's descriptor now names the memfd (close-on-exec kept off: HDF5's own)
-      ::close(mem);
+    if (mem >= 0 && ::dup2(mem, fd) >= 0) {  // HDF5's descriptor now names the memfd (close-on-exec kept off: HDF5's own)
+      // A flush that failed before (H5Fflush of a full disk) leaves HDF5 1.10's metadata cache
+      // with dirty entries and its flush list still on ("slist not empty"), and every later
+      // flush -- H5Fclose's included -- then fails at its start ("slist already enabled?"):
+      // the close fails, which frees the file but leaves its id, closed again at exit (SIGSEGV
+      // in H5F__close_cb). This flush writes those entries to the memfd, where writing cannot
+      // fail, and so turns the list off again; it reports that start as failed, but the
+      // close after it succeeds. Never retry H5Fclose instead: a failed one already freed it.
+      H5Fflush(file, H5F_SCOPE_LOCAL);
     }
+    if (mem >= 0) ::close(mem);
   }
   H5ErrorText();
 #endif
@@ -1941,6 +1952,11 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   H5Guard g;
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST);
+  // No data sieve buffer: a contiguous dataset's H5Dwrite then writes to the file at once and
+  // fails there when the disk is full. Buffered (up to 64 KiB: small tensors, the checksum and
+  // chunk-info tables), the bytes were written by H5Dclose, whose failure went unseen, and
+  // a full disk committed a store that lacked them (and reported success).
+  H5Pset_sieve_buf_size(fapl.get(), 0);
   // HDF5 creates the temporary again by its name: a signal handled meanwhile waits for it
   // (else the file could reappear after the handler removed it; signal_cleanup::BeginChange).
   if (!signal_cleanup::BeginChange())
@@ -2308,7 +2324,10 @@ Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>&
     H5Pset_chunk(dcpl.get(), 1, &chunk);
     const unsigned level = 3;
     H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level);
-    Hid d(H5Dcreate2(m.g_meta, "index", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+    // No chunk cache, for the reason the file has no sieve buffer (Create): H5Dwrite writes
+    // the index's chunks, and fails, itself -- cached, H5Dclose wrote them, and a full disk
+    // committed a store whose index was all zeros ("index checksum mismatch").
+    Hid d(H5Dcreate2(m.g_meta, "index", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), NoChunkCache()),
           H5Dclose);
     if (!d.ok() || H5Dwrite(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
       return SEEDSTORE_H5_ERROR("writing /seedstore/index");
@@ -2339,10 +2358,33 @@ Status RewriteOfMasterRefused(const std::string& path) {
                          "(`seedstore reshard " + path + " --consolidate -o STORE` makes one)");
 }
 
+Status CheckRewritableAsStore(const H5Store& store, const std::string& path) {
+  if (store.distributed_master()) return RewriteOfMasterRefused(path);
+  std::string save;
+  uint32_t id = 0;
+  int rank = 0;
+  if (!ParseRankFileName(path, &save, &id, &rank)) return Status::Ok();
+  bool master = false;
+  if (LooksLikeHdf5(save)) {  // else no master (or a pipe, which HDF5's open would block on)
+    auto lock = LockH5();
+    Hid f(H5Fopen(save.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    master = f.ok() && FileIsDistributedMaster(f.get(), save);
+    H5ErrorText();
+  }
+  if (!master) return Status::Ok();
+  return InvalidArgument("file '" + path + "' is rank " + std::to_string(rank) +
+                         "'s file of the distributed save '" + save +
+                         "': rewritten alone it would no longer match the piece fingerprints the "
+                         "save's index records, and the save would fail to verify and read; update "
+                         "the save instead (`seedstore reshard " + save +
+                         " --consolidate -o STORE`, update STORE, then `seedstore reshard STORE "
+                         "--layout LAYOUT -o " + save + "`)");
+}
+
 Status ReplaceWithDense(const std::string& path, const std::map<std::string, BoxSource>& values,
                         WriteOptions options, std::function<void(uint64_t)> progress) {
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> src, H5Store::Open(path));
-  if (src->distributed_master()) return RewriteOfMasterRefused(path);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRewritableAsStore(*src, path));
   for (const auto& [name, _] : values)
     if (src->Find(name) < 0) return NotFound("file '" + path + "': no tensor '" + name + "'");
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<StoreWriter> w,

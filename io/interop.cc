@@ -463,7 +463,7 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
   }
   // Update: check shapes and dtypes against the store, then rewrite it.
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> st, H5Store::Open(store));
-  if (st->distributed_master()) return RewriteOfMasterRefused(store);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRewritableAsStore(*st, store));
   std::map<std::string, BoxSource> values;
   for (size_t i = 0; i < ts.size(); ++i) {
     const int k = st->Find(ts[i].name);

@@ -1841,6 +1841,67 @@ TEST(ReshardVds, AMasterIsNotRewrittenAsAStore) {
   EXPECT_EQ(VerifyProblems(out), std::vector<std::string>{});
 }
 
+// Nor is one of its rank files: import --update onto a rank file rewrote it alone, after
+// which the save failed to verify and read (rank-file-corrupt: its fingerprint is not the one
+// the index records). Refused before anything is written, naming the file, its rank and the
+// save, the update pointing at the save; a file so named with no master beside it is an
+// ordinary store and is updated.
+TEST(ReshardVds, ARankFileIsNotRewrittenAsAStore) {
+  const std::string out = VdsSave("rv_rank_update.h5");
+  auto d = DistCatalog::Open(out);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  std::vector<std::string> files = (*d)->rank_files();
+  d->reset();
+  ASSERT_GE(files.size(), 2u);
+  const std::string rank1 = files[1];
+  std::string save;
+  uint32_t id = 0;
+  int rank = -1;
+  ASSERT_TRUE(ParseRankFileName(rank1, &save, &id, &rank)) << rank1;
+  ASSERT_EQ(rank, 1);
+  files.push_back(out);
+  std::map<std::string, std::string> before;
+  for (const std::string& f : files) before[f] = mpitest::ReadAll(f);
+  // The rank file's own tensors, as safetensors: the same names, shapes and pieces.
+  auto src = OpenCatalog(rank1);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  const std::string st = TempDir() + "/rv_rank_update.safetensors";
+  auto n = ExportSafetensors(**src, st, ExportOptions{});
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  ASSERT_GT(*n, 0);
+  size_t dense = 0;  // a dense tensor of the rank file, replaced by zeros below
+  while (dense < (*src)->tensors().size() && (*src)->tensors()[dense].lazy) ++dense;
+  ASSERT_LT(dense, (*src)->tensors().size());
+  const TensorRecord t = (*src)->tensors()[dense];
+  src->reset();
+  ImportOptions io;
+  io.update = true;
+  auto r = ImportSafetensors(st, rank1, io);
+  ASSERT_FALSE(r.ok()) << "the rank file was rewritten";
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+  const std::string said = r.status().message();
+  EXPECT_NE(said.find("file '" + rank1 + "' is rank 1's file of the distributed save '" + out + "'"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("update the save instead"), std::string::npos) << said;
+  EXPECT_NE(said.find("seedstore reshard " + out + " --consolidate"), std::string::npos) << said;
+  Status s = ReplaceWithDense(rank1, {{t.name, [&](const Region& box, void* o) {
+                                         std::memset(o, 0, box.Count() * DTypeSize(t.dtype));
+                                         return Status::Ok();
+                                       }}});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("is rank 1's file of the distributed save"), std::string::npos) << s.ToString();
+  for (const std::string& f : files) EXPECT_TRUE(mpitest::ReadAll(f) == before[f]) << f << " changed";
+  EXPECT_EQ(VerifyProblems(out), std::vector<std::string>{});
+  // The same file, by the same name, in a folder without its master: an ordinary store.
+  const std::string lone_dir = TempDir() + "/rv_rank_lone";
+  ASSERT_EQ(std::system(("mkdir -p " + lone_dir).c_str()), 0);
+  const std::string lone = lone_dir + "/" + rank1.substr(rank1.rfind('/') + 1);
+  std::ofstream(lone, std::ios::binary) << before[rank1];
+  auto u = ImportSafetensors(st, lone, io);
+  EXPECT_TRUE(u.ok()) << u.status().ToString();
+}
+
 // A rank file of another save with the same layout has the same names, shapes and pieces, and
 // its chunks verify: once, reads served its values, and a reshard in place (--consolidate onto
 // the save) replaced the save by them before its proof failed. The index now records each
