@@ -493,6 +493,16 @@ TEST(Cli, SelfTestPasses) {
   EXPECT_NE(r.out.find(" passed, 0 failed"), std::string::npos) << r.out;
 }
 
+// Runs bash `script` in a private user and mount namespace (`unshare -rm`: it may mount a
+// tmpfs), its stdout and stderr into *out; returns pclose's status.
+int RunUnshared(const std::string& script, std::string* out) {
+  FILE* p = popen(("unshare -rm bash " + script + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out->append(buf, n);
+  return pclose(p);
+}
+
 // A full disk (invariant I5): every command that writes a store, a distributed save or a
 // safetensors file fails with exit 5 (IO_ERROR) and a message naming the tensor and "No space
 // left on device" -- no crash, no hang -- leaves no temporary or rank file behind, and the
@@ -535,12 +545,8 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
       "cmp " + src + " " + mnt + "/out.h5 && echo intact\n"
       "" + b + " verify " + mnt + "/out.h5 >/dev/null && echo verified\n"
       "echo \"left: $(ls -A " + mnt + " | tr '\\n' ' ')\"\n");
-  FILE* p = popen(("unshare -rm bash " + script + " 2>&1").c_str(), "r");
-  ASSERT_NE(p, nullptr);
   std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
+  const int status = RunUnshared(script, &out);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 90)
     GTEST_SKIP() << "not run: tmpfs cannot be mounted in the namespace: " << out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
@@ -635,12 +641,8 @@ TEST(Cli, FullDiskAtEveryFillLevelFailsCleanly) {
       "sweep consolidate " + b + " reshard " + src + " --consolidate -q -o out.h5\n"
       "sweep import " + b + " import " + st + " -o out.h5\n"
       "echo done\n");
-  FILE* p = popen(("unshare -rm bash " + script + " 2>&1").c_str(), "r");
-  ASSERT_NE(p, nullptr);
   std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
+  const int status = RunUnshared(script, &out);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 90)
     GTEST_SKIP() << "not run: tmpfs cannot be mounted in the namespace: " << out;
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
