@@ -230,6 +230,7 @@ Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const
       // Reported by every rank as "could not fingerprint"; the reason is only known here.
       shards[i].has_actual = false;
       shards[i].error = st.ToString();
+      shards[i].error_code = st.code();
       std::fprintf(stderr, "seedstore: rank %d: tensor '%s' %s: %s\n", me, recs[i].name.c_str(),
                    DescribeRegion(sh.region).c_str(), st.ToString().c_str());
     }
@@ -300,6 +301,7 @@ Result<VerifyReport> VerifyBuffers(Exchange& comm, const std::vector<ParamBuffer
     if (!st.ok()) {
       s.has_actual = false;
       s.error = st.ToString();
+      s.error_code = st.code();
       std::fprintf(stderr, "seedstore: rank %d: tensor '%s' %s: %s\n", me, p.name.c_str(),
                    DescribeRegion(sh.region).c_str(), st.ToString().c_str());
     }

@@ -108,6 +108,28 @@ Status DistError(const char* name, Code code, const std::string& path, int rank,
   return Status(code, m + ": " + msg);
 }
 
+// Why a rank file cannot be reached, or OK: rank-file-missing (NOT_FOUND) when nothing is
+// there or a symbolic link points nowhere, rank-file-unreadable (IO_ERROR) when the path
+// cannot be resolved (a symbolic link loop, a directory that may not be searched).
+Status RankFileReachable(const std::string& save, int rank, const std::string& f,
+                         const std::string& reading) {
+  struct stat st;
+  if (::stat(f.c_str(), &st) == 0) return Status::Ok();
+  const int err = errno;
+  if (err == ENOENT) {
+    std::string target(4096, '\0');
+    const ssize_t n = ::readlink(f.c_str(), target.data(), target.size());
+    if (n >= 0) {
+      target.resize(static_cast<size_t>(n));
+      return DistError("rank-file-missing", Code::kNotFound, save, rank, f,
+                       reading + "the file is a symbolic link to '" + target + "', which does not exist");
+    }
+    return DistError("rank-file-missing", Code::kNotFound, save, rank, f, reading + "the file does not exist");
+  }
+  return DistError("rank-file-unreadable", Code::kIo, save, rank, f,
+                   reading + "cannot reach the file: " + std::strerror(err));
+}
+
 // ---- The master's seal (docs/FORMAT.md 10) ---------------------------------------------
 // The master's first kSealBytes are an HDF5 user block: kSealMagic (16 bytes, NUL-padded), then
 // the XXH3-64 and the length (little-endian uint64 each) of every byte after the user block.
@@ -1296,9 +1318,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
     return bad(e.what());
   }
   for (int r = 0; r < c->world(); ++r)
-    if (!FileExists(c->rank_files_[r]))
-      return DistError("rank-file-missing", Code::kNotFound, path, r, c->rank_files_[r],
-                       "the file does not exist");
+    SEEDSTORE_RETURN_IF_ERROR(RankFileReachable(path, r, c->rank_files_[r], ""));
   return c;
 }
 
@@ -1440,8 +1460,7 @@ Result<const H5Store*> DistCatalog::RankStore(int rank, const std::string& tenso
 Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::string& tensor) const {
   const std::string& f = rank_files_[rank];
   const std::string reading = tensor.empty() ? "" : "reading tensor '" + tensor + "': ";
-  if (!FileExists(f))
-    return DistError("rank-file-missing", Code::kNotFound, path_, rank, f, reading + "the file does not exist");
+  SEEDSTORE_RETURN_IF_ERROR(RankFileReachable(path_, rank, f, reading));
   auto s = H5Store::Open(f);
   if (!s.ok() && !FileExists(f))  // gone meanwhile: another writer replaced the save
     return DistError("rank-file-missing", Code::kNotFound, path_, rank, f,
@@ -1507,18 +1526,34 @@ Result<std::vector<DistCatalog::Storage>> DistCatalog::StorageOfAll() const {
 H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {
   H5Store::VerifyReport rep = master_->Verify(o, progress);  // the lazy tensors
   std::vector<Fingerprint> lazy = std::move(rep.fingerprints);
+  std::vector<bool> lazy_complete = std::move(rep.complete);
   rep.tensors = records_.size();
   rep.fingerprints.assign(records_.size(), Fingerprint{});
-  std::vector<bool> bad(records_.size(), false);
+  std::vector<bool> bad(records_.size(), false);  // not every piece could be read and hashed
   std::vector<Storage> counted(records_.size());
   // Rank by rank, each file opened for its turn and closed after it (the cache keeps only
   // those that padding checks read from).
   for (int r = 0; r < world(); ++r) {
     auto s = OpenRank(r);
     if (!s.ok()) {
-      rep.problems.push_back({"", -1, s.status()});
-      for (size_t i = 0; i < records_.size(); ++i)
-        for (const Piece& p : pieces_[i]) bad[i] = bad[i] || p.rank == r;
+      // Name what the file's loss leaves unchecked: its tensors get no fingerprint.
+      std::vector<std::string> affected;
+      for (size_t i = 0; i < records_.size(); ++i) {
+        bool holds = false;
+        for (const Piece& p : pieces_[i]) holds = holds || p.rank == r;
+        if (holds) affected.push_back(records_[i].name);
+        bad[i] = bad[i] || holds;
+      }
+      std::string names;
+      for (size_t k = 0; k < affected.size() && k < 4; ++k)
+        names += (k ? ", '" : "'") + affected[k] + "'";
+      if (affected.size() > 4) names += ", ...";
+      rep.problems.push_back(
+          {"", -1,
+           Status(s.status().code(),
+                  s.status().message() + " (its pieces of " + std::to_string(affected.size()) +
+                      " tensor(s) were not checked" + (affected.empty() ? "" : ": " + names) +
+                      ")")});
       continue;
     }
     H5Store::VerifyReport rr = (*s)->Verify(o, progress);
@@ -1573,13 +1608,18 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
       }
   }
   VerifyMasterDatasets(bad, &rep.problems);
+  rep.complete.assign(records_.size(), false);
   for (size_t i = 0; i < records_.size(); ++i) {
     const TensorRecord& t = records_[i];
     if (t.lazy) {
       const int k = master_->Find(t.name);
-      if (k >= 0) rep.fingerprints[i] = lazy[k];
+      if (k >= 0) {
+        rep.fingerprints[i] = lazy[k];
+        rep.complete[i] = lazy_complete[k];
+      }
       continue;
     }
+    rep.complete[i] = !bad[i];
     if (!bad[i] && storage_[i] &&
         (storage_[i]->chunks != counted[i].chunks || storage_[i]->stored_bytes != counted[i].stored_bytes))
       rep.problems.push_back(
@@ -1598,6 +1638,7 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
                            FingerprintHex(rep.fingerprints[i]) + ", the index says " +
                            FingerprintHex(*t.fingerprint))});
   }
+  rep.FinishOk(records_);
   return rep;
 }
 

@@ -1772,6 +1772,14 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
   return f;
 }
 
+void H5Store::VerifyReport::FinishOk(const std::vector<TensorRecord>& records) {
+  ok.assign(complete.begin(), complete.end());
+  ok.resize(records.size(), false);
+  for (const Problem& p : problems)
+    for (size_t i = 0; i < records.size(); ++i)
+      if (records[i].name == p.tensor) ok[i] = false;
+}
+
 H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {
   VerifyReport rep;
   std::mutex mu;
@@ -1789,10 +1797,12 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       if (!f.ok()) {
         rep.problems.push_back({t.name, -1, f.status()});
         rep.fingerprints.push_back({});
+        rep.complete.push_back(false);
         continue;
       }
       total = *f;
       report(t.NumBytes());
+      rep.complete.push_back(true);
     } else {
       const StoredTensor& st = stored_[i];
       const Grid g = Grid::Make(t.shape, st.chunk);
@@ -1803,8 +1813,10 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       if (!ds.ok()) {
         rep.problems.push_back({t.name, -1, ds.status()});
         rep.fingerprints.push_back({});
+        rep.complete.push_back(false);
         continue;
       }
+      const size_t problems_before = rep.problems.size();
       std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(threads);
       std::vector<std::vector<uint8_t>> bufs(threads);
       std::vector<Fingerprint> parts(threads);
@@ -1841,6 +1853,7 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       rep.chunks += g.num;
       for (const auto& p : parts) total.Add(p);
       rep.bytes += t.NumBytes();
+      rep.complete.push_back(rep.problems.size() == problems_before);
     }
     rep.fingerprints.push_back(total);
     if (t.fingerprint && *t.fingerprint != total) {
@@ -1854,6 +1867,7 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
                              FingerprintHex(*t.fingerprint) + ", recomputed " + FingerprintHex(total))});
     }
   }
+  rep.FinishOk(records_);
   return rep;
 }
 

@@ -211,9 +211,16 @@ class H5Store : public Catalog {
   struct VerifyReport {
     uint64_t tensors = 0, chunks = 0, bytes = 0;
     std::vector<Problem> problems;
-    /// Recomputed, per tensor (over the chunks that could be read: meaningless for a tensor
-    /// with problems).
+    /// Recomputed, per tensor (over the chunks that could be read: meaningless unless
+    /// `complete[i]`).
     std::vector<Fingerprint> fingerprints;
+    /// Per tensor: every element was read and hashed, so fingerprints[i] is the tensor's
+    /// actual content hash (which may still differ from the recorded one).
+    std::vector<bool> complete;
+    /// Per tensor: complete and no problem names it (nor a file holding a piece of it).
+    std::vector<bool> ok;
+    /// Fills `ok` from `complete` and the problems (call once problems are final).
+    void FinishOk(const std::vector<TensorRecord>& records);
   };
   /// Checks every chunk checksum of every dense tensor and recomputes every fingerprint (lazy
   /// ones from their spec), comparing with the recorded ones. Continues past problems.

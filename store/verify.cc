@@ -44,6 +44,7 @@ void AppendU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const ch
 const char* ReplicaVerdictName(ReplicaVerdict v) {
   switch (v) {
     case ReplicaVerdict::kAgree: return "agree";
+    case ReplicaVerdict::kIncomplete: return "incomplete";
     case ReplicaVerdict::kMismatch: return "mismatch";
     case ReplicaVerdict::kTie: return "tie";
   }
@@ -75,7 +76,8 @@ bool VerifyReport::ok() const {
 
 size_t VerifyReport::CountReplicaProblems() const {
   size_t n = 0;
-  for (const auto& t : tensors) n += t.replicas != ReplicaVerdict::kAgree;
+  for (const auto& t : tensors)
+    n += t.replicas == ReplicaVerdict::kMismatch || t.replicas == ReplicaVerdict::kTie;
   return n;
 }
 
@@ -108,11 +110,21 @@ Status VerifyReport::ToStatus() const {
     first += (shown ? ", '" : "'") + t.name + "'";
     ++shown;
   }
-  return Mismatch(std::to_string(CountReplicaProblems()) + " tensor(s) whose replicas disagree, " +
-                  std::to_string(CountCompositionProblems()) +
-                  " whose shards do not compose to the tensor, " +
-                  std::to_string(CountFailures()) + " not fingerprinted, over " +
-                  std::to_string(world) + " ranks (" + first + ")");
+  const std::string msg = std::to_string(CountReplicaProblems()) +
+                          " tensor(s) whose replicas disagree, " +
+                          std::to_string(CountCompositionProblems()) +
+                          " whose shards do not compose to the tensor, " +
+                          std::to_string(CountFailures()) + " not fingerprinted, over " +
+                          std::to_string(world) + " ranks (" + first + ")";
+  if (!CountReplicaProblems() && !CountCompositionProblems())
+    for (const auto& t : tensors)
+      for (const auto& g : t.problems)
+        if (!g.failed.empty())
+          return Status(g.failed_codes[0], msg + ": '" + t.name + "' " +
+                                               DescribeRegion(g.region) + ": rank " +
+                                               std::to_string(g.failed[0]) +
+                                               " could not fingerprint it (see its stderr)");
+  return Mismatch(msg);  // disagreement (or an off-spec shard) outranks a failure
 }
 
 namespace {
@@ -120,6 +132,12 @@ namespace {
 std::string ReplicaCell(const TensorReport& t) {
   if (t.replicas == ReplicaVerdict::kAgree) return t.max_replicas > 1 ? "agree" : "-";
   if (t.replicas == ReplicaVerdict::kTie) return "TIE";
+  if (t.replicas == ReplicaVerdict::kIncomplete) {
+    std::vector<int> failed;
+    for (const auto& g : t.problems) failed.insert(failed.end(), g.failed.begin(), g.failed.end());
+    std::sort(failed.begin(), failed.end());
+    return "FAILED: " + Ranks(failed);
+  }
   std::vector<int> dev;
   for (const auto& g : t.problems) dev.insert(dev.end(), g.deviating.begin(), g.deviating.end());
   std::sort(dev.begin(), dev.end());
@@ -169,8 +187,13 @@ std::string VerifyReport::Table(bool problems_only) const {
     for (const auto& g : t.problems) {
       const std::string where = "  '" + t.name + "' " + DescribeRegion(g.region) + " (held by " +
                                 Ranks(g.replicas) + "): ";
-      if (!g.failed.empty())
-        os << where << Ranks(g.failed) << " could not fingerprint the shard (see its stderr)\n";
+      if (!g.failed.empty()) {
+        os << where << Ranks(g.failed) << " could not fingerprint the shard (";
+        for (size_t k = 0; k < g.failed.size() && k < 4; ++k)
+          os << (k ? ", " : "") << (g.failed.size() > 1 ? std::to_string(g.failed[k]) + ": " : "")
+             << CodeName(g.failed_codes[k]);
+        os << (g.failed.size() > 4 ? ", ..." : "") << "; see its stderr)\n";
+      }
       if (g.tie) {
         os << where << "replicas disagree and the vote is a TIE:";
         for (const auto& [fp, rs] : g.votes) os << " {" << RankList(rs) << "} " << FingerprintHex(fp);
@@ -232,6 +255,9 @@ nlohmann::json VerifyReport::ToJson(bool problems_only) const {
       jg["deviating"] = JsonRanks(g.deviating);
       jg["off_spec"] = JsonRanks(g.off_spec);
       jg["failed"] = JsonRanks(g.failed);
+      nlohmann::json codes = nlohmann::json::array();
+      for (Code c : g.failed_codes) codes.push_back(CodeName(c));
+      jg["failed_codes"] = codes;
       nlohmann::json vs = nlohmann::json::array();
       for (const auto& [fp, rs] : g.votes)
         vs.push_back({{"fingerprint", FingerprintHex(fp)}, {"ranks", JsonRanks(rs)}});
@@ -318,7 +344,11 @@ Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>&
       for (int r : g.replicas) {
         const uint8_t f = flags[r][i];
         if (!(f & kFlagHasActual)) {
+          const int c = f >> kFlagCodeShift;
           gr.failed.push_back(r);
+          gr.failed_codes.push_back(c > 0 && c <= static_cast<int>(Code::kInternal)
+                                        ? static_cast<Code>(c)
+                                        : Code::kInternal);
           continue;
         }
         if (f & kFlagOffSpec) gr.off_spec.push_back(r);
@@ -344,10 +374,11 @@ Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>&
           std::sort(gr.deviating.begin(), gr.deviating.end());
         }
       }
-      if (gr.tie)
-        t.replicas = ReplicaVerdict::kTie;
-      else if (!gr.deviating.empty() && t.replicas == ReplicaVerdict::kAgree)
-        t.replicas = ReplicaVerdict::kMismatch;
+      const ReplicaVerdict v = gr.tie                  ? ReplicaVerdict::kTie
+                               : !gr.deviating.empty() ? ReplicaVerdict::kMismatch
+                               : !gr.failed.empty()    ? ReplicaVerdict::kIncomplete
+                                                       : ReplicaVerdict::kAgree;
+      t.replicas = std::max(t.replicas, v);  // enum order is severity order
       if (gr.consensus)
         t.composed.Add(*gr.consensus);
       else
@@ -388,10 +419,10 @@ Result<VerifyReport> ExchangeAndDecide(Exchange& ex, const Layout& layout,
   std::vector<uint64_t> sums(3 * n, 0);
   for (size_t i = 0; i < n; ++i) {
     const LocalShard& s = shards[i];
-    uint8_t f = 0;
+    uint8_t f = FailureFlags(s.error_code);
     Fingerprint fp{};
     if (s.has_actual) {
-      f |= kFlagHasActual;
+      f = kFlagHasActual;
       fp = s.actual;
       if (s.expected && *s.expected != s.actual) f |= kFlagOffSpec;
     }

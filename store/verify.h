@@ -65,9 +65,12 @@ struct LocalShard {
   DType dtype = DType::kF32;
   /// Fingerprint of the rank's region (Layout::ShardOf(name, shape, rank).region).
   Fingerprint actual;
-  /// False when the rank could not read or fingerprint its shard (error in `error`).
+  /// False when the rank could not read or fingerprint its shard: the reason is in `error`
+  /// (printed by that rank only) and its code in `error_code` (sent to every rank, so the
+  /// job's exit code says what failed, e.g. kCorrupt for a damaged file).
   bool has_actual = true;
   std::string error;
+  Code error_code = Code::kInternal;
   /// The fingerprint the rank's region should have (e.g. from the lazy spec), if known.
   std::optional<Fingerprint> expected;
   /// The recorded whole-tensor fingerprint, if the source records one. Must be the same on
@@ -86,11 +89,16 @@ struct GroupReport {
   std::vector<int> deviating;  // replicas whose fingerprint differs from the consensus
   std::vector<int> off_spec;   // replicas whose fingerprint differs from their expected one
   std::vector<int> failed;     // replicas that could not fingerprint their shard
+  std::vector<Code> failed_codes;  // why, parallel to `failed` (LocalShard::error_code)
 };
 
-enum class ReplicaVerdict { kAgree, kMismatch, kTie };
+/// kIncomplete: no two replicas that hold a value disagree, but some replica could not
+/// fingerprint its shard, so agreement is not established. A tie outranks a mismatch, which
+/// outranks incomplete.
+enum class ReplicaVerdict { kAgree, kIncomplete, kMismatch, kTie };
 enum class CompositionVerdict { kOk, kMismatch, kNotChecked, kUndetermined };
-const char* ReplicaVerdictName(ReplicaVerdict v);          // "agree", "mismatch", "tie"
+const char* ReplicaVerdictName(ReplicaVerdict v);          // "agree", "incomplete", "mismatch",
+                                                           // "tie"
 const char* CompositionVerdictName(CompositionVerdict v);  // "ok", "mismatch", "not_checked",
                                                            // "undetermined"
 
@@ -127,8 +135,10 @@ struct VerifyReport {
   size_t CountReplicaProblems() const;      // tensors with a mismatch or tie
   size_t CountCompositionProblems() const;  // tensors with a composition mismatch
   size_t CountFailures() const;             // tensors some rank could not fingerprint
-  /// OK, or kMismatch (disagreements and shards some rank could not fingerprint alike) with
-  /// a one-line summary naming the first problem tensors.
+  /// OK; kMismatch when replicas disagree or shards do not compose (whatever else failed);
+  /// otherwise, when some rank could not fingerprint a shard, that failure's code (the first
+  /// failing tensor's lowest failing rank: kCorrupt for a damaged file, kNotFound, kIo, ...).
+  /// The message is one line naming the first problem tensors.
   Status ToStatus() const;
   /// Human-readable table: one row per tensor (only problem rows when `problems_only`), then
   /// one line per problem naming tensor, region and ranks, then a summary line.
@@ -149,10 +159,13 @@ Fingerprint InputDigest(const Layout& layout, const std::vector<LocalShard>& sha
 Status CheckSameInputs(Exchange& ex, const Layout& layout, const std::vector<LocalShard>& shards);
 
 /// The pure decision: given every rank's fingerprints, decide (a) and (b) above.
-/// `fps[r][i]` / `flags[r][i]` are rank r's fingerprint / flags (kHasActual, kOffSpec) for
-/// tensor i; `expected_sum[i]` is the sum of the owners' expected fingerprints and
+/// `fps[r][i]` / `flags[r][i]` are rank r's fingerprint / flags for tensor i: kFlagHasActual,
+/// kFlagOffSpec, and -- when kFlagHasActual is clear -- the failure's Code in the bits above
+/// kFlagCodeShift (FailureFlags); `expected_sum[i]` is the sum of the owners' expected fingerprints and
 /// `expected_count[i]` how many owners contributed one. Errors: as Layout::DistinctShards.
-enum : uint8_t { kFlagHasActual = 1, kFlagOffSpec = 2 };
+enum : uint8_t { kFlagHasActual = 1, kFlagOffSpec = 2, kFlagCodeShift = 2 };
+/// The flag byte of a shard that could not be fingerprinted for reason `c`.
+inline uint8_t FailureFlags(Code c) { return static_cast<uint8_t>(static_cast<int>(c) << kFlagCodeShift); }
 Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>& shards,
                             const std::vector<std::vector<Fingerprint>>& fps,
                             const std::vector<std::vector<uint8_t>>& flags,

@@ -46,9 +46,50 @@ struct Row {
   bool by_spec = false;  // both lazy with the same resolved spec: equal without generating
   std::optional<Region> shard;  // a side is a rank's file (its piece): the region compared
   bool empty_shard = false;     // ... and that piece is empty (an empty shard: FORMAT.md 4.1)
+  bool overlap = false;         // both are pieces of other regions: `shard` is their overlap
 };
 
 std::vector<uint64_t> GlobalShape(const Region& r) { return std::vector<uint64_t>(r.shape, r.shape + r.rank); }
+
+// The elements two pieces of one tensor share (global indices: `a` and `b` of the same global
+// shape), as a region of each piece's own indices (`in_a`, `in_b`): a box of two boxes, a
+// flat range of two flat ranges (a piece that is a flat range is a 1-d tensor). False when
+// they share no element, or one is a box and the other a flat range (not compared).
+bool Overlap(const Region& a, const Region& b, Region* global, Region* in_a, Region* in_b) {
+  if (a.flat != b.flat) return false;
+  *global = a;
+  if (a.flat) {
+    global->begin = std::max(a.begin, b.begin);
+    global->end = std::min(a.end, b.end);
+    if (global->begin >= global->end) return false;
+    auto local = [&](const Region& p) {
+      Region r = WholeTensor({p.end - p.begin});
+      r.start[0] = global->begin - p.begin;
+      r.stop[0] = global->end - p.begin;
+      return r;
+    };
+    *in_a = local(a);
+    *in_b = local(b);
+    return true;
+  }
+  for (int d = 0; d < a.rank; ++d) {
+    global->start[d] = std::max(a.start[d], b.start[d]);
+    global->stop[d] = std::min(a.stop[d], b.stop[d]);
+    if (global->start[d] >= global->stop[d]) return false;
+  }
+  auto local = [&](const Region& p) {
+    Region r = p;
+    for (int d = 0; d < p.rank; ++d) {
+      r.shape[d] = p.stop[d] - p.start[d];
+      r.start[d] = global->start[d] - p.start[d];
+      r.stop[d] = global->stop[d] - p.start[d];
+    }
+    return r;
+  };
+  *in_a = local(a);
+  *in_b = local(b);
+  return true;
+}
 
 // Whether `c` is one rank's file of a distributed save, opened alone: a store named as rank
 // files are (P.<id>.rank<r>.h5, docs/FORMAT.md 10). It holds only the dense pieces its rank
@@ -83,20 +124,14 @@ int Run(const Options& o) {
   // Where tensor i of c lies in a larger tensor, when c is a rank's file (a rank's
   // safetensors shard file, or a distributed save's rank file): TensorRecord::piece.
   auto shard_of = [](const Catalog& c, size_t i) { return c.tensors()[i].piece; };
-  // The fingerprint of region `r` (global indices) of tensor i of c: recorded (with
+  // The fingerprint of region `r` (the tensor's own indices) of tensor i of c: recorded (with
   // --recorded, for a whole tensor whose source records one) or computed from its values
-  // (lazy ones generated from their spec, dense ones read). A piece is `r` itself, its
-  // fingerprint taken in the global tensor's frame.
+  // (lazy ones generated from their spec, dense ones read). A piece's fingerprint is taken in
+  // the global tensor's frame, so it equals that of the same elements of the whole tensor.
   auto fingerprint = [&](const Catalog& c, size_t i, const Region& r) -> Result<Fingerprint> {
     const TensorRecord& t = c.tensors()[i];
-    Result<Fingerprint> f = Fingerprint{};
-    if (t.piece) {
-      f = FingerprintOnDevice(*device, c, i, WholeTensor(t.shape), CpuOptions{o.threads});
-    } else if (o.recorded && t.fingerprint && SameRegion(r, WholeTensor(t.shape))) {
-      return *t.fingerprint;
-    } else {
-      f = FingerprintOnDevice(*device, c, i, r, CpuOptions{o.threads});
-    }
+    if (o.recorded && !t.piece && t.fingerprint && SameRegion(r, WholeTensor(t.shape))) return *t.fingerprint;
+    auto f = FingerprintOnDevice(*device, c, i, r, CpuOptions{o.threads});
     if (!f.ok()) return f.status().WithContext("'" + c.origin() + "'");
     return f;
   };
@@ -126,20 +161,29 @@ int Run(const Options& o) {
       r.shard = sa ? sa : sb;
       r.empty_shard = r.shard && r.shard->Count() == 0;
       const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape, gb = sb ? GlobalShape(*sb) : r.b->shape;
+      // What is compared, in each side's own indices: the whole piece of a side that is one,
+      // the same region of the other side; of two pieces of other regions, their overlap.
+      Region own_a = WholeTensor(ta.shape), own_b = WholeTensor(r.b->shape), both;
+      if (r.shard && !sa) own_a = *r.shard;
+      if (r.shard && !sb) own_b = *r.shard;
       if (ga != gb) {
         r.verdict = Verdict::kShape;
       } else if (r.b->dtype != ta.dtype) {
         r.verdict = Verdict::kDType;
-      } else if (sa && sb && !SameRegion(*sa, *sb)) {
+      } else if (sa && sb && !SameRegion(*sa, *sb) && !Overlap(*sa, *sb, &both, &own_a, &own_b)) {
         r.verdict = Verdict::kShard;
       } else if (!r.shard && SameLazySpec(ta, *r.b)) {
         r.by_spec = true;
       } else {
-        const Region region = r.shard ? *r.shard : WholeTensor(ta.shape);
-        auto fa = fingerprint(A, i, region);
+        if (sa && sb && !SameRegion(*sa, *sb)) {
+          r.shard = both;
+          r.overlap = true;
+          r.empty_shard = false;
+        }
+        auto fa = fingerprint(A, i, own_a);
         if (!fa.ok()) return Fail(fa.status());
         bar.Advance(ta.NumBytes());
-        auto fb = fingerprint(B, it->second, region);
+        auto fb = fingerprint(B, it->second, own_b);
         if (!fb.ok()) return Fail(fb.status());
         r.fa = *fa;
         r.fb = *fb;
@@ -167,8 +211,12 @@ int Run(const Options& o) {
     by_spec += r.by_spec;
     shards += r.shard.has_value();
   }
-  const int compared = static_cast<int>(rows.size()) - count[Verdict::kNotCompared];
+  // Pieces of two disjoint regions of a tensor are not compared: nothing tells whether they
+  // are pieces of one tensor, and they are no difference.
+  const int compared = static_cast<int>(rows.size()) - count[Verdict::kNotCompared] - count[Verdict::kShard];
   const int differing = compared - count[Verdict::kIdentical];
+  int overlaps = 0;
+  for (const Row& r : rows) overlaps += r.overlap;
   if (o.json) {
     auto side = [](const TensorRecord* t, const std::optional<Fingerprint>& f) {
       if (!t) return nlohmann::json(nullptr);
@@ -180,8 +228,9 @@ int Run(const Options& o) {
     for (const Row& r : rows)
       ts.push_back({{"name", r.name},
                     {"result", VerdictName(r.verdict)},
-                    {"by", r.by_spec ? "spec" : r.empty_shard ? "empty shard" : r.fa ? "fingerprint"
-                           : r.verdict == Verdict::kNotCompared ? "absent from a rank file" : "shape/dtype/name"},
+                    {"by", r.by_spec ? "spec" : r.empty_shard ? "empty shard" : r.overlap ? "overlap"
+                           : r.fa ? "fingerprint" : r.verdict == Verdict::kNotCompared ? "absent from a rank file"
+                           : r.verdict == Verdict::kShard ? "disjoint shards" : "shape/dtype/name"},
                     {"shard", r.shard ? nlohmann::json(DescribeRegion(*r.shard)) : nlohmann::json(nullptr)},
                     {"a", side(r.a, r.fa)},
                     {"b", side(r.b, r.fb)}});
@@ -189,7 +238,8 @@ int Run(const Options& o) {
     for (Verdict v : {Verdict::kIdentical, Verdict::kValues, Verdict::kShape, Verdict::kDType, Verdict::kShard,
                       Verdict::kOnlyA, Verdict::kOnlyB, Verdict::kNotCompared})
       counts[VerdictName(v)] = count[v];
-    nlohmann::json j = {{"a", o.a}, {"b", o.b}, {"identical", differing == 0}, {"recorded", o.recorded},
+    nlohmann::json j = {{"a", o.a}, {"b", o.b}, {"identical", differing == 0}, {"compared", compared},
+                        {"recorded", o.recorded},
                         {"counts", counts}, {"tensors", ts}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -218,8 +268,13 @@ int Run(const Options& o) {
           break;
       }
       if (r.shard)
-        what += std::string("  (") + (r.empty_shard ? "an empty shard" : "shard " + DescribeRegion(*r.shard)) +
+        what += std::string("  (") +
+                (r.empty_shard ? "an empty shard"
+                 : r.overlap   ? "the overlap " + DescribeRegion(*r.shard) + " of the two shards"
+                               : "shard " + DescribeRegion(*r.shard)) +
                 " of " + ShapeText(GlobalShape(*r.shard)) + ")";
+      else if (r.verdict == Verdict::kShard)
+        what += "  (disjoint shards: not compared)";
       std::printf("%-13s %s  %s\n", VerdictName(r.verdict), ShownText(r.name).c_str(), what.c_str());
     }
     std::printf("a: %s (%zu tensors)\nb: %s (%zu tensors)\n", o.a.c_str(), A.tensors().size(), o.b.c_str(),
@@ -229,9 +284,13 @@ int Run(const Options& o) {
                 compared, o.recorded ? " (recorded fingerprints where present)" : "",
                 count[Verdict::kIdentical], count[Verdict::kValues], count[Verdict::kShape],
                 count[Verdict::kDType], count[Verdict::kOnlyA], count[Verdict::kOnlyB]);
-    if (count[Verdict::kShard]) std::printf("%d hold other shards on the two sides\n", count[Verdict::kShard]);
-    if (shards)
-      std::printf("%d compared as shards: a rank's shard file against the same region of the other side\n", shards);
+    if (count[Verdict::kShard])
+      std::printf("%d not compared: the two sides hold disjoint shards of them\n", count[Verdict::kShard]);
+    if (shards - overlaps)
+      std::printf("%d compared as shards: a rank's shard file against the same region of the other side\n",
+                  shards - overlaps);
+    if (overlaps)
+      std::printf("%d compared on the overlap of two rank files' shards of other regions\n", overlaps);
     if (by_spec)
       std::printf("%d identical by spec: lazy on both sides with the same init rule, key and generator\n", by_spec);
     if (count[Verdict::kNotCompared])
@@ -256,7 +315,9 @@ Register reg({"diff", "Whether two checkpoints hold the same weights: tensor by 
       "Two lazy tensors with the same init rule, key and generator are identical by their spec; "
       "other lazy tensors are generated, dense ones read; no bytes move between the two. "
       "A rank's file -- a safetensors shard file (materialize, export --layout) or a distributed "
-      "save's rank file -- is compared with the same region of the other side; a shard that is "
+      "save's rank file -- is compared with the same region of the other side; two ranks' "
+      "files of other layouts on their overlap (their shards' common elements; disjoint shards "
+      "are other-shards, not compared and no difference); a shard that is "
       "empty on its rank (seedstore.empty_shards) is identical to any tensor of its shape and "
       "dtype. A distributed save's rank file (P.<id>.rank<r>.h5) holds only the dense pieces its "
       "rank owns -- lazy tensors are in the master, a replica in its owner's file, an empty shard "

@@ -65,9 +65,13 @@ int Run(const Options& o) {
   if (o.json) {
     nlohmann::json tensors = nlohmann::json::array();
     for (size_t i = 0; i < ts.size(); ++i) {
+      // "fingerprint": the recomputed content hash, null when not every element could be read.
       nlohmann::json t = {{"name", ts[i].name},
                           {"kind", ts[i].lazy ? "lazy" : "dense"},
-                          {"fingerprint", FingerprintHex(rep.fingerprints[i])}};
+                          {"ok", static_cast<bool>(rep.ok[i])},
+                          {"fingerprint", rep.complete[i]
+                                              ? nlohmann::json(FingerprintHex(rep.fingerprints[i]))
+                                              : nlohmann::json(nullptr)}};
       t["recorded"] = ts[i].fingerprint ? nlohmann::json(FingerprintHex(*ts[i].fingerprint))
                                         : nlohmann::json(nullptr);
       tensors.push_back(t);
@@ -81,7 +85,7 @@ int Run(const Options& o) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& p : rep.problems)
-      std::printf("FAIL %s%s: %s\n", ShownText(p.tensor).c_str(),
+      std::printf("FAIL %s%s: %s\n", p.tensor.empty() ? "(file)" : ShownText(p.tensor).c_str(),
                   p.chunk >= 0 ? (" chunk " + std::to_string(p.chunk)).c_str() : "",
                   p.status.ToString().c_str());
     size_t unrecorded = 0;
@@ -92,11 +96,7 @@ int Run(const Options& o) {
                               " tensor(s) had no recorded fingerprint (computed now)").c_str()
                            : "");
   }
-  if (!rep.problems.empty()) {
-    if (!o.json) return ExitCode(rep.problems[0].status);
-    return ExitCode(rep.problems[0].status);
-  }
-  return 0;
+  return rep.problems.empty() ? 0 : ExitCode(rep.problems[0].status);
 }
 
 Register reg({"verify", "Check every chunk checksum and recompute every fingerprint of a store or a distributed save",

@@ -245,12 +245,59 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
       EXPECT_FALSE(t["shard"].is_null()) << t.dump();
     }
   }
+  // Disjoint shards are not compared and are no difference (they were counted as differing).
   {
     const Proc d = Exec("diff " + r0 + " " + r1 + " --json");
-    EXPECT_EQ(d.code, 7) << d.err;
+    EXPECT_EQ(d.code, 0) << d.out << d.err;
     const auto j = nlohmann::json::parse(d.out);
     for (const auto& t : j["tensors"])
       EXPECT_EQ(t["result"], t["name"] == "norm" || t["name"] == "flat.w" ? "identical" : "other-shards") << t.dump();
+    EXPECT_EQ(j["compared"], 2);
+    EXPECT_EQ(j["counts"]["other-shards"], 2);
+    const Proc text = Exec("diff " + r0 + " " + r1);
+    EXPECT_EQ(text.code, 0) << text.out << text.err;
+    EXPECT_NE(text.out.find("2 compared: 2 identical"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("2 not compared: the two sides hold disjoint shards"), std::string::npos) << text.out;
+  }
+  // Two ranks' files of other layouts are compared on the overlap of their shards. Under L3
+  // (3 ranks, uneven: act rows 0:3, 3:6, 6:8; flat.w 0:31, 31:62, 62:91), rank 1 and rank 2
+  // of the 8-rank layout (act rows 0:2 cols 5:10 / rows 2:4 cols 0:5; flat.w 23:46) overlap in
+  // part on both sides. The overlap equals the whole model's same elements; a model with
+  // another key for act differs there, and only there.
+  {
+    const std::string l3 = Write("layout3.json", R"({"mesh": {"axes": ["x"], "shape": [3]},
+      "placements": [{"match": "act", "spec": ["x"]}, {"match": "layers.*.w", "spec": [null, "x"]},
+                     {"match": "flat.*", "flat": ["x"]}]})");
+    std::string other = kSpec;
+    const std::string key43 = "\"seed\": 43";
+    other.replace(other.find(key43), key43.size(), "\"seed\": 44");
+    const std::string spec44 = Write("spec44b.json", other);
+    const std::string q1 = dir + "/l3_rank1.safetensors", q1b = dir + "/l3_rank1_44.safetensors",
+                      p2 = dir + "/rank2.safetensors";
+    ASSERT_EQ(Exec("materialize " + spec + " --layout " + l3 + " --rank 1 -o " + q1).code, 0);
+    ASSERT_EQ(Exec("materialize " + spec44 + " --layout " + l3 + " --rank 1 -o " + q1b).code, 0);
+    ASSERT_EQ(Exec("materialize " + spec + " --layout " + layout + " --rank 2 -o " + p2).code, 0);
+    const Proc d = Exec("diff " + q1 + " " + p2 + " --json");
+    ASSERT_EQ(d.code, 0) << d.out << d.err;
+    const auto j = nlohmann::json::parse(d.out);
+    std::map<std::string, nlohmann::json> rows;
+    for (const auto& t : j["tensors"]) rows[t["name"]] = t;
+    EXPECT_EQ(rows["act"]["result"], "identical") << rows["act"].dump();
+    EXPECT_EQ(rows["act"]["by"], "overlap") << rows["act"].dump();
+    EXPECT_EQ(rows["act"]["shard"], "[3:4, 0:6, 0:5]") << rows["act"].dump();
+    EXPECT_EQ(rows["flat.w"]["by"], "overlap") << rows["flat.w"].dump();
+    EXPECT_EQ(rows["flat.w"]["shard"], "flat[31:46]") << rows["flat.w"].dump();
+    EXPECT_EQ(rows["flat.w"]["result"], "identical");
+    EXPECT_EQ(rows["norm"]["result"], "identical");
+    // layers.0.w: [9, 5]; L3 rank 1 holds cols 2:4 (uneven 2,2,1), rank 2 of the 8-rank layout
+    // rows 0:5 cols 0:3 (Shard(0) over data, Shard(1) over tensor: 3,2): overlap rows 0:5 cols 2:3.
+    EXPECT_EQ(rows["layers.0.w"]["result"], "identical") << rows["layers.0.w"].dump();
+    const Proc e = Exec("diff " + q1b + " " + p2 + " --json");
+    EXPECT_EQ(e.code, 7) << e.out << e.err;
+    for (const auto& t : nlohmann::json::parse(e.out)["tensors"])
+      EXPECT_EQ(t["result"], t["name"] == "act" ? "values-differ" : "identical") << t.dump();
+    const Proc text = Exec("diff " + q1 + " " + p2);
+    EXPECT_NE(text.out.find("compared on the overlap of two rank files' shards"), std::string::npos) << text.out;
   }
   {
     auto f = SafetensorsFile::Open(r0);

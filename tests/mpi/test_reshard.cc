@@ -541,6 +541,29 @@ TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
   p = Reshard(out, "--consolidate -o " + TempDir() + "/rs_fault_c.h5");
   EXPECT_EQ(p.code, 3) << p.err;
   EXPECT_NE(p.err.find("rank-file-missing"), std::string::npos) << p.err;
+  // A symbolic link to nothing is said so, with its target; a symbolic link loop is not taken
+  // for a missing file (it was "the file does not exist").
+  ASSERT_EQ(::symlink((files[2] + ".gone").c_str(), files[2].c_str()), 0);
+  m = OpenCatalog(out);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kNotFound);
+  EXPECT_NE(m.status().message().find("rank 2 file '" + files[2] + "': the file is a symbolic link to '" +
+                                      files[2] + ".gone', which does not exist"),
+            std::string::npos)
+      << m.status().ToString();
+  ASSERT_EQ(::unlink(files[2].c_str()), 0);
+  ASSERT_EQ(::symlink(files[2].c_str(), files[2].c_str()), 0);  // a link to itself: ELOOP
+  m = OpenCatalog(out);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kIo);
+  EXPECT_NE(m.status().message().find("rank-file-unreadable: distributed save '" + out + "' rank 2 file '" +
+                                      files[2] + "': cannot reach the file: Too many levels of symbolic links"),
+            std::string::npos)
+      << m.status().ToString();
+  Proc v = Shell(Bin() + " verify " + out);
+  EXPECT_EQ(v.code, 5) << v.out << v.err;
+  EXPECT_NE(v.err.find("symbolic links"), std::string::npos) << v.err;
+  ASSERT_EQ(::unlink(files[2].c_str()), 0);
   ASSERT_EQ(std::rename((files[2] + ".away").c_str(), files[2].c_str()), 0);
   ExpectSameAsSource(out);
 }
@@ -1164,6 +1187,19 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
   EXPECT_NE(bad.out.find("FAIL a chunk 0: CORRUPT: chunk-corrupt: file '" + rank1 + "' tensor 'a' chunk 0"),
             std::string::npos)
       << bad.out;
+  // --json: the damaged tensor is not ok and has no fingerprint (not every element was hashed);
+  // every other tensor is ok with its fingerprint.
+  {
+    Proc bj = Shell(Bin() + " verify " + d3 + " --json");
+    EXPECT_EQ(bj.code, 1 + static_cast<int>(Code::kCorrupt)) << bj.out << bj.err;
+    const auto j = nlohmann::json::parse(bj.out);
+    EXPECT_FALSE(j["ok"].get<bool>());
+    for (const auto& t : j["tensors"]) {
+      const bool damaged = t["name"] == "a";
+      EXPECT_EQ(t["ok"].get<bool>(), !damaged) << t.dump();
+      EXPECT_EQ(t["fingerprint"].is_null(), damaged) << t.dump();
+    }
+  }
   // inspect shows the save's dense tensors with their pieces and bytes on disk, and a rank
   // file's tensors as pieces.
   Proc in = Shell(Bin() + " inspect " + d3 + " --json");
@@ -1193,10 +1229,40 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
   }
   EXPECT_EQ(rj["tensors"][0]["piece"]["shape"], nlohmann::json({40, 24}));
   // A missing rank file is named too.
+  std::vector<std::string> rank1_tensors;
+  {
+    auto r1 = H5Store::Open(rank1);
+    ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+    for (const auto& t : (*r1)->tensors()) rank1_tensors.push_back(t.name);
+  }
   ASSERT_EQ(::unlink(rank1.c_str()), 0);
   Proc gone = Shell(Bin() + " verify " + d3);
   EXPECT_EQ(gone.code, 1 + static_cast<int>(Code::kNotFound)) << gone.out << gone.err;
   EXPECT_NE((gone.out + gone.err).find("rank-file-missing"), std::string::npos) << gone.out << gone.err;
+  // A rank file that is there but does not open is named with the tensors it leaves
+  // unchecked; those have no fingerprint in --json, the tensors with no piece in that file
+  // (lazy ones, empty ones) still do, and the other rank files are still checked.
+  std::ofstream(rank1, std::ios::binary) << "not an HDF5 file";
+  Proc junk = Shell(Bin() + " verify " + d3);
+  EXPECT_EQ(junk.code, 1 + static_cast<int>(Code::kCorrupt)) << junk.out << junk.err;
+  EXPECT_NE(junk.out.find("FAIL (file): CORRUPT: rank-file-corrupt: distributed save '" + d3 + "' rank 1"),
+            std::string::npos)
+      << junk.out;
+  EXPECT_NE(junk.out.find("tensor(s) were not checked: 'a'"), std::string::npos) << junk.out;
+  Proc gj = Shell(Bin() + " verify " + d3 + " --json");
+  EXPECT_EQ(gj.code, 1 + static_cast<int>(Code::kCorrupt)) << gj.out << gj.err;
+  const auto j = nlohmann::json::parse(gj.out);
+  size_t unchecked = 0, checked = 0;
+  for (const auto& t : j["tensors"]) {
+    const std::string name = t["name"];
+    const bool in_rank1 =
+        std::find(rank1_tensors.begin(), rank1_tensors.end(), name) != rank1_tensors.end();
+    (in_rank1 ? unchecked : checked) += 1;
+    EXPECT_EQ(t["ok"].get<bool>(), !in_rank1) << t.dump();
+    EXPECT_EQ(t["fingerprint"].is_null(), in_rank1) << t.dump();
+  }
+  EXPECT_GT(unchecked, 0u);
+  EXPECT_GT(checked, 0u);
 }
 
 // Replaces the /distributed/index of the master `file` by `edit`'s change of its JSON (with a

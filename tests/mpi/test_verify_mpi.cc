@@ -365,13 +365,15 @@ TEST(VerifyRanksStore, CorruptShardIsNamedAndNobodyHangs) {
   const std::string store = MakeStore("corrupt.h5", true);
   Proc p = Shell(Mpirun(2) + " " + Bin() + " verify-ranks " + store + " --layout " + LayoutFile(2) +
                  " --threads 1 --timeout 20");
-  EXPECT_NE(p.code, 0) << p.out << p.err;
+  EXPECT_EQ(p.code, 4) << p.out << p.err;  // the failure's own code: corrupt, not "mismatch"
   EXPECT_LT(p.seconds, 30.0);
   // Rank 0 holds embed's first rows (the corrupt chunk): it names the chunk, the table names
   // the rank; rank 1's shard is fine.
   EXPECT_NE(p.err.find("seedstore: rank 0: tensor 'embed'"), std::string::npos) << p.err;
   EXPECT_NE(p.err.find("chunk-corrupt"), std::string::npos) << p.err;
-  EXPECT_NE(p.out.find("rank 0 could not fingerprint the shard"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("rank 0 could not fingerprint the shard (CORRUPT"), std::string::npos)
+      << p.out;
+  EXPECT_NE(p.out.find("FAILED: rank 0"), std::string::npos) << p.out;
 }
 
 }  // namespace
