@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -440,8 +441,10 @@ class ChunkMatcher {
   };
   struct Stored {
     const Part* part = nullptr;
-    const H5Store* store = nullptr;
-    size_t k = 0;                  // the tensor's index in `store`
+    // The source when it is a store; a rank file is fetched for each use (DistCatalog keeps
+    // only so many open: holding every one a tensor's pieces touch would defeat that).
+    const H5Store* self = nullptr;
+    size_t k = 0;                  // the tensor's index in its store
     std::vector<uint64_t> chunk;   // its chunk shape
     bool global_frame = false;     // its fingerprints are the global tensor's (TensorRecord::piece)
   };
@@ -459,17 +462,20 @@ class ChunkMatcher {
       if (it == stored_.end()) {
         Stored s;
         s.part = &p;
+        std::shared_ptr<const H5Store> held;
+        const H5Store* store = nullptr;
         if (p.piece < 0) {
-          s.store = static_cast<const H5Store*>(&src_);
+          store = s.self = static_cast<const H5Store*>(&src_);
           s.k = i_;
         } else {
           SEEDSTORE_ASSIGN_OR_RETURN(auto sk, static_cast<const DistCatalog&>(src_).PieceStore(i_, p.piece));
-          s.store = sk.first;
+          held = std::move(sk.first);
+          store = held.get();
           s.k = sk.second;
         }
-        const StoredTensor& st = s.store->stored(s.k);
+        const StoredTensor& st = store->stored(s.k);
         if (StoreWriter::CopiesChunksOf(st, t.dtype, w_)) s.chunk = st.chunk;
-        const TensorRecord& sr = s.store->tensors()[s.k];
+        const TensorRecord& sr = store->tensors()[s.k];
         s.global_frame = sr.fp_seed() == t.fp_seed() &&
                          (sr.piece ? SameRegion(*sr.piece, p.stored) : p.piece < 0);
         it = stored_.emplace(&p, std::move(s)).first;
@@ -499,10 +505,14 @@ class ChunkMatcher {
     // The source chunk's recorded fingerprint carries over when the stored part's frame is
     // the global tensor's (a store's tensor, or a rank file's piece recorded as such): then the
     // chunk is not decoded, its stored bytes are checked against the chunk-info table.
-    Status st = s->store->ReadStoredChunk(s->k, j, out, /*decode=*/!s->global_frame);
-    if (st.ok()) return true;
-    if (s->part->piece < 0) return st;
+    if (s->self) {
+      SEEDSTORE_RETURN_IF_ERROR(s->self->ReadStoredChunk(s->k, j, out, /*decode=*/!s->global_frame));
+      return true;
+    }
     const auto& d = static_cast<const DistCatalog&>(src_);
+    SEEDSTORE_ASSIGN_OR_RETURN(auto sk, d.PieceStore(i_, s->part->piece));  // held while read
+    Status st = sk.first->ReadStoredChunk(s->k, j, out, /*decode=*/!s->global_frame);
+    if (st.ok()) return true;
     const int rank = d.pieces(i_)[s->part->piece].rank;
     return DistError("rank-file-corrupt", st.code(), d.origin(), rank, d.rank_files()[rank],
                      st.message());
@@ -1233,6 +1243,11 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
         c->layout_.world_size() != c->world())
       return bad("world size differs from the rank files / layout");
     c->rank_stores_.resize(c->rank_files_.size());
+    c->last_used_.resize(c->rank_files_.size());
+    struct rlimit lim;
+    c->max_open_ = 4096;
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+      c->max_open_ = std::clamp<size_t>(static_cast<size_t>(lim.rlim_cur / 2), 8, 4096);
     if (j.contains("flat_mappings")) {  // absent: a save from before session 10, "runs"
       const json& fm = j["flat_mappings"];
       if (fm != "boxes" && fm != "runs")
@@ -1329,7 +1344,7 @@ Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptio
   Fingerprint f;
   if (SameRegion(g, sb)) return f;
   SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
-  const H5Store* s = sk.first;
+  const H5Store* s = sk.first.get();  // held by sk
   const size_t k = sk.second;
   std::vector<uint64_t> chunk = s->stored(k).chunk;
   if (chunk.empty()) chunk = LocalShape(sb);
@@ -1445,16 +1460,35 @@ size_t DistCatalog::open_rank_files() const {
   return n;
 }
 
-Result<std::pair<const H5Store*, size_t>> DistCatalog::PieceStore(size_t i, size_t p) const {
-  SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(pieces_.at(i).at(p).rank, records_[i].name));
-  return std::make_pair(s, static_cast<size_t>(s->Find(records_[i].name)));  // checked at open
+Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PieceStore(size_t i, size_t p) const {
+  SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(pieces_.at(i).at(p).rank, records_[i].name));
+  const size_t k = static_cast<size_t>(s->Find(records_[i].name));  // checked at open
+  return std::make_pair(std::move(s), k);
 }
 
-Result<const H5Store*> DistCatalog::RankStore(int rank, const std::string& tensor) const {
+void DistCatalog::set_max_open_rank_files(size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (rank_stores_[rank]) return rank_stores_[rank].get();
-  SEEDSTORE_ASSIGN_OR_RETURN(rank_stores_[rank], OpenRank(rank, tensor));
-  return rank_stores_[rank].get();
+  max_open_ = std::max<size_t>(n, 1);
+}
+
+Result<std::shared_ptr<const H5Store>> DistCatalog::RankStore(int rank, const std::string& tensor) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_used_[rank] = ++use_clock_;
+  if (rank_stores_[rank]) return rank_stores_[rank];
+  // Close the least recently used beyond the cap (a reader still holding it keeps it alive
+  // until it is done). O(world) per open, against an HDF5 file open of ~10 ms.
+  size_t open = 0;
+  for (const auto& s : rank_stores_) open += s != nullptr;
+  while (open >= max_open_) {
+    int lru = -1;
+    for (int r = 0; r < static_cast<int>(rank_stores_.size()); ++r)
+      if (rank_stores_[r] && (lru < 0 || last_used_[r] < last_used_[lru])) lru = r;
+    rank_stores_[lru].reset();
+    --open;
+  }
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> s, OpenRank(rank, tensor));
+  rank_stores_[rank] = std::move(s);
+  return rank_stores_[rank];
 }
 
 Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::string& tensor) const {
@@ -2112,7 +2146,7 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
     const Region& g = p.region;
     std::vector<unsigned char> tmp;
     auto read_local = [&](const Region& local, void* dst) -> Status {
-      SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank, t.name));
+      SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
       const int k = s->Find(t.name);
       Status st = s->Read(k, local, dst, o);
       if (!st.ok())
@@ -2173,7 +2207,7 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
         uint64_t lo[kMaxRank], hi[kMaxRank];
         Region local;
         if (!PiecePart(p, box, &local, lo, hi)) continue;
-        SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank, t.name));
+        SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
         const int k = s->Find(t.name);
         auto pf = s->tensors()[k].piece
                       ? s->FingerprintRegion(k, local, o)
@@ -2190,7 +2224,7 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
       const uint64_t L = box.RunLength(), runs = box.Count() / L, b = p.region.begin;
       const uint64_t s0 = std::max(box.RunBase(0), b), s1 = std::min(box.RunBase(runs - 1) + L, p.region.end);
       if (s1 <= s0) continue;
-      SEEDSTORE_ASSIGN_OR_RETURN(const H5Store* s, RankStore(p.rank, t.name));
+      SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
       const int k = s->Find(t.name);
       const Region local = BoxRegion({p.region.end - b}, {s0 - b}, {s1 - b});
       auto corrupt = [&](const Status& st) {

@@ -104,9 +104,16 @@ class DistCatalog : public Catalog {
   /// fingerprint for that cell (padding-mismatch otherwise): so every stored copy of every cell
   /// is proven, without decoding any.
   Result<Fingerprint> ProveCells(size_t i, size_t p, CpuOptions o = {}) const;
-  /// How many rank files are open now: reads open only those they need and keep them open;
-  /// Verify and Storage open each in turn and close it.
+  /// How many rank files are open now: reads open only those they need and keep at most
+  /// max_open_rank_files() of them open (the least recently used is closed first, once no
+  /// reading thread holds it); Verify and Storage open each in turn and close it.
   size_t open_rank_files() const;
+  /// Reads keep at most this many rank files open, so that a process reads a save of any
+  /// world size whatever its limit on open files (`ulimit -n`; HDF5 holds one descriptor and
+  /// ~0.5 MB per open file). Default, at Open: half the process's soft limit on open files,
+  /// between 8 and 4096. A read that needs more reopens them (~10 ms each). At least 1.
+  size_t max_open_rank_files() const { return max_open_; }
+  void set_max_open_rank_files(size_t n);
   /// Chunks and bytes on disk (compressed chunks and their tables) of a dense tensor, over all
   /// its pieces.
   struct Storage {
@@ -119,7 +126,9 @@ class DistCatalog : public Catalog {
   Result<std::vector<Storage>> StorageOfAll() const;
   /// The store holding piece p of dense tensor i (its rank file, opened on first use) and the
   /// tensor's index there. Errors as Read (rank-file-missing, rank-file-corrupt). Thread-safe.
-  Result<std::pair<const H5Store*, size_t>> PieceStore(size_t i, size_t p) const;
+  /// The store is shared: it stays open while the caller holds it, even if closed here to
+  /// respect max_open_rank_files().
+  Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PieceStore(size_t i, size_t p) const;
   /// Verifies the whole save: the master and every rank file as H5Store::Verify does (every
   /// chunk's checksum and chunk-info entry, every fingerprint recomputed), that each rank file
   /// holds its pieces as the index says (rank-file-missing, rank-file-corrupt), and that the
@@ -147,9 +156,9 @@ class DistCatalog : public Catalog {
 
  private:
   DistCatalog() = default;
-  // Rank `rank`'s store, opened once; errors name the rank file (and `tensor`, when given: the
-  // tensor being read).
-  Result<const H5Store*> RankStore(int rank, const std::string& tensor = "") const;
+  // Rank `rank`'s store, opened on first use and kept among the max_open_ used last; errors
+  // name the rank file (and `tensor`, when given: the tensor being read).
+  Result<std::shared_ptr<const H5Store>> RankStore(int rank, const std::string& tensor = "") const;
   // Rank `rank`'s store opened anew (not kept), checked to hold its pieces as the index says.
   Result<std::unique_ptr<H5Store>> OpenRank(int rank, const std::string& tensor = "") const;
   Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
@@ -166,7 +175,10 @@ class DistCatalog : public Catalog {
   bool flat_boxes_ = false;  // the index's flat_mappings: "boxes" (else "runs", docs/FORMAT.md 10)  // per tensor, from the index (none: not recorded)
   std::vector<std::string> rank_files_;
   mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<H5Store>> rank_stores_;
+  mutable std::vector<std::shared_ptr<const H5Store>> rank_stores_;
+  mutable std::vector<uint64_t> last_used_;  // per rank: use_clock_ at its last RankStore
+  mutable uint64_t use_clock_ = 0;
+  size_t max_open_ = 64;
 };
 
 struct DistSaveOptions {

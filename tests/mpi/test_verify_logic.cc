@@ -16,9 +16,10 @@ using mpitest::ThreadWorld;
 
 Fingerprint Fp(uint64_t a) { return Fingerprint{a, ~a}; }
 
-// Decide on hand-made votes for one replicated tensor over `world` ranks.
-VerifyReport DecideReplicated(const std::vector<uint64_t>& values,
-                              std::optional<Fingerprint> recorded = {}) {
+// Decide on hand-made fingerprints and flags (FailureFlags, kFlagHasActual) for one
+// replicated tensor over as many ranks as `fps` holds.
+VerifyReport DecideOne(const std::vector<uint64_t>& values, const std::vector<uint8_t>& flags,
+                       std::optional<Fingerprint> recorded = {}) {
   const int world = static_cast<int>(values.size());
   Layout layout = Layout::Replicated(world);
   LocalShard s;
@@ -26,11 +27,20 @@ VerifyReport DecideReplicated(const std::vector<uint64_t>& values,
   s.shape = {4};
   s.recorded = recorded;
   std::vector<std::vector<Fingerprint>> fps(world, std::vector<Fingerprint>(1));
-  std::vector<std::vector<uint8_t>> flags(world, std::vector<uint8_t>(1, kFlagHasActual));
-  for (int r = 0; r < world; ++r) fps[r][0] = Fp(values[r]);
-  auto rep = Decide(layout, {s}, fps, flags, {Fingerprint{}}, {0});
+  std::vector<std::vector<uint8_t>> fl(world, std::vector<uint8_t>(1));
+  for (int r = 0; r < world; ++r) {
+    fps[r][0] = Fp(values[r]);
+    fl[r][0] = flags[r];
+  }
+  auto rep = Decide(layout, {s}, fps, fl, {Fingerprint{}}, {0});
   EXPECT_TRUE(rep.ok()) << rep.status().ToString();
-  return *rep;
+  return rep.ok() ? *rep : VerifyReport{};
+}
+
+// ... every rank with a value.
+VerifyReport DecideReplicated(const std::vector<uint64_t>& values,
+                              std::optional<Fingerprint> recorded = {}) {
+  return DecideOne(values, std::vector<uint8_t>(values.size(), kFlagHasActual), recorded);
 }
 
 TEST(VerifyDecide, AllAgree) {
@@ -93,82 +103,56 @@ TEST(VerifyDecide, RecordedReference) {
 }
 
 TEST(VerifyDecide, FailedRankIsReportedNotBlamedForDisagreement) {
-  Layout layout = Layout::Replicated(3);
-  LocalShard s;
-  s.name = "w";
-  s.shape = {4};
-  std::vector<std::vector<Fingerprint>> fps(3, {Fp(5)});
-  std::vector<std::vector<uint8_t>> flags(3, {kFlagHasActual});
-  flags[1][0] = FailureFlags(Code::kCorrupt);
-  auto r = Decide(layout, {s}, fps, flags, {Fingerprint{}}, {0});
-  ASSERT_TRUE(r.ok());
-  EXPECT_FALSE(r->ok());
-  EXPECT_EQ(r->tensors[0].problems[0].failed, std::vector<int>{1});
-  EXPECT_EQ(r->tensors[0].problems[0].failed_codes, std::vector<Code>{Code::kCorrupt});
+  const VerifyReport r = DecideOne({5, 5, 5}, {kFlagHasActual, FailureFlags(Code::kCorrupt), kFlagHasActual});
+  ASSERT_EQ(r.tensors.size(), 1u);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.tensors[0].problems[0].failed, std::vector<int>{1});
+  EXPECT_EQ(r.tensors[0].problems[0].failed_codes, std::vector<Code>{Code::kCorrupt});
   // The two that answered agree, but agreement is not established for the group.
-  EXPECT_EQ(r->tensors[0].replicas, ReplicaVerdict::kIncomplete);
-  EXPECT_EQ(r->tensors[0].composed, Fp(5));
-  EXPECT_EQ(r->CountFailures(), 1u);
-  EXPECT_EQ(r->CountReplicaProblems(), 0u);
+  EXPECT_EQ(r.tensors[0].replicas, ReplicaVerdict::kIncomplete);
+  EXPECT_EQ(r.tensors[0].composed, Fp(5));
+  EXPECT_EQ(r.CountFailures(), 1u);
+  EXPECT_EQ(r.CountReplicaProblems(), 0u);
   // Nothing disagrees, so the job's status is the failure's own code (exit 4 for corrupt).
-  const Status st = r->ToStatus();
+  const Status st = r.ToStatus();
   EXPECT_EQ(st.code(), Code::kCorrupt) << st.ToString();
   EXPECT_NE(st.message().find("rank 1 could not fingerprint"), std::string::npos) << st.ToString();
-  const std::string table = r->Table();
+  const std::string table = r.Table();
   EXPECT_NE(table.find("FAILED: rank 1"), std::string::npos) << table;
   EXPECT_NE(table.find("rank 1 could not fingerprint the shard (CORRUPT"), std::string::npos)
       << table;
   EXPECT_EQ(table.find("agree "), std::string::npos) << table;
-  const auto j = r->ToJson();
+  const auto j = r.ToJson();
   EXPECT_EQ(j["tensors"][0]["replicas"], "incomplete");
   EXPECT_EQ(j["tensors"][0]["problems"][0]["failed_codes"][0], "CORRUPT");
 }
 
 TEST(VerifyDecide, DisagreementOutranksAFailureInTheStatus) {
-  Layout layout = Layout::Replicated(4);
-  LocalShard s;
-  s.name = "w";
-  s.shape = {4};
-  std::vector<std::vector<Fingerprint>> fps = {{Fp(5)}, {Fp(5)}, {Fp(5)}, {Fp(9)}};
-  std::vector<std::vector<uint8_t>> flags(4, {kFlagHasActual});
-  flags[0][0] = FailureFlags(Code::kNotFound);
-  auto r = Decide(layout, {s}, fps, flags, {Fingerprint{}}, {0});
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->tensors[0].replicas, ReplicaVerdict::kMismatch);
-  EXPECT_EQ(r->tensors[0].problems[0].deviating, std::vector<int>{3});
-  EXPECT_EQ(r->tensors[0].problems[0].failed, std::vector<int>{0});
-  EXPECT_EQ(r->ToStatus().code(), Code::kMismatch);
+  const VerifyReport r =
+      DecideOne({5, 5, 5, 9}, {FailureFlags(Code::kNotFound), kFlagHasActual, kFlagHasActual, kFlagHasActual});
+  ASSERT_EQ(r.tensors.size(), 1u);
+  EXPECT_EQ(r.tensors[0].replicas, ReplicaVerdict::kMismatch);
+  EXPECT_EQ(r.tensors[0].problems[0].deviating, std::vector<int>{3});
+  EXPECT_EQ(r.tensors[0].problems[0].failed, std::vector<int>{0});
+  EXPECT_EQ(r.ToStatus().code(), Code::kMismatch);
 }
 
 TEST(VerifyDecide, AnUnknownFailureCodeReadsAsInternal) {
-  Layout layout = Layout::Replicated(2);
-  LocalShard s;
-  s.name = "w";
-  s.shape = {4};
-  std::vector<std::vector<Fingerprint>> fps(2, {Fp(5)});
   // 0 (no code: a caller that cleared has_actual without a reason) and 63 (out of range).
   for (uint8_t flag : {uint8_t{0}, uint8_t{63 << kFlagCodeShift}}) {
-    std::vector<std::vector<uint8_t>> flags = {{kFlagHasActual}, {flag}};
-    auto r = Decide(layout, {s}, fps, flags, {Fingerprint{}}, {0});
-    ASSERT_TRUE(r.ok());
-    EXPECT_EQ(r->tensors[0].problems[0].failed_codes, std::vector<Code>{Code::kInternal});
-    EXPECT_EQ(r->ToStatus().code(), Code::kInternal);
+    const VerifyReport r = DecideOne({5, 5}, {kFlagHasActual, flag});
+    ASSERT_EQ(r.tensors.size(), 1u);
+    EXPECT_EQ(r.tensors[0].problems[0].failed_codes, std::vector<Code>{Code::kInternal});
+    EXPECT_EQ(r.ToStatus().code(), Code::kInternal);
   }
 }
 
 TEST(VerifyDecide, EveryReplicaFailedLeavesCompositionUndetermined) {
-  Layout layout = Layout::Replicated(2);
-  LocalShard s;
-  s.name = "w";
-  s.shape = {4};
-  s.recorded = Fp(5);
-  std::vector<std::vector<Fingerprint>> fps(2, {Fp(0)});
-  std::vector<std::vector<uint8_t>> flags(2, {FailureFlags(Code::kIo)});
-  auto r = Decide(layout, {s}, fps, flags, {Fingerprint{}}, {0});
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->tensors[0].replicas, ReplicaVerdict::kIncomplete);
-  EXPECT_EQ(r->tensors[0].composition, CompositionVerdict::kUndetermined);
-  EXPECT_EQ(r->ToStatus().code(), Code::kIo);
+  const VerifyReport r = DecideOne({0, 0}, {FailureFlags(Code::kIo), FailureFlags(Code::kIo)}, Fp(5));
+  ASSERT_EQ(r.tensors.size(), 1u);
+  EXPECT_EQ(r.tensors[0].replicas, ReplicaVerdict::kIncomplete);
+  EXPECT_EQ(r.tensors[0].composition, CompositionVerdict::kUndetermined);
+  EXPECT_EQ(r.ToStatus().code(), Code::kIo);
 }
 
 // ---- The live-job API over an in-process world -------------------------------------------
