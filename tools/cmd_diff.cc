@@ -308,7 +308,7 @@ int Run(const Options& o) {
 Register reg({"diff", "Whether two checkpoints hold the same weights: tensor by tensor, by fingerprints",
               [](CLI::App& app) {
   auto o = std::make_shared<Options>();
-  app.description(
+  app.footer(
       "Compares two checkpoints tensor by tensor -- names, shapes, dtypes and layout-independent "
       "fingerprints (docs/FORMAT.md 3) -- whatever each one is: a spec (.json), a store, a "
       "distributed save under any layout, a .safetensors file or a model.safetensors.index.json. "
