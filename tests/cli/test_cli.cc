@@ -294,7 +294,8 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
     EXPECT_EQ(rows["layers.0.w"]["result"], "identical") << rows["layers.0.w"].dump();
     const Proc e = Exec("diff " + q1b + " " + p2 + " --json");
     EXPECT_EQ(e.code, 7) << e.out << e.err;
-    for (const auto& t : nlohmann::json::parse(e.out)["tensors"])
+    const auto je = nlohmann::json::parse(e.out);  // kept: a range over a temporary's member dangles
+    for (const auto& t : je["tensors"])
       EXPECT_EQ(t["result"], t["name"] == "act" ? "values-differ" : "identical") << t.dump();
     const Proc text = Exec("diff " + q1 + " " + p2);
     EXPECT_NE(text.out.find("compared on the overlap of two rank files' shards"), std::string::npos) << text.out;
