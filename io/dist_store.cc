@@ -1247,7 +1247,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
     struct rlimit lim;
     c->max_open_ = 4096;
     if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
-      c->max_open_ = std::clamp<size_t>(static_cast<size_t>(lim.rlim_cur / 2), 8, 4096);
+      c->max_open_ = std::clamp<size_t>(static_cast<size_t>(lim.rlim_cur / 2), 1, 4096);
     if (j.contains("flat_mappings")) {  // absent: a save from before session 10, "runs"
       const json& fm = j["flat_mappings"];
       if (fm != "boxes" && fm != "runs")

@@ -110,8 +110,9 @@ class DistCatalog : public Catalog {
   size_t open_rank_files() const;
   /// Reads keep at most this many rank files open, so that a process reads a save of any
   /// world size whatever its limit on open files (`ulimit -n`; HDF5 holds one descriptor and
-  /// ~0.5 MB per open file). Default, at Open: half the process's soft limit on open files,
-  /// between 8 and 4096. A read that needs more reopens them (~10 ms each). At least 1.
+  /// ~0.5 MB per open file). Default, at Open: half the process's soft limit on open files
+  /// (the other half left to the rest of the process), at most 4096. A read that needs more
+  /// reopens them (~10 ms each). At least 1.
   size_t max_open_rank_files() const { return max_open_; }
   void set_max_open_rank_files(size_t n);
   /// Chunks and bytes on disk (compressed chunks and their tables) of a dense tensor, over all

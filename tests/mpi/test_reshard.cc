@@ -457,7 +457,7 @@ TEST(Reshard, ReadsKeepAtMostTheCapOfRankFilesOpen) {
   const Fixture& f = Get();
   auto d = DistCatalog::Open(f.d4);
   ASSERT_TRUE(d.ok());
-  EXPECT_GE((*d)->max_open_rank_files(), 8u);  // half the open-file limit, at least 8
+  EXPECT_GE((*d)->max_open_rank_files(), 1u);  // half the open-file limit
   (*d)->set_max_open_rank_files(2);
   const DistCatalog& cat = **d;
   std::vector<std::vector<unsigned char>> want;
@@ -2077,10 +2077,12 @@ TEST(ReshardVds, ARankFileOfAnotherSaveIsRefusedBeforeAnythingIsWritten) {
   EXPECT_EQ(VerifyProblems(a), std::vector<std::string>{});
 }
 
-// A read of a distributed save keeps each rank file it reads open (one descriptor each). The
-// CLI raises its soft descriptor limit to the hard one at start (a 64-rank save read under a
-// soft limit of 32); past the hard limit the rank file is named unreadable (IO, exit 5) with
-// the limit -- not corrupt.
+// A read of a distributed save keeps rank files open (one descriptor each), at most half the
+// open-file limit of them (DistCatalog::max_open_rank_files). The CLI raises its soft limit to
+// the hard one at start (a 64-rank save read under a soft limit of 32); under a hard limit of
+// 32 it keeps 16 open and reopens the others as needed (this failed with EMFILE before the
+// cap); a limit too small for even that names the rank file unreadable (IO, exit 5) with the
+// limit -- not corrupt.
 TEST(ReshardVds, ManyRankFilesOpenUnderALowDescriptorLimit) {
   SEEDSTORE_NEED_BIN();
   static RawFixture f = MakeRawSource(R"({"seedstore": 1, "seed": 6, "tensors": [
@@ -2096,9 +2098,11 @@ TEST(ReshardVds, ManyRankFilesOpenUnderALowDescriptorLimit) {
   EXPECT_EQ(soft.code, 0) << soft.err;
   EXPECT_EQ(soft.out, whole.out);
   const Proc hard = Shell("bash -c 'ulimit -n 32 && exec " + Bin() + " fingerprint " + out + "'");
-  EXPECT_EQ(hard.code, 5) << hard.out << hard.err;
-  EXPECT_NE(hard.err.find("rank-file-unreadable"), std::string::npos) << hard.err;
-  EXPECT_NE(hard.err.find("Too many open files (this process may open 32 files"), std::string::npos) << hard.err;
+  EXPECT_EQ(hard.code, 0) << hard.err;
+  EXPECT_EQ(hard.out, whole.out);
+  const Proc tiny = Shell("bash -c 'ulimit -n 5 && exec " + Bin() + " fingerprint " + out + "'");
+  EXPECT_EQ(tiny.code, 5) << tiny.out << tiny.err;
+  EXPECT_NE(tiny.err.find("Too many open files (this process may open 5 files"), std::string::npos) << tiny.err;
 }
 
 // One mapping of a virtual dataset, as plain numbers (bounds of its two box selections; HDF5
