@@ -8,7 +8,12 @@
 #   TSAN=1: ThreadSanitizer instead (-DSEEDSTORE_TSAN=ON, folder build-tsan, default labels
 #     'unit|mpi': the tiers whose code runs threads -- readers and writers with o.threads,
 #     in-process worlds, catalogs shared by reading threads). Suppressions: tests/sanitizers/
-#     tsan.supp (OpenMPI only). Last run (2026-12-02 session 12, main at bd8ff68, after
+#     tsan.supp (OpenMPI only). Last run (2026-12-03 session 16, rebuilt from scratch at
+#     0586202): unit|mpi, 212 tests, no ThreadSanitizer report, 211 pass; the one failure was
+#     ReshardVds.ManyRankFilesOpenUnderALowDescriptorLimit asserting the EMFILE that the
+#     rank-file cap removed (test updated at 8118c6a, then it and the cap's tests -- 34 tests,
+#     unit H5Store.* included -- passed with no report, 66 s).
+#     Run before (2026-12-02 session 12, main at bd8ff68, after
 #     ParallelForInOrder): unit|mpi, 197 tests (CTest's count), all pass, no report, in 153 s.
 #     Run before (2026-12-01 session 8, 468db9a): 172 tests, all pass, no report, in 154 s.
 #   default LABEL_REGEX: 'kat|unit|cli|golden'; 'kat|unit|cli|golden|mpi|jax' for all CPU tiers.
@@ -21,7 +26,12 @@
 # into Python; the tests start the seedstore binary (ASan + UBSan) as child processes, whose
 # reports land in $BUILD/sanitizer-logs like every other. The script says so when it runs them.
 #
-# Last run (2026-12-02 session 12, AMD EPYC VM, main at c5ef40d): 'unit|cli|golden|mpi', rebuilt
+# Last run (2026-12-03 session 16, AMD EPYC VM, rebuilt from scratch at 3ca4437): 'unit|cli|golden|mpi':
+# mpi 77 + 5 pass, no report; unit|cli|golden 172 of 174 pass -- ASan found a use-after-free in
+# a new test (a range over a parsed JSON temporary's member; fixed in 67d73cc) and LSan an HDF5
+# leak on full-disk paths (lsan.supp: H5F__accum_write; the full-disk tests now run with full
+# stacks). Then at 5ebd7d3, incremental: 'cli' 32 + 2 and the changed mpi tests (6) pass, no report.
+# Run before (2026-12-02 session 12, AMD EPYC VM, main at c5ef40d): 'unit|cli|golden|mpi', rebuilt
 # from scratch: unit|cli|golden 152, mpi 69 + 5, all pass, no sanitizer report, in 404 s;
 # then 'golden|mpi' at 40cb3cd (the master's seal), incremental: 12, 69 + 5, no report, 370 s.
 # Run before (2026-12-02 session 11, AMD EPYC VM, main at 80b3cca): 'unit|cli|golden|mpi', rebuilt
