@@ -1201,7 +1201,7 @@ void RootSeedOf(const Catalog& c, uint64_t* seed, Generator* generator) {
 
 DistCatalog::~DistCatalog() = default;
 
-Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) {
+Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, bool check_rank_files) {
   std::unique_ptr<DistCatalog> c(new DistCatalog());
   c->path_ = path;
   SEEDSTORE_RETURN_IF_ERROR(CheckSeal(path));
@@ -1332,7 +1332,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path) 
   } catch (const std::exception& e) {
     return bad(e.what());
   }
-  for (int r = 0; r < c->world(); ++r)
+  for (int r = 0; check_rank_files && r < c->world(); ++r)
     SEEDSTORE_RETURN_IF_ERROR(RankFileReachable(path, r, c->rank_files_[r], ""));
   return c;
 }

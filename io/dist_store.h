@@ -51,7 +51,9 @@ void RootSeedOf(const Catalog& c, uint64_t* seed, Generator* generator);
 /// through H5Store, so every chunk read is checksum-verified.
 ///
 /// Errors (named, message "<name>: distributed save '<P>' rank R file '<F>': ..."):
-///   rank-file-missing (kNotFound) at Open when a rank file the index names does not exist;
+///   rank-file-missing (kNotFound) at Open (or, without Open's check, at the first read of
+///   it) when a rank file the index names does not exist; rank-file-unreadable (kIo) when it
+///   cannot be reached or opened (a symbolic link loop, too many open files);
 ///   rank-file-corrupt (the inner error's code) when a rank file fails to open, lacks a piece
 ///   or holds it with another shape or dtype, or a chunk fails its checksum;
 ///   bad-index (kCorrupt) for a malformed or tampered /distributed/index.
@@ -68,7 +70,11 @@ class DistCatalog : public Catalog {
     /// record differs is not this save's (rank-file-corrupt at open).
     std::optional<Fingerprint> fingerprint;
   };
-  static Result<std::unique_ptr<DistCatalog>> Open(const std::string& path);
+  /// Opens the save at `path` (its master). With `check_rank_files`, every rank file the index
+  /// names must be reachable (rank-file-missing / rank-file-unreadable otherwise); without,
+  /// that is left to the reads and to Verify, which then report every unreachable rank file
+  /// with the tensors it leaves unchecked, and check the others (`seedstore verify`).
+  static Result<std::unique_ptr<DistCatalog>> Open(const std::string& path, bool check_rank_files = true);
   ~DistCatalog() override;
 
   const std::vector<TensorRecord>& tensors() const override { return records_; }

@@ -37,7 +37,7 @@ int Run(const Options& o) {
                        "checksums or recorded fingerprints to verify. Its fingerprints: seedstore "
                        "fingerprint " + o.source + "; against a checkpoint: seedstore diff " + o.source + " OTHER");
   } else if (IsDistributedSave(o.source)) {
-    auto d = DistCatalog::Open(o.source);
+    auto d = DistCatalog::Open(o.source, /*check_rank_files=*/false);  // Verify names each one
     open = d.status();
     if (d.ok()) dist = std::move(*d);
   } else {

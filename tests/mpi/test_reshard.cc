@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "io/dist_store.h"
@@ -618,7 +619,8 @@ TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
       << m.status().ToString();
   Proc v = Shell(Bin() + " verify " + out);
   EXPECT_EQ(v.code, 5) << v.out << v.err;
-  EXPECT_NE(v.err.find("symbolic links"), std::string::npos) << v.err;
+  EXPECT_NE(v.out.find("FAIL (file): IO_ERROR: rank-file-unreadable"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("symbolic links"), std::string::npos) << v.out;
   ASSERT_EQ(::unlink(files[2].c_str()), 0);
   ASSERT_EQ(std::rename((files[2] + ".away").c_str(), files[2].c_str()), 0);
   ExpectSameAsSource(out);
@@ -1291,10 +1293,30 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
     ASSERT_TRUE(r1.ok()) << r1.status().ToString();
     for (const auto& t : (*r1)->tensors()) rank1_tensors.push_back(t.name);
   }
+  // verify does not stop at it (a read does, at open): it names the file and the tensors it
+  // leaves unchecked, and checks the other rank files. With two gone, both are named.
   ASSERT_EQ(::unlink(rank1.c_str()), 0);
   Proc gone = Shell(Bin() + " verify " + d3);
   EXPECT_EQ(gone.code, 1 + static_cast<int>(Code::kNotFound)) << gone.out << gone.err;
-  EXPECT_NE((gone.out + gone.err).find("rank-file-missing"), std::string::npos) << gone.out << gone.err;
+  EXPECT_NE(gone.out.find("FAIL (file): NOT_FOUND: rank-file-missing: distributed save '" + d3 + "' rank 1"),
+            std::string::npos)
+      << gone.out;
+  EXPECT_NE(gone.out.find("tensor(s) were not checked: 'a'"), std::string::npos) << gone.out;
+  EXPECT_EQ(OpenCatalog(d3).status().code(), Code::kNotFound);  // a reader is refused at once
+  {
+    auto unchecked = DistCatalog::Open(d3, /*check_rank_files=*/false);  // rank 1 is gone
+    ASSERT_TRUE(unchecked.ok()) << unchecked.status().ToString();
+    const std::string rank2 = (*unchecked)->rank_files().at(2), moved = rank2 + ".away";
+    ASSERT_EQ(std::rename(rank2.c_str(), moved.c_str()), 0);
+    Proc two = Shell(Bin() + " verify " + d3 + " --json");
+    EXPECT_EQ(two.code, 1 + static_cast<int>(Code::kNotFound)) << two.out << two.err;
+    const auto j = nlohmann::json::parse(two.out);
+    std::set<std::string> missing;
+    for (const auto& p : j["problems"])
+      if (p["message"].get<std::string>().rfind("rank-file-missing", 0) == 0) missing.insert(p["message"]);
+    EXPECT_EQ(missing.size(), 2u) << two.out;
+    ASSERT_EQ(std::rename(moved.c_str(), rank2.c_str()), 0);
+  }
   // A rank file that is there but does not open is named with the tensors it leaves
   // unchecked; those have no fingerprint in --json, the tensors with no piece in that file
   // (lazy ones, empty ones) still do, and the other rank files are still checked.
