@@ -14,6 +14,7 @@
 #endif
 
 #include <algorithm>
+#include <unordered_map>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
@@ -1775,9 +1776,10 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
 void H5Store::VerifyReport::FinishOk(const std::vector<TensorRecord>& records) {
   ok.assign(complete.begin(), complete.end());
   ok.resize(records.size(), false);
+  std::unordered_map<std::string_view, size_t> index;  // a badly damaged store: many problems
+  for (size_t i = 0; i < records.size(); ++i) index.emplace(records[i].name, i);
   for (const Problem& p : problems)
-    for (size_t i = 0; i < records.size(); ++i)
-      if (records[i].name == p.tensor) ok[i] = false;
+    if (auto it = index.find(p.tensor); it != index.end()) ok[it->second] = false;
 }
 
 H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {

@@ -1295,13 +1295,18 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
   }
   // verify does not stop at it (a read does, at open): it names the file and the tensors it
   // leaves unchecked, and checks the other rank files. With two gone, both are named.
+  // verify's exit code is the rank file's problem's; its line names the file and 'a'.
+  auto expect_rank1_named = [&](Code code, const std::string& problem) {
+    Proc v = Shell(Bin() + " verify " + d3);
+    EXPECT_EQ(v.code, 1 + static_cast<int>(code)) << v.out << v.err;
+    EXPECT_NE(v.out.find("FAIL (file): " + std::string(CodeName(code)) + ": " + problem +
+                         ": distributed save '" + d3 + "' rank 1"),
+              std::string::npos)
+        << v.out;
+    EXPECT_NE(v.out.find("tensor(s) were not checked: 'a'"), std::string::npos) << v.out;
+  };
   ASSERT_EQ(::unlink(rank1.c_str()), 0);
-  Proc gone = Shell(Bin() + " verify " + d3);
-  EXPECT_EQ(gone.code, 1 + static_cast<int>(Code::kNotFound)) << gone.out << gone.err;
-  EXPECT_NE(gone.out.find("FAIL (file): NOT_FOUND: rank-file-missing: distributed save '" + d3 + "' rank 1"),
-            std::string::npos)
-      << gone.out;
-  EXPECT_NE(gone.out.find("tensor(s) were not checked: 'a'"), std::string::npos) << gone.out;
+  expect_rank1_named(Code::kNotFound, "rank-file-missing");
   EXPECT_EQ(OpenCatalog(d3).status().code(), Code::kNotFound);  // a reader is refused at once
   {
     auto unchecked = DistCatalog::Open(d3, /*check_rank_files=*/false);  // rank 1 is gone
@@ -1321,12 +1326,7 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
   // unchecked; those have no fingerprint in --json, the tensors with no piece in that file
   // (lazy ones, empty ones) still do, and the other rank files are still checked.
   std::ofstream(rank1, std::ios::binary) << "not an HDF5 file";
-  Proc junk = Shell(Bin() + " verify " + d3);
-  EXPECT_EQ(junk.code, 1 + static_cast<int>(Code::kCorrupt)) << junk.out << junk.err;
-  EXPECT_NE(junk.out.find("FAIL (file): CORRUPT: rank-file-corrupt: distributed save '" + d3 + "' rank 1"),
-            std::string::npos)
-      << junk.out;
-  EXPECT_NE(junk.out.find("tensor(s) were not checked: 'a'"), std::string::npos) << junk.out;
+  expect_rank1_named(Code::kCorrupt, "rank-file-corrupt");
   Proc gj = Shell(Bin() + " verify " + d3 + " --json");
   EXPECT_EQ(gj.code, 1 + static_cast<int>(Code::kCorrupt)) << gj.out << gj.err;
   const auto j = nlohmann::json::parse(gj.out);
