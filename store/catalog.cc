@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -91,19 +92,28 @@ Status CheckRegionIn(const TensorRecord& t, const Region& r) {
 }
 
 namespace {
+// The global flat indices box `b`'s elements span, from its first to its last (0 when empty).
+uint64_t FlatSpan(const Region& b) {
+  const uint64_t n = b.Count();
+  if (n == 0) return 0;
+  const uint64_t run = b.RunLength();
+  return b.RunBase(n / run - 1) + run - b.RunBase(0);
+}
+
 // Splits box `b` into boxes of at most `max_bytes` (halving its outermost dimension of extent
-// > 1, recursively), in row-major order of their elements.
-void SplitBox(const Region& b, size_t es, uint64_t max_bytes, std::vector<Region>* out) {
+// > 1, recursively), in row-major order of their elements. by_span: measured by the flat
+// indices each box spans (FlatSpan) instead of by its elements.
+void SplitBox(const Region& b, size_t es, uint64_t max_bytes, std::vector<Region>* out, bool by_span = false) {
   int d = 0;
   while (d < b.rank && b.stop[d] - b.start[d] <= 1) ++d;
-  if (b.Count() * es <= max_bytes || d == b.rank) {
+  if ((by_span ? FlatSpan(b) : b.Count()) * es <= max_bytes || d == b.rank) {
     out->push_back(b);
     return;
   }
   Region lo = b, hi = b;
   lo.stop[d] = hi.start[d] = b.start[d] + (b.stop[d] - b.start[d]) / 2;
-  SplitBox(lo, es, max_bytes, out);
-  SplitBox(hi, es, max_bytes, out);
+  SplitBox(lo, es, max_bytes, out, by_span);
+  SplitBox(hi, es, max_bytes, out, by_span);
 }
 }  // namespace
 
@@ -132,6 +142,42 @@ Result<Fingerprint> FingerprintBySlabs(const Catalog& c, size_t i, const Region&
     buf.resize(s.Count() * es);
     SEEDSTORE_RETURN_IF_ERROR(c.Read(i, s, buf.data(), o));
     f.Add(FingerprintOf(t, s, buf.data(), o));
+  }
+  return f;
+}
+
+Result<Fingerprint> FingerprintBoxOfFlatPiece(const Catalog& c, size_t i, const Region& g, CpuOptions o,
+                                              uint64_t slab_bytes) {
+  const TensorRecord& t = c.tensors().at(i);
+  std::string w = "'";  // (one + chain here trips GCC 12's -Wrestrict)
+  w += c.origin();
+  w += "' tensor ";
+  w += Quoted(t.name);
+  if (!t.piece || !t.piece->flat)
+    return InvalidArgument(w + " is not a flat piece of a larger tensor");
+  const Region& p = *t.piece;
+  bool same = !g.flat && g.rank == p.rank;
+  for (int d = 0; same && d < g.rank; ++d) same = g.shape[d] == p.shape[d] && g.start[d] <= g.stop[d] && g.stop[d] <= g.shape[d];
+  if (!same) return InvalidArgument(w + ": " + DescribeRegion(g) + " is not a box of its global tensor");
+  Fingerprint f;
+  if (g.Count() == 0) return f;
+  const uint64_t first = g.RunBase(0);
+  if (first < p.begin || first + FlatSpan(g) > p.end)
+    return InvalidArgument(w + ": the box " + DescribeRegion(g) + " is not inside its piece " + DescribeRegion(p));
+  const size_t es = DTypeSize(t.dtype);
+  std::vector<Region> slabs;
+  SplitBox(g, es, std::max<uint64_t>(slab_bytes, es), &slabs, /*by_span=*/true);
+  std::vector<unsigned char> span, elems;
+  for (const Region& s : slabs) {
+    // The piece's elements from the slab's first to its last, then the slab's runs out of them.
+    const uint64_t lo = s.RunBase(0), run = s.RunLength(), runs = s.Count() / run;
+    span.resize(FlatSpan(s) * es);
+    const Region local = BoxRegion({p.end - p.begin}, {lo - p.begin}, {lo - p.begin + FlatSpan(s)});
+    SEEDSTORE_RETURN_IF_ERROR(c.Read(i, local, span.data(), o));
+    elems.resize(s.Count() * es);
+    for (uint64_t q = 0; q < runs; ++q)
+      std::memcpy(elems.data() + q * run * es, span.data() + (s.RunBase(q) - lo) * es, run * es);
+    f.Add(FingerprintCpu(t.dtype, s, elems.data(), t.fp_seed(), o));
   }
   return f;
 }

@@ -100,6 +100,17 @@ class Catalog {
 Result<Fingerprint> FingerprintBySlabs(const Catalog& c, size_t i, const Region& r, CpuOptions o,
                                        uint64_t slab_bytes, const TensorRecord* frame = nullptr);
 
+/// The fingerprint, in the global tensor's frame, of the elements of global box `g` that tensor
+/// i of `c` holds, when that tensor is a flat piece (TensorRecord::piece: the flat range [b, e)
+/// of a larger tensor) whose range holds every element of `g` -- e.g. where a flat piece of
+/// one layout overlaps a box piece of another. Reads the piece from the first to the last
+/// element of `g`, at most `slab_bytes` at a time (g split as FingerprintBySlabs does, by the
+/// flat range each part spans), so at most once per element of the piece. INVALID_ARGUMENT
+/// naming the source and tensor when the tensor is no flat piece or `g` is no box of its
+/// global tensor lying inside the piece's range.
+Result<Fingerprint> FingerprintBoxOfFlatPiece(const Catalog& c, size_t i, const Region& g, CpuOptions o = {},
+                                              uint64_t slab_bytes = uint64_t{64} << 20);
+
 /// A catalog of lazy tensors from a spec (the JSON spec file).
 class SpecCatalog : public Catalog {
  public:

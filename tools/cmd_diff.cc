@@ -47,14 +47,24 @@ struct Row {
   std::optional<Region> shard;  // a side is a rank's file (its piece): the region compared
   bool empty_shard = false;     // ... and that piece is empty (an empty shard: FORMAT.md 4.1)
   bool overlap = false;         // both are pieces of other regions: `shard` is their overlap
+  // ... a box piece and a flat piece: their overlap as global boxes (`shard` is the box piece's)
+  std::vector<Region> overlap_boxes;
 };
+
+// What a row's `shard` describes: the overlap's boxes when a box piece met a flat piece.
+std::string ShardText(const Row& r) {
+  if (r.overlap_boxes.empty()) return DescribeRegion(*r.shard);
+  std::string s;
+  for (const Region& b : r.overlap_boxes) s += (s.empty() ? "" : " + ") + DescribeRegion(b);
+  return s;
+}
 
 std::vector<uint64_t> GlobalShape(const Region& r) { return std::vector<uint64_t>(r.shape, r.shape + r.rank); }
 
 // The elements two pieces of one tensor share (global indices: `a` and `b` of the same global
 // shape), as a region of each piece's own indices (`in_a`, `in_b`): a box of two boxes, a
 // flat range of two flat ranges (a piece that is a flat range is a 1-d tensor). False when
-// they share no element, or one is a box and the other a flat range (not compared).
+// they share no element, or one is a box and the other a flat range (BoxFlatOverlap).
 bool Overlap(const Region& a, const Region& b, Region* global, Region* in_a, Region* in_b) {
   if (a.flat != b.flat) return false;
   *global = a;
@@ -89,6 +99,23 @@ bool Overlap(const Region& a, const Region& b, Region* global, Region* in_a, Reg
   *in_a = local(a);
   *in_b = local(b);
   return true;
+}
+
+// The elements a box piece and a flat piece of one tensor share (global indices, the same
+// global shape), as global boxes in row-major order: the flat range's row-major boxes
+// (FlatRangeToBoxes) cut by the box. Empty when they share no element.
+std::vector<Region> BoxFlatOverlap(const Region& box, const Region& flat) {
+  std::vector<Region> out;
+  for (Region q : FlatRangeToBoxes(GlobalShape(flat), flat.begin, flat.end)) {
+    bool any = true;
+    for (int d = 0; d < q.rank && any; ++d) {
+      q.start[d] = std::max(q.start[d], box.start[d]);
+      q.stop[d] = std::min(q.stop[d], box.stop[d]);
+      any = q.start[d] < q.stop[d];
+    }
+    if (any) out.push_back(q);
+  }
+  return out;
 }
 
 // Whether `c` is one rank's file of a distributed save, opened alone: a store named as rank
@@ -170,6 +197,46 @@ int Run(const Options& o) {
         r.verdict = Verdict::kShape;
       } else if (r.b->dtype != ta.dtype) {
         r.verdict = Verdict::kDType;
+      } else if (sa && sb && sa->flat != sb->flat) {
+        // A box piece against a flat piece: compared on the boxes they share, each side's
+        // fingerprint taken in the global frame (the box side over its local boxes, the flat
+        // side gathered from its range).
+        const Region& box = sa->flat ? *sb : *sa;
+        r.overlap_boxes = BoxFlatOverlap(box, sa->flat ? *sa : *sb);
+        if (r.overlap_boxes.empty()) {
+          r.verdict = Verdict::kShard;
+        } else {
+          r.shard = box;
+          r.overlap = true;
+          r.empty_shard = false;
+          auto side = [&](const Catalog& c, size_t k, const Region& piece) -> Result<Fingerprint> {
+            Fingerprint f;
+            for (const Region& q : r.overlap_boxes) {
+              Result<Fingerprint> g = Fingerprint{};
+              if (piece.flat) {
+                g = FingerprintBoxOfFlatPiece(c, k, q, CpuOptions{o.threads});
+              } else {
+                Region local = WholeTensor(c.tensors()[k].shape);
+                for (int d = 0; d < q.rank; ++d) {
+                  local.start[d] = q.start[d] - piece.start[d];
+                  local.stop[d] = q.stop[d] - piece.start[d];
+                }
+                g = fingerprint(c, k, local);
+              }
+              if (!g.ok()) return g.status().WithContext("'" + c.origin() + "'");
+              f.Add(*g);
+            }
+            return f;
+          };
+          auto fa = side(A, i, *sa);
+          if (!fa.ok()) return Fail(fa.status());
+          bar.Advance(ta.NumBytes());
+          auto fb = side(B, it->second, *sb);
+          if (!fb.ok()) return Fail(fb.status());
+          r.fa = *fa;
+          r.fb = *fb;
+          if (*fa != *fb) r.verdict = Verdict::kValues;
+        }
       } else if (sa && sb && !SameRegion(*sa, *sb) && !Overlap(*sa, *sb, &both, &own_a, &own_b)) {
         r.verdict = Verdict::kShard;
       } else if (!r.shard && SameLazySpec(ta, *r.b)) {
@@ -209,7 +276,7 @@ int Run(const Options& o) {
   for (const Row& r : rows) {
     ++count[r.verdict];
     by_spec += r.by_spec;
-    shards += r.shard.has_value();
+    shards += r.shard.has_value() && r.verdict != Verdict::kShard;  // disjoint shards were not compared
   }
   // Pieces of two disjoint regions of a tensor are not compared: nothing tells whether they
   // are pieces of one tensor, and they are no difference.
@@ -231,7 +298,7 @@ int Run(const Options& o) {
                     {"by", r.by_spec ? "spec" : r.empty_shard ? "empty shard" : r.overlap ? "overlap"
                            : r.fa ? "fingerprint" : r.verdict == Verdict::kNotCompared ? "absent from a rank file"
                            : r.verdict == Verdict::kShard ? "disjoint shards" : "shape/dtype/name"},
-                    {"shard", r.shard ? nlohmann::json(DescribeRegion(*r.shard)) : nlohmann::json(nullptr)},
+                    {"shard", r.shard ? nlohmann::json(ShardText(r)) : nlohmann::json(nullptr)},
                     {"a", side(r.a, r.fa)},
                     {"b", side(r.b, r.fb)}});
     nlohmann::json counts = nlohmann::json::object();
@@ -270,7 +337,7 @@ int Run(const Options& o) {
       if (r.shard)
         what += std::string("  (") +
                 (r.empty_shard ? "an empty shard"
-                 : r.overlap   ? "the overlap " + DescribeRegion(*r.shard) + " of the two shards"
+                 : r.overlap   ? "the overlap " + ShardText(r) + " of the two shards"
                                : "shard " + DescribeRegion(*r.shard)) +
                 " of " + ShapeText(GlobalShape(*r.shard)) + ")";
       else if (r.verdict == Verdict::kShard)

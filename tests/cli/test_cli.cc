@@ -329,6 +329,119 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
   EXPECT_NE(m.err.find("nope.safetensors"), std::string::npos) << m.err;
 }
 
+// A flat (FSDP-style) shard of one layout against a box (TP/DTensor-style) shard of another:
+// compared on the elements they share (they were "other-shards", not compared). Under LF every
+// tensor is flat over 3 ranks; rank 1 holds act flat[160:320] (act is [8, 6, 10]), rank 2 of
+// the 8-rank layout act rows 2:4, columns 0:5 of the last dim: they share [2:3, 4:6, 0:5] +
+// [3:4, 0:6, 0:5]. Checked against the whole model's fingerprint of those boxes, in both
+// orders, for safetensors shard files and for distributed saves' rank files; a model with
+// another key for act differs there; disjoint shards stay other-shards.
+TEST(Cli, DiffComparesAFlatShardWithABoxShardOnTheirOverlap) {
+  const std::string spec = Write("mix_spec.json", kSpec);
+  const std::string l8 = Write("mix_layout8.json", kLayout);
+  const std::string lf = Write("mix_flat3.json", R"({"mesh": {"axes": ["x"], "shape": [3]},
+    "placements": [{"match": "*", "flat": ["x"]}]})");
+  std::string other = kSpec;
+  const std::string key43 = "\"seed\": 43";
+  other.replace(other.find(key43), key43.size(), "\"seed\": 44");
+  const std::string spec44 = Write("mix_spec44.json", other);
+  const std::string dir = TempDir() + "/mix";
+  std::filesystem::create_directories(dir);
+  const std::string f1 = dir + "/f1.safetensors", f1b = dir + "/f1_44.safetensors", f0 = dir + "/f0.safetensors",
+                    b2 = dir + "/b2.safetensors", b6 = dir + "/b6.safetensors";
+  ASSERT_EQ(Exec("materialize " + spec + " --layout " + lf + " --rank 1 -o " + f1).code, 0);
+  ASSERT_EQ(Exec("materialize " + spec44 + " --layout " + lf + " --rank 1 -o " + f1b).code, 0);
+  ASSERT_EQ(Exec("materialize " + spec + " --layout " + lf + " --rank 0 -o " + f0).code, 0);
+  ASSERT_EQ(Exec("materialize " + spec + " --layout " + l8 + " --rank 2 -o " + b2).code, 0);
+  ASSERT_EQ(Exec("materialize " + spec + " --layout " + l8 + " --rank 6 -o " + b6).code, 0);
+  // The whole model's fingerprint of act's shared boxes, and of layers.0.w's ([9, 5]: flat
+  // [15:30] = rows 3:6 against rows 0:5, columns 0:3 -> [3:5, 0:3]).
+  auto model = ModelSpec::Load(spec);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto whole = SpecCatalog::Create(*model, spec);
+  ASSERT_TRUE(whole.ok());
+  Fingerprint act;
+  for (const Region& q : {BoxRegion({8, 6, 10}, {2, 4, 0}, {3, 6, 5}), BoxRegion({8, 6, 10}, {3, 0, 0}, {4, 6, 5})}) {
+    auto f = (*whole)->FingerprintRegion((*whole)->Find("act"), q);
+    ASSERT_TRUE(f.ok());
+    act.Add(*f);
+  }
+  auto lw = (*whole)->FingerprintRegion((*whole)->Find("layers.0.w"), BoxRegion({9, 5}, {3, 0}, {5, 3}));
+  ASSERT_TRUE(lw.ok());
+  // Distributed saves of the same model under both layouts: their rank files hold the same pieces.
+  const std::string dense = dir + "/dense.h5", sf = dir + "/sf.h5", s8 = dir + "/s8.h5";
+  ASSERT_EQ(Exec("export " + spec + " -o " + dir + "/all.safetensors").code, 0);
+  ASSERT_EQ(Exec("import " + dir + "/all.safetensors -o " + dense + " --chunk-bytes 64").code, 0);
+  // (--max-padding 0: each rank file holds its shard exactly, not a box padded to the chunk grid)
+  ASSERT_EQ(Exec("reshard " + dense + " --layout " + lf + " -o " + sf + " --max-padding 0").code, 0);
+  ASSERT_EQ(Exec("reshard " + dense + " --layout " + l8 + " -o " + s8 + " --max-padding 0").code, 0);
+  auto rank_file = [&](const std::string& save, int r) {
+    const std::string base = std::filesystem::path(save).filename().string() + ".",
+                      tail = ".rank" + std::to_string(r) + ".h5";
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      const std::string n = e.path().filename().string();
+      if (n.size() > base.size() + tail.size() && n.rfind(base, 0) == 0 &&
+          n.compare(n.size() - tail.size(), tail.size(), tail) == 0)
+        return e.path().string();
+    }
+    return std::string();
+  };
+  const std::string rf1 = rank_file(sf, 1), rb2 = rank_file(s8, 2);
+  ASSERT_FALSE(rf1.empty());
+  ASSERT_FALSE(rb2.empty());
+  for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{
+           {f1, b2}, {b2, f1}, {rf1, rb2}, {rb2, rf1}, {f1, rb2}, {rf1, b2}}) {
+    const Proc d = Exec("diff " + a + " " + b + " --json");
+    ASSERT_EQ(d.code, 0) << a << " " << b << "\n" << d.out << d.err;
+    const auto j = nlohmann::json::parse(d.out);
+    std::map<std::string, nlohmann::json> rows;
+    for (const auto& t : j["tensors"]) rows[t["name"]] = t;
+    EXPECT_EQ(rows["act"]["result"], "identical") << rows["act"].dump();
+    EXPECT_EQ(rows["act"]["by"], "overlap") << rows["act"].dump();
+    EXPECT_EQ(rows["act"]["shard"], "[2:3, 4:6, 0:5] + [3:4, 0:6, 0:5]") << rows["act"].dump();
+    EXPECT_EQ(rows["act"]["a"]["fingerprint"], FingerprintHex(act)) << rows["act"].dump();
+    EXPECT_EQ(rows["act"]["b"]["fingerprint"], FingerprintHex(act)) << rows["act"].dump();
+    // In the 8-rank save, rank 0's file holds layers.0.w's shard that rank 2 replicates, and
+    // norm (replicated): rank 2's file holds neither (not compared: no difference).
+    const bool save8 = a == rb2 || b == rb2;
+    if (save8) {
+      EXPECT_EQ(rows["layers.0.w"]["result"], "not-compared") << rows["layers.0.w"].dump();
+    } else {
+      EXPECT_EQ(rows["layers.0.w"]["shard"], "[3:5, 0:3]") << rows["layers.0.w"].dump();
+      EXPECT_EQ(rows["layers.0.w"]["a"]["fingerprint"], FingerprintHex(*lw)) << rows["layers.0.w"].dump();
+    }
+    // norm (whole against flat) and flat.w (flat against flat).
+    EXPECT_EQ(rows["norm"]["result"], save8 ? "not-compared" : "identical") << rows["norm"].dump();
+    EXPECT_EQ(rows["flat.w"]["result"], "identical") << rows["flat.w"].dump();
+    EXPECT_TRUE(j["identical"].get<bool>()) << d.out;
+  }
+  {
+    const Proc d = Exec("diff " + f1b + " " + rb2 + " --json");
+    EXPECT_EQ(d.code, 7) << d.out << d.err;
+    const auto j = nlohmann::json::parse(d.out);
+    const std::map<std::string, std::string> want = {
+        {"act", "values-differ"}, {"flat.w", "identical"}, {"norm", "not-compared"}, {"layers.0.w", "not-compared"}};
+    for (const auto& t : j["tensors"]) EXPECT_EQ(t["result"], want.at(t["name"])) << t.dump();
+    const Proc text = Exec("diff " + f1b + " " + b2);
+    EXPECT_EQ(text.code, 7);
+    EXPECT_NE(text.out.find("values-differ act  a "), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("(the overlap [2:3, 4:6, 0:5] + [3:4, 0:6, 0:5] of the two shards of [8, 6, 10])"),
+              std::string::npos) << text.out;
+  }
+  {
+    // LF rank 0 holds act flat[0:160] (rows 0:2 and part of row 2); rank 6 of the 8-rank layout
+    // rows 6:8: nothing shared.
+    const Proc d = Exec("diff " + f0 + " " + b6 + " --json");
+    EXPECT_EQ(d.code, 0) << d.out << d.err;
+    const auto j = nlohmann::json::parse(d.out);
+    for (const auto& t : j["tensors"]) {
+      if (t["name"] == "act") {
+        EXPECT_EQ(t["result"], "other-shards") << t.dump();
+      }
+    }
+  }
+}
+
 // Three tensors flat over 8 ranks: rank 5 holds no element of f (4 elements) nor of z (none).
 const char* kEmptyShardsSpec = R"({"seedstore": 1, "seed": 3, "tensors": [
     {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
