@@ -26,7 +26,7 @@
 # into Python; the tests start the seedstore binary (ASan + UBSan) as child processes, whose
 # reports land in $BUILD/sanitizer-logs like every other. The script says so when it runs them.
 #
-# Last run (2026-12-04 session 17, AMD EPYC VM, rebuilt from scratch at 823cdd8, then at aa2ccbc):
+# Last run (2026-12-04 session 17, AMD EPYC VM, rebuilt from scratch at 823cdd8, then incrementally at aa2ccbc):
 # 'unit|cli' -R 'FlatPiece|Diff' 12 pass; then 'unit|cli|golden' 177 + 2 pass, no report, 241 s.
 # mpi not run this session (its code did not change).
 # Run before (2026-12-03 session 16, AMD EPYC VM, rebuilt from scratch at 3ca4437): 'unit|cli|golden|mpi':

@@ -184,6 +184,14 @@ TEST(Cli, FingerprintsOfRanksComposeAndShardsReassemble) {
   for (const auto& [name, fp] : want) EXPECT_EQ(FingerprintHex(got[name]), FingerprintHex(fp)) << name;
 }
 
+// `diff --json`'s rows by tensor name (copied out of the parsed document).
+std::map<std::string, nlohmann::json> DiffRows(const std::string& json_out) {
+  const auto j = nlohmann::json::parse(json_out);
+  std::map<std::string, nlohmann::json> rows;
+  for (const auto& t : j["tensors"]) rows[t["name"]] = t;
+  return rows;
+}
+
 // `diff` across every kind of source holding the same weights: the spec, its safetensors
 // export, that file imported as a dense store, the store and the file each resharded into a
 // distributed save under the 8-rank layout (pieces in rank files); with and without --recorded.
@@ -279,9 +287,7 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
     ASSERT_EQ(Exec("materialize " + spec + " --layout " + layout + " --rank 2 -o " + p2).code, 0);
     const Proc d = Exec("diff " + q1 + " " + p2 + " --json");
     ASSERT_EQ(d.code, 0) << d.out << d.err;
-    const auto j = nlohmann::json::parse(d.out);
-    std::map<std::string, nlohmann::json> rows;
-    for (const auto& t : j["tensors"]) rows[t["name"]] = t;
+    auto rows = DiffRows(d.out);
     EXPECT_EQ(rows["act"]["result"], "identical") << rows["act"].dump();
     EXPECT_EQ(rows["act"]["by"], "overlap") << rows["act"].dump();
     EXPECT_EQ(rows["act"]["shard"], "[3:4, 0:6, 0:5]") << rows["act"].dump();
@@ -394,8 +400,7 @@ TEST(Cli, DiffComparesAFlatShardWithABoxShardOnTheirOverlap) {
     const Proc d = Exec("diff " + a + " " + b + " --json");
     ASSERT_EQ(d.code, 0) << a << " " << b << "\n" << d.out << d.err;
     const auto j = nlohmann::json::parse(d.out);
-    std::map<std::string, nlohmann::json> rows;
-    for (const auto& t : j["tensors"]) rows[t["name"]] = t;
+    auto rows = DiffRows(d.out);
     EXPECT_EQ(rows["act"]["result"], "identical") << rows["act"].dump();
     EXPECT_EQ(rows["act"]["by"], "overlap") << rows["act"].dump();
     EXPECT_EQ(rows["act"]["shard"], "[2:3, 4:6, 0:5] + [3:4, 0:6, 0:5]") << rows["act"].dump();
