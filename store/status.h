@@ -1,5 +1,6 @@
 // Status values at library boundaries (house style H3). The CLI maps codes to exit codes.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
