@@ -250,7 +250,9 @@ ArrayView ViewArray(nb::handle obj, bool writable, const std::string& what) {
   }
   v.device_id = a.device_id();
   int64_t expect = 1;
-  for (size_t d = a.ndim(); d-- > 0;) {
+  bool empty = false;
+  for (size_t d = 0; d < a.ndim(); ++d) empty = empty || a.shape(d) == 0;
+  for (size_t d = a.ndim(); d-- > 0 && !empty;) {
     const int64_t ext = a.shape(d);
     if (ext > 1 && a.stride(d) != expect)
       Throw(InvalidArgument(what + " is not C-contiguous (dim " + std::to_string(d) + " has stride " +
