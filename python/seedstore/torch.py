@@ -22,7 +22,7 @@ import torch.distributed as dist
 import seedstore as _ss
 from seedstore import _core
 
-__all__ = ["init_module_", "verify_replicas", "InitReport", "ReplicaReport", "layout_of"]
+__all__ = ["init_module_", "verify_replicas", "InitReport", "ReplicaReport", "layout_of", "Reader"]
 
 NameMap = Union[None, Dict[str, str], Callable[[str], Optional[str]]]
 
@@ -402,3 +402,100 @@ def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
     if raise_on_failure:
         report.raise_if_failed()
     return report
+
+
+_DTYPES_BY_NAME = {v: k for k, v in _TORCH_DTYPES.items()}
+
+
+try:
+    from torch.distributed.checkpoint import StorageReader as _StorageReader
+except ImportError:  # pragma: no cover - torch without DCP
+    _StorageReader = object
+
+
+class Reader(_StorageReader):
+    """A torch.distributed.checkpoint StorageReader over any seedstore source: a store, a
+    distributed save, a spec, safetensors or an HF index.
+
+        dcp.load(state_dict, storage_reader=seedstore.torch.Reader(path))
+
+    loads it into any sharding of `state_dict` (DTensors of FSDP2 / TP, plain tensors): the
+    planner asks for each local shard's box of the global tensor, which is generated in place
+    (lazy tensors) or read (dense ones) -- no rank reads or generates more than its shards.
+    Each source tensor is presented to DCP as one chunk covering it (the library serves any box
+    of it, whatever layout it was saved under). Only tensors: a non-tensor entry of the state
+    dict is not in the checkpoint. `name_map` renames state-dict keys to source names."""
+
+    def __init__(self, source: Any, *, name_map: NameMap = None, threads: int = 0):
+        super().__init__()
+        self._source = source
+        self._cat = _ss.open(source)
+        self._name_map = name_map
+        self._threads = threads
+
+    def _src(self, fqn: str) -> str:
+        n = _map_name(self._name_map, fqn)
+        return fqn if n is None else n
+
+    def reset(self, checkpoint_id=None) -> None:
+        if checkpoint_id is not None and str(checkpoint_id) != str(self._source):
+            self._source = checkpoint_id
+            self._cat = _ss.open(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        try:
+            _ss.open(checkpoint_id)
+            return True
+        except (_ss.Error, TypeError):
+            return False
+
+    def read_metadata(self):
+        from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata,
+                                                           TensorProperties, TensorStorageMetadata)
+        md = {}
+        inverse = {}
+        if isinstance(self._name_map, dict):
+            inverse = {v: k for k, v in self._name_map.items()}
+        for t in self._cat.tensors:
+            dtype = _DTYPES_BY_NAME.get(t.dtype)
+            if dtype is None:
+                continue  # a dtype torch has no type for: not offered
+            size = torch.Size(t.shape)
+            md[inverse.get(t.name, t.name)] = TensorStorageMetadata(
+                properties=TensorProperties(dtype=dtype), size=size,
+                chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(size)), sizes=size)])
+        return Metadata(state_dict_metadata=md)
+
+    def set_up_storage_reader(self, metadata, is_coordinator: bool) -> None:
+        pass
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def read_data(self, plan, planner):
+        from torch.distributed.checkpoint.planner import LoadItemType
+        from torch.futures import Future
+        for item in plan.items:
+            if item.type == LoadItemType.BYTE_IO:
+                raise _err(_ss.UnsupportedError, "UNSUPPORTED",
+                           f"seedstore.torch.Reader: '{item.dest_index.fqn}' is not a tensor; a seedstore "
+                           "source holds tensors only")
+            name = self._src(item.storage_index.fqn)
+            start = [o + s for o, s in zip(item.storage_index.offset or [0] * len(item.lengths),
+                                           item.storage_offsets)]
+            box = [(a, a + n) for a, n in zip(start, item.lengths)]
+            target = planner.resolve_tensor(item).detach()
+            if target.is_contiguous():
+                self._cat.materialize(name, target, box, threads=self._threads)
+            else:  # a strided view of the destination: through one contiguous buffer
+                tmp = torch.empty(target.shape, dtype=target.dtype, device=target.device)
+                self._cat.materialize(name, tmp, box, threads=self._threads)
+                target.copy_(tmp)
+            planner.commit_tensor(item, target)
+        fut = Future()
+        fut.set_result(None)
+        return fut

@@ -2,7 +2,9 @@
 init_module_ on a meta-built Llama-shaped model under FSDP2 (4 ranks) and FSDP2 x TP (2 x 2),
 every local shard equal to the slice of the same model initialized whole; verify_replicas in
 the torchtitan#166 scenario (unseeded replicas), with a re-seeded tensor on one rank and one
-flipped element on another, each named with its tensor and rank."""
+flipped element on another, each named with its tensor and rank; torch.distributed.checkpoint
+loading a lazy store and its dense safetensors export through seedstore.torch.Reader into both
+shardings."""
 import json
 import os
 import subprocess
@@ -102,3 +104,15 @@ def test_majority_names_the_deviating_ranks(ranks):
     assert rep["disagreeing"] == {"layers.0.attention.wq.weight": [2], "output.weight": [3]}
     code, msg = ranks[0]["replica_raise"]
     assert code == "MISMATCH" and "layers.0.attention.wq.weight" in msg and "output.weight" in msg
+
+
+def test_dcp_loads_a_store_and_safetensors_into_both_shardings(ranks):
+    spec_fps = ranks[0]["fsdp_fingerprints"]
+    for res in ranks:
+        for label in ("fsdp", "tp"):
+            for kind in ("h5", "safetensors"):
+                key = f"dcp_{label}_{kind}"
+                assert res[key + "_bad"] == [], (key, res[key + "_bad"])
+                composed = res[key + "_composed"]
+                # the same fingerprints whatever the sharding and the source format
+                assert {n: composed[n] for n in spec_fps} == spec_fps, key

@@ -8,10 +8,12 @@ compute_local_shape_and_global_offset, places the slice) and full_tensor() with 
 """
 import json
 import os
+import subprocess
 import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -183,6 +185,28 @@ def main():
     record("tp_verify", report_summary(sst.verify_replicas(m2, spec)))
     # The same composed fingerprints without a source (layout-independent, I4).
     record("tp_verify_nosource", report_summary(sst.verify_replicas(m2)))
+
+    # --- DCP: a store (lazy) and its safetensors export (dense) loaded into both shardings.
+    if rank == 0:
+        with open(os.path.join(out, "spec.json"), "w") as f:
+            json.dump(spec, f)
+        subprocess.run([os.environ["SEEDSTORE_BIN"], "init", "--spec", os.path.join(out, "spec.json"),
+                        "-o", os.path.join(out, "store.h5")], check=True)
+        subprocess.run([os.environ["SEEDSTORE_BIN"], "export", os.path.join(out, "store.h5"), "--format",
+                        "safetensors", "-o", os.path.join(out, "m.safetensors")], check=True)
+    dist.barrier()
+    for src in ("store.h5", "m.safetensors"):
+        for label, make in (("fsdp", lambda: fsdp(init_device_mesh("cpu", (world,), mesh_dim_names=("dp",)))),
+                            ("tp", lambda: fsdp_tp(init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))))):
+            mm = make()
+            mm.to_empty(device="cpu")
+            mm.freqs.zero_()
+            sd = mm.state_dict()
+            dcp.load(sd, storage_reader=sst.Reader(os.path.join(out, src)))
+            key = f"dcp_{label}_{src.split('.')[-1]}"
+            record(key + "_bad", compare_with_whole(mm, whole))
+            rep = sst.verify_replicas(mm)
+            record(key + "_composed", {t["name"]: t["composed"] for t in rep.tensors})
 
     # --- torchtitan#166: DDP-style replicas (plain tensors on every rank) never seeded alike.
     r = Llama()
