@@ -22,7 +22,8 @@ import torch.distributed as dist
 import seedstore as _ss
 from seedstore import _core
 
-__all__ = ["init_module_", "verify_replicas", "InitReport", "ReplicaReport", "layout_of", "Reader"]
+__all__ = ["init_module_", "verify_replicas", "InitReport", "ReplicaReport", "layout_of", "Reader",
+           "Writer"]
 
 NameMap = Union[None, Dict[str, str], Callable[[str], Optional[str]]]
 
@@ -64,17 +65,36 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 class _MeshPlacement:
     """A DTensor's placement in the library's notation: mesh axes (reordered for
     _StridedShard), their sizes, the rank at each row-major position, one DTensor entry per
-    axis."""
+    axis. `ranks` holds the layout's rank at each position of the mesh in its own axis order
+    `mesh_axes`; `nest` lists, per sharded dim, the axes sharding it outermost first."""
     axes: List[str]
     shape: List[int]
     devices: List[int]  # group ranks, row-major over `axes`
     entries: List[str]
+    mesh_axes: List[str] = field(default_factory=list)
+    ranks: Any = None
+    nest: Dict[int, List[str]] = field(default_factory=dict)
 
     def mesh_json(self) -> dict:
         return {"axes": self.axes, "shape": self.shape, "devices": self.devices}
 
     def key(self) -> str:
         return json.dumps(self.mesh_json(), sort_keys=True)
+
+    def reordered(self, axes: List[str]) -> Optional["_MeshPlacement"]:
+        """The same placement over the same mesh with its axes in order `axes`, when that
+        order keeps every dim's nesting (else None)."""
+        if sorted(axes) != sorted(self.mesh_axes) or self.ranks is None:
+            return None
+        for order in self.nest.values():
+            if [a for a in axes if a in order] != order:
+                return None
+        by = dict(zip(self.axes, self.entries))
+        sizes = dict(zip(self.axes, self.shape))
+        perm = self.ranks.permute(*[self.mesh_axes.index(a) for a in axes]).reshape(-1).tolist()
+        return _MeshPlacement(axes=list(axes), shape=[sizes[a] for a in axes], devices=perm,
+                              entries=[by[a] for a in axes], mesh_axes=self.mesh_axes,
+                              ranks=self.ranks, nest=self.nest)
 
 
 def _on_root_mesh(name: str, t: torch.Tensor, world: int):
@@ -143,9 +163,16 @@ def _mesh_placement(name: str, t: torch.Tensor, to_rank: Callable[[int], int],
                            f"the product of the later mesh axes sharding dim {d} ({prod})")
             order.remove(a)
             order.insert(order.index(later[-1]) + 1, a)
-    perm = ranks.permute(*order).reshape(-1).tolist()
+    mapped = torch.tensor([to_rank(g) for g in ranks.reshape(-1).tolist()]).reshape(ranks.shape)
+    nest: Dict[int, List[str]] = {}
+    for a in order:
+        e = entries[a]
+        if e.startswith("Shard("):
+            nest.setdefault(int(e[6:-1]), []).append(names[a])
     return _MeshPlacement(axes=[names[a] for a in order], shape=[sizes[a] for a in order],
-                          devices=[to_rank(g) for g in perm], entries=[entries[a] for a in order])
+                          devices=mapped.permute(*order).reshape(-1).tolist(),
+                          entries=[entries[a] for a in order], mesh_axes=names, ranks=mapped,
+                          nest=nest)
 
 
 def _dense_ranks(devs: List[int], name: str) -> List[int]:
@@ -350,6 +377,48 @@ class ReplicaReport:
         return f"ReplicaReport(ok={self.ok}, {len(self.tensors)} tensors, disagreeing={self.disagreeing})"
 
 
+def _layout_groups(named, name_map: NameMap, group, world: int, what: str):
+    """Tensors `named` ((name, tensor) pairs) as few library layouts over the group as their placements allow
+    (one, unless two tensors nest the same mesh axes in opposite orders): a list of
+    (Layout, [(name, global shape, local shard)]) -- plain tensors, unmatched by any rule,
+    replicated over the first -- and whether any shard is on CUDA."""
+    placed: List[Tuple[_MeshPlacement, list, list]] = []
+    plain = []
+    cuda = False
+    for n, t in named:
+        name = _map_name(name_map, n)
+        if name is None:
+            continue
+        local = _local(t)
+        cuda = cuda or local.is_cuda
+        if not _is_dtensor(t):
+            plain.append((name, list(t.shape), local))
+            continue
+        mp = _mesh_placement(name, t, lambda g: dist.get_group_rank(group, g), world)
+        if len(mp.devices) != world:
+            raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                       f"{what}: tensor '{n}': its DeviceMesh has {len(mp.devices)} ranks, "
+                       f"the group {world}: pass the group its mesh spans")
+        _dense_ranks(mp.devices, n)
+        for g in placed:
+            fit = mp.reordered(g[0].axes)
+            if fit is not None and fit.devices == g[0].devices:
+                mp = fit
+                break
+        else:
+            g = (mp, [], [])
+            placed.append(g)
+        g[1].append({"match": _glob_literal(name), "dtensor": mp.entries})
+        g[2].append((name, list(t.shape), local))
+    if not placed:
+        placed.append((_MeshPlacement(["data"], [world], list(range(world)), []), [], []))
+    out = []
+    for i, (mp, rules, params) in enumerate(placed):
+        layout = _ss.Layout({"mesh": mp.mesh_json(), "placements": rules})
+        out.append((layout, params + plain if i == 0 else params))
+    return out, cuda
+
+
 def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
                     name_map: NameMap = None, threads: int = 0,
                     raise_on_failure: bool = False) -> ReplicaReport:
@@ -367,36 +436,12 @@ def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
     ex = _TorchExchange(group)
     world = ex.size()
     ref = _ss.open(source)._c if source is not None else None
-    groups: Dict[str, Tuple[_MeshPlacement, list, list]] = {}
-    plain = []
-    cuda = False
-    for _, n, t in _named_tensors(module):
-        name = _map_name(name_map, n)
-        if name is None:
-            continue
-        local = _local(t)
-        cuda = cuda or local.is_cuda
-        if _is_dtensor(t):
-            mp = _mesh_placement(name, t, lambda g: dist.get_group_rank(group, g), world)
-            if len(mp.devices) != world:
-                raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
-                           f"verify_replicas: tensor '{n}': its DeviceMesh has {len(mp.devices)} ranks, "
-                           f"the group {world}: pass the group its mesh spans")
-            _dense_ranks(mp.devices, n)
-            g = groups.setdefault(mp.key(), (mp, [], []))
-            g[1].append({"match": _glob_literal(name), "dtensor": mp.entries})
-            g[2].append((name, list(t.shape), local))
-        else:
-            plain.append((name, list(t.shape), local))
+    groups, cuda = _layout_groups(((n, t) for _, n, t in _named_tensors(module)), name_map, group,
+                                  world, "verify_replicas")
     if cuda:
         torch.cuda.current_stream().synchronize()
-    if not groups:
-        groups["replicated"] = (_MeshPlacement(["data"], [world], list(range(world)), []), [], [])
     reports = []
-    for i, (mp, rules, params) in enumerate(groups.values()):
-        if i == 0:
-            params = params + plain  # unmatched by any rule: replicated over the mesh
-        layout = _ss.Layout({"mesh": mp.mesh_json(), "placements": rules})
+    for layout, params in groups:
         reports.append(_core.verify_buffers(ex, params, layout._l, ref, threads))
     report = ReplicaReport(reports)
     if raise_on_failure:
@@ -499,3 +544,76 @@ class Reader(_StorageReader):
         fut = Future()
         fut.set_result(None)
         return fut
+
+
+try:
+    from torch.distributed.checkpoint import StorageWriter as _StorageWriter
+except ImportError:  # pragma: no cover - torch without DCP
+    _StorageWriter = object
+
+
+class Writer(_StorageWriter):
+    """A torch.distributed.checkpoint StorageWriter that writes a seedstore distributed save:
+
+        dcp.save(state_dict, storage_writer=seedstore.torch.Writer("ckpt.h5"))
+
+    Every rank writes its own shards (replica 0 of each region) into its rank file, in
+    parallel, from the state dict's memory (io/dist_store.h SaveBuffers), and the save is proven
+    against the shards' fingerprints before dcp.save returns; `seedstore verify ckpt.h5`
+    checks it and Reader (or any seedstore command) reads it under any layout. The state dict's
+    DTensor placements become the save's layout. Tensors in host memory only; an entry that is
+    not a tensor is refused by name. DCP's own .metadata file is not written: the save's
+    master file is its index."""
+
+    def __init__(self, path: Any, *, group=None, threads: int = 0):
+        super().__init__()
+        self.path = str(path)
+        self.group = group
+        self.threads = threads
+        self.table = ""
+
+    def reset(self, checkpoint_id=None) -> None:
+        if checkpoint_id is not None:
+            self.path = str(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return isinstance(checkpoint_id, (str, bytes)) or hasattr(checkpoint_id, "__fspath__")
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
+        pass
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def write_data(self, plan, planner):
+        from torch.distributed.checkpoint.storage import WriteResult
+        from torch.futures import Future
+        state = getattr(planner, "state_dict", None)
+        if state is None:
+            raise _err(_ss.UnsupportedError, "UNSUPPORTED",
+                       f"seedstore.torch.Writer: planner {type(planner).__name__} keeps no state_dict")
+        bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
+        if bad:
+            raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                       "seedstore.torch.Writer: a seedstore save holds tensors only; not tensors: " +
+                       ", ".join(f"'{k}'" for k in bad))
+        group = self.group if self.group is not None else dist.group.WORLD
+        ex = _TorchExchange(group)
+        groups, _ = _layout_groups(sorted(state.items()), None, group, ex.size(), "seedstore.torch.Writer")
+        if len(groups) != 1:
+            raise _err(_ss.UnsupportedError, "UNSUPPORTED",
+                       "seedstore.torch.Writer: the state dict's DTensors nest the same mesh axes in "
+                       "opposite orders, which one layout cannot place")
+        layout, params = groups[0]
+        self.table = _core.save_buffers(ex, params, layout._l, self.path, self.threads)
+        results = [WriteResult(index=item.index, size_in_bytes=0, storage_data=None) for item in plan.items]
+        fut = Future()
+        fut.set_result(results)
+        return fut
+
+    def finish(self, metadata, results) -> None:
+        pass

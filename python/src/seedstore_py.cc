@@ -23,6 +23,7 @@
 
 #include "io/collective.h"
 #include "io/device.h"
+#include "io/dist_store.h"
 #include "io/open.h"
 #include "kernels/materialize.h"
 #include "store/catalog.h"
@@ -284,6 +285,29 @@ struct PyCatalog {
     return static_cast<size_t>(i);
   }
 };
+
+using ParamList = std::vector<std::tuple<std::string, std::vector<int64_t>, nb::object>>;
+
+// (name, global shape, local shard array) triples as the library's ParamBuffers; the arrays
+// must stay alive while the buffers are used. `what` names the operation in errors.
+std::vector<ParamBuffer> ToParamBuffers(const ParamList& params, const std::string& what) {
+  std::vector<ParamBuffer> bufs;
+  for (const auto& [name, shape, array] : params) {
+    const std::string w = what + " " + Quoted(name) + ": local shard";
+    ArrayView v = ViewArray(array, /*writable=*/false, w);
+    ParamBuffer p;
+    p.name = name;
+    p.shape = ToShape(shape, w + " global shape");
+    p.dtype = v.dtype;
+    p.data = v.data;
+    uint64_t n = 1;
+    for (uint64_t x : v.shape) n *= x;
+    p.bytes = n * DTypeSize(v.dtype);
+    p.on_device = v.on_device;
+    bufs.push_back(std::move(p));
+  }
+  return bufs;
+}
 
 nb::object JsonToPython(const nlohmann::json& j) {
   return nb::module_::import_("json").attr("loads")(j.dump());
@@ -608,23 +632,9 @@ NB_MODULE(_seedstore, m) {
 
   // One parameter's local shard: (name, global shape, array). `layout` places each on `exchange`'s
   // ranks; `reference` (a catalog or None) gives expected fingerprints (store/verify.h).
-  m.def("verify_buffers", [](nb::object exchange, const std::vector<std::tuple<std::string, std::vector<int64_t>, nb::object>>& params,
-                             const Layout& layout, std::optional<PyCatalog> reference, int threads) {
-    std::vector<ParamBuffer> bufs;
-    for (const auto& [name, shape, array] : params) {
-      const std::string what = "verify " + Quoted(name) + ": local shard";
-      ArrayView v = ViewArray(array, /*writable=*/false, what);
-      ParamBuffer p;
-      p.name = name;
-      p.shape = ToShape(shape, what + " global shape");
-      p.dtype = v.dtype;
-      p.data = v.data;
-      uint64_t n = 1;
-      for (uint64_t s : v.shape) n *= s;
-      p.bytes = n * DTypeSize(v.dtype);
-      p.on_device = v.on_device;
-      bufs.push_back(std::move(p));
-    }
+  m.def("verify_buffers", [](nb::object exchange, const ParamList& params, const Layout& layout,
+                             std::optional<PyCatalog> reference, int threads) {
+    const std::vector<ParamBuffer> bufs = ToParamBuffers(params, "verify");
     PyExchange ex(exchange);
     VerifyOptions o;
     o.cpu.threads = threads;
@@ -635,4 +645,25 @@ NB_MODULE(_seedstore, m) {
     }
     return Take(std::move(rep));
   }, "exchange"_a, "params"_a, "layout"_a, "reference"_a.none(), "threads"_a = 0);
+
+  // The live-job save (io/dist_store.h SaveBuffers): every rank its shards, host memory, one
+  // distributed save at `path`, proven. Returns the proof's table; a failed proof raises.
+  m.def("save_buffers", [](nb::object exchange, const ParamList& params, const Layout& layout,
+                           const std::string& path, int threads) {
+    const std::vector<ParamBuffer> bufs = ToParamBuffers(params, "save");
+    for (const ParamBuffer& p : bufs)
+      if (p.on_device) Throw(Unsupported("save " + Quoted(p.name) + ": the local shard is in CUDA memory; "
+                                         "the save reads host memory (move the state dict to the CPU)"));
+    PyExchange ex(exchange);
+    DistSaveOptions o;
+    o.cpu.threads = threads;
+    Result<ReshardReport> rep = ReshardReport{};
+    {
+      nb::gil_scoped_release rel;
+      rep = SaveBuffers(ex, bufs, layout, path, o);
+    }
+    ReshardReport r = Take(std::move(rep));
+    Check(r.ToStatus());
+    return r.Table();
+  }, "exchange"_a, "params"_a, "layout"_a, "path"_a, "threads"_a = 0);
 }

@@ -4,7 +4,8 @@ every local shard equal to the slice of the same model initialized whole; verify
 the torchtitan#166 scenario (unseeded replicas), with a re-seeded tensor on one rank and one
 flipped element on another, each named with its tensor and rank; torch.distributed.checkpoint
 loading a lazy store and its dense safetensors export through seedstore.torch.Reader into both
-shardings."""
+shardings; dcp.save through seedstore.torch.Writer giving a distributed save that `seedstore
+verify` accepts and `seedstore reshard` consolidates."""
 import json
 import os
 import subprocess
@@ -116,3 +117,15 @@ def test_dcp_loads_a_store_and_safetensors_into_both_shardings(ranks):
                 composed = res[key + "_composed"]
                 # the same fingerprints whatever the sharding and the source format
                 assert {n: composed[n] for n in spec_fps} == spec_fps, key
+
+
+def test_dcp_save_with_the_writer_is_a_seedstore_save(ranks):
+    spec_fps = ranks[0]["fsdp_fingerprints"]
+    assert all(r["save_table_has_rows"] for r in ranks)
+    code, out, err = ranks[0]["save_cli_check"]
+    assert code == 0, (out, err)
+    code, err = ranks[0]["save_reshard"]
+    assert code == 0, err
+    assert ranks[0]["save_fingerprints"] == spec_fps  # consolidated: the model's fingerprints
+    for r, res in enumerate(ranks):  # read back into another sharding through the Reader
+        assert res["save_load_bad"] == [], (r, res["save_load_bad"])
