@@ -13,6 +13,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -566,6 +567,25 @@ NB_MODULE(_seedstore, m) {
         }
         Check(st);
       }, "name"_a, "out"_a, "region"_a, "threads"_a = 0, "stream"_a.none() = nb::none())
+      // bench/py_bench.py's reference: Catalog::Read of region r into a buffer the C++ side
+      // owns (allocated and touched first), `reps` times; the seconds of each.
+      .def("_time_read", [](const PyCatalog& c, const std::string& name, const Region& r, int threads, int reps) {
+        const size_t i = c.Index(name);
+        Check(CheckRegionIn(c.c->tensors()[i], r));
+        std::vector<unsigned char> buf(r.Count() * DTypeSize(c.c->tensors()[i].dtype), 1);
+        std::vector<double> secs;
+        nb::gil_scoped_release rel;
+        for (int k = 0; k < reps; ++k) {
+          const auto t0 = std::chrono::steady_clock::now();
+          const Status st = c.c->Read(i, r, buf.data(), CpuOptions{threads});
+          secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          if (!st.ok()) {
+            nb::gil_scoped_acquire g;
+            Throw(st);
+          }
+        }
+        return secs;
+      }, "name"_a, "region"_a, "threads"_a = 0, "reps"_a = 1)
       .def("fingerprint", [](const PyCatalog& c, const std::string& name, const Region& r, int threads) {
         const size_t i = c.Index(name);
         Check(CheckRegionIn(c.c->tensors()[i], r));
