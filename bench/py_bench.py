@@ -51,14 +51,29 @@ def bench_materialize(reps, threads):
         region = cat.region("w")
         tt = torch.empty(shape, dtype=torch.float32 if dtype == "float32" else torch.bfloat16)
         arr = np.empty(shape, dtype=seedstore._numpy_dtype(dtype))
-        cpp = statistics.median(cat._c._time_read("w", region, threads, reps))
-        t_torch = median_time(lambda: cat.materialize("w", tt, region, threads=threads), reps)
-        t_np = median_time(lambda: cat.materialize("w", arr, region, threads=threads), reps)
+        # interleaved, one of each per round, so that the machine's load falls on all three alike
+        c, a, b = [], [], []
+        for _ in range(reps):
+            c.append(cat._c._time_read("w", region, threads, 1)[0])
+            a.append(median_time(lambda: cat.materialize("w", tt, region, threads=threads), 1))
+            b.append(median_time(lambda: cat.materialize("w", arr, region, threads=threads), 1))
+        cpp, t_torch, t_np = statistics.median(c), statistics.median(a), statistics.median(b)
         n = region.count
         rows.append({"case": f"{dtype} {dist} {shape}", "elements": n,
                      "cpp_s": cpp, "torch_s": t_torch, "numpy_s": t_np,
                      "torch_vs_cpp": cpp / t_torch, "numpy_vs_cpp": cpp / t_np,
                      "cpp_Melem_s": n / cpp / 1e6})
+    # the fixed cost of one call (DLPack import, checks, GIL release): a one-element region
+    cat = seedstore.open({"seedstore": 1, "tensors": [
+        {"name": "w", "shape": [4096, 4096], "dtype": "float32", "init": {"dist": "normal"}}]})
+    one = cat.region("w", [(7, 8), (9, 10)])
+    tt, arr = torch.empty(1, 1), np.empty((1, 1), np.float32)
+    for name, out in (("torch", tt), ("numpy", arr)):
+        calls = 2000
+        t = median_time(lambda: [cat.materialize("w", out, one, threads=1) for _ in range(calls)], 5)
+        cpp = statistics.median(cat._c._time_read("w", one, 1, calls))
+        rows.append({"case": f"one-element call overhead, {name}", "python_call_us": 1e6 * t / calls,
+                     "cpp_read_us": 1e6 * cpp})
     return rows
 
 

@@ -351,3 +351,34 @@ def test_init_module_plain_and_errors_write_nothing():
     # name_map renames
     rep = sst.init_module_(fresh, model_spec(), name_map={"emb": "emb"}, strict=False)
     assert "emb" in rep.initialized
+
+
+def test_dcp_writer_and_reader_in_a_world_of_one(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    import seedstore.torch as sst
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        cat = seedstore.open(model_spec())
+        sd = {"w": torch.from_numpy(cat.read("layers.0.w")), "n": torch.from_numpy(cat.read("layers.0.norm"))}
+        ckpt = tmp_path / "ckpt.h5"
+        w = sst.Writer(ckpt)
+        dcp.save(sd, storage_writer=w)
+        assert cli("verify", ckpt).returncode == 0
+        back = {"w": torch.zeros(23, 16), "n": torch.zeros(16)}
+        dcp.load(back, storage_reader=sst.Reader(str(ckpt)))
+        assert torch.equal(back["w"], sd["w"]) and torch.equal(back["n"], sd["n"])
+        # renamed keys through name_map; a key the source lacks is DCP's own error
+        ren = {"weight": torch.zeros(23, 16)}
+        dcp.load(ren, storage_reader=sst.Reader(str(ckpt), name_map={"weight": "w"}))
+        assert torch.equal(ren["weight"], sd["w"])
+        # a state dict entry that is not a tensor is refused by name, nothing written
+        with pytest.raises(BaseException) as e:  # DCP wraps each rank's exception (a BaseException)
+            dcp.save({"w": sd["w"], "step": 3}, storage_writer=sst.Writer(tmp_path / "bad.h5"))
+        failures = getattr(e.value, "failures", {0: e.value})
+        inner = failures[0][0] if isinstance(failures[0], tuple) else failures[0]  # (exception, trace)
+        assert isinstance(inner, seedstore.InvalidArgumentError) and "'step'" in str(inner), repr(inner)
+        assert not (tmp_path / "bad.h5").exists()
+    finally:
+        dist.destroy_process_group()
