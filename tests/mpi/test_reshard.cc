@@ -2104,7 +2104,8 @@ TEST(ReshardVds, ARankFileOfAnotherSaveIsRefusedBeforeAnythingIsWritten) {
 // the hard one at start (a 64-rank save read under a soft limit of 32); under a hard limit of
 // 32 it keeps 16 open and reopens the others as needed (this failed with EMFILE before the
 // cap); a limit too small for even that names the rank file unreadable (IO, exit 5) with the
-// limit -- not corrupt.
+// limit -- not corrupt. The reads run on the CPU: the CUDA runtime takes descriptors of its
+// own, which a limit of 32 leaves no room for.
 TEST(ReshardVds, ManyRankFilesOpenUnderALowDescriptorLimit) {
   SEEDSTORE_NEED_BIN();
   static RawFixture f = MakeRawSource(R"({"seedstore": 1, "seed": 6, "tensors": [
@@ -2116,13 +2117,13 @@ TEST(ReshardVds, ManyRankFilesOpenUnderALowDescriptorLimit) {
   ASSERT_TRUE(ReshardHere(f.source, layout, out).ok());
   const Proc whole = Shell(Bin() + " fingerprint " + f.source);
   ASSERT_EQ(whole.code, 0) << whole.err;
-  const Proc soft = Shell("bash -c 'ulimit -Sn 32 && exec " + Bin() + " fingerprint " + out + "'");
+  const Proc soft = Shell("bash -c 'ulimit -Sn 32 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
   EXPECT_EQ(soft.code, 0) << soft.err;
   EXPECT_EQ(soft.out, whole.out);
-  const Proc hard = Shell("bash -c 'ulimit -n 32 && exec " + Bin() + " fingerprint " + out + "'");
+  const Proc hard = Shell("bash -c 'ulimit -n 32 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
   EXPECT_EQ(hard.code, 0) << hard.err;
   EXPECT_EQ(hard.out, whole.out);
-  const Proc tiny = Shell("bash -c 'ulimit -n 5 && exec " + Bin() + " fingerprint " + out + "'");
+  const Proc tiny = Shell("bash -c 'ulimit -n 5 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
   EXPECT_EQ(tiny.code, 5) << tiny.out << tiny.err;
   EXPECT_NE(tiny.err.find("Too many open files (this process may open 5 files"), std::string::npos) << tiny.err;
 }
