@@ -340,3 +340,28 @@ TEST(Spec, ARepeatedKeyIsRefusedNamingItAndWhere) {
 
 }  // namespace
 }  // namespace seedstore
+
+namespace seedstore {
+namespace {
+
+// A spec built as JSON in code holds its integers as signed; a shape of non-negative signed
+// integers is the same spec as the one parsed from text, and a negative extent is named.
+TEST(Spec, ShapeBuiltInCodeWithSignedIntegers) {
+  nlohmann::json t = {{"name", "w"}, {"shape", {int64_t{3}, int64_t{5}}}, {"dtype", "float32"},
+                      {"init", {{"dist", "normal"}}}};
+  nlohmann::json j = {{"seedstore", 1}, {"seed", 2}, {"tensors", {t}}};
+  auto a = ModelSpec::FromJson(j, "<code>");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = ModelSpec::Parse(R"({"seedstore": 1, "seed": 2, "tensors": [{"name": "w", "shape": [3, 5],
+      "dtype": "float32", "init": {"dist": "normal"}}]})", "<text>");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(a->tensors[0].shape, b->tensors[0].shape);
+  j["tensors"][0]["shape"][1] = int64_t{-5};
+  auto bad = ModelSpec::FromJson(j, "<code>");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("shape[1]: expected a non-negative integer, got -5"), std::string::npos)
+      << bad.status().ToString();
+}
+
+}  // namespace
+}  // namespace seedstore
