@@ -7,7 +7,7 @@
 #   3. seedstore_gpu_bench (materialize / fingerprint throughput, copy bandwidth, Llama-3-8B);
 #   4. jax.random.normal (jitted, warmed up) and torch.randn on the same GPU and sizes;
 #   5. per-kernel floor = max(bytes / measured bandwidth, SASS ops per element / chip rate)
-#      and the achieved fraction; the issue-4 targets marked PASS/FAIL.
+#      and the achieved fraction; the targets (docs/PERF.md, "GPU") marked PASS/FAIL.
 # $OUT (default ./gpu-check-out) receives five files, within the device tool's limit of 8:
 # gpu-check.log, table.md, report.json, bench.json and gpu-check-files.tgz (configure, build
 # and test logs, SASS, PTX, the peers' timings); intermediate files live in $BUILD/check.
@@ -613,7 +613,7 @@ for r in recs:
 table = "\n".join(lines)
 print(table)
 
-# ---- targets of issue 4 ----
+# ---- targets (docs/PERF.md, "GPU") ----
 def get(name):
     return next((r for r in recs + peers if r["name"] == name), None)
 checks = []

@@ -255,8 +255,8 @@ TEST(Spec, PhiloxHalfPrecisionHasFullResolution) {
   }
 }
 
-// JSON nested 100,000 deep (200 KB) used to crash every reader: error messages printed the
-// value with nlohmann's dump, which recurses once per level. Now every document is refused
+// JSON nested 100,000 deep (200 KB) would crash a reader whose error message printed the
+// value with nlohmann's dump, which recurses once per level. Every document is refused
 // before parsing (store/json_text.h) -- specs, --init values, layouts, safetensors headers --
 // and values shown in messages are bounded previews.
 TEST(Spec, DeeplyNestedJsonIsRefusedNotACrash) {
