@@ -1,4 +1,4 @@
-"""README.md's Python quick start ("Using it from Python"), extracted and run as written under
+"""README.md's Python quick start (section "Python"), extracted and run as written under
 `torchrun --nproc_per_node 4` (gloo, CPU); a check appended after it compares every rank's
 FSDP2 shards, gathered, with the spec's whole tensors."""
 import os
@@ -26,9 +26,9 @@ with open(os.path.join(os.environ["SEEDSTORE_OUT"], f"ok{dist.get_rank()}"), "w"
 def quickstart():
     with open(os.path.join(SOURCE_DIR, "README.md")) as f:
         text = f.read()
-    section = text.split("## Using it from Python", 1)[1]
+    section = text.split("\n## Python\n", 1)[1]
     m = re.search(r"```python\n(.*?)```", section, re.S)
-    assert m, "README.md has no python block under 'Using it from Python'"
+    assert m, "README.md has no python block under ## Python"
     return m.group(1)
 
 
