@@ -1619,8 +1619,8 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   if (i >= records_.size()) return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
   const TensorRecord& t = records_[i];
   if (t.lazy) return t.lazy->Materialize(r, out, o);
-  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
   SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
   return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) { return ReadDense(i, b, dst, o); });
 }
 
@@ -1783,8 +1783,8 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
   if (i >= records_.size()) return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
   const TensorRecord& t = records_[i];
   if (t.lazy) return t.lazy->FingerprintRegion(r, o);
-  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
   SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
   if (!g.chunked()) return Catalog::FingerprintRegion(i, r, o);  // one small contiguous dataset
