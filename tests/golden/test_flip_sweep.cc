@@ -14,15 +14,22 @@
 //
 // SEEDSTORE_FLIP_EVERY (default: ~200 offsets per file) samples every Nth byte instead; 1
 // sweeps them all.
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <regex>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "io/dist_store.h"
@@ -193,10 +200,20 @@ void Sweep(const std::string& path, const std::string& file, const std::vector<T
   EXPECT_GT(outcomes[kOpenRefused] + outcomes[kDetected] + outcomes[kVerifyOnly], 0);
 }
 
-TEST(FlipSweep, EveryFlippedBitIsRefusedNamedOrHarmless) {
-  TempDir dir;
-  const std::string path = dir / "sweep.h5";
-  std::vector<Tensor> tensors = {
+// The files the sweeps damage: a store holding every kind of record (lazy tensors, dense ones of
+// several dtypes in many chunks, a 0-d, an empty and a contiguous one), a store of lazy tensors
+// only, and a distributed save of the first over two ranks (rows of the 2-d tensors, flat
+// pieces of the rest): its master and rank 1's file.
+struct SweepFiles {
+  std::string store, lazy_store, save, rank1;
+  std::vector<Tensor> tensors;  // the store's and the save's, bytes included
+};
+
+void MakeSweepFiles(const TempDir& dir, SweepFiles* f) {
+  f->store = dir / "sweep.h5";
+  f->lazy_store = dir / "lazy.h5";
+  f->save = dir / "save.h5";
+  f->tensors = {
       {"dense.bf16", {37, 29}, DType::kBF16, RandomBytes(37 * 29 * 2, 1)},
       {"dense.f32", {300}, DType::kF32, RandomBytes(300 * 4, 2)},
       {"dense.i8", {5, 7, 3}, DType::kI8, RandomBytes(105, 3)},
@@ -207,15 +224,16 @@ TEST(FlipSweep, EveryFlippedBitIsRefusedNamedOrHarmless) {
   };
   auto spec = ModelSpec::Parse(R"({"seedstore": 1, "seed": 3, "tensors": [
       {"name": "lazy.w", "shape": [16, 8], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.02}},
-      {"name": "lazy.b", "shape": [5], "dtype": "float32", "init": {"dist": "uniform"}}]})",
+      {"name": "lazy.b", "shape": [5], "dtype": "float32", "init": {"dist": "uniform"}},
+      {"name": "lazy.t", "shape": [3, 7], "dtype": "float16", "init": {"dist": "normal", "scale": 0.5}}]})",
                                "sweep spec");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   {
     WriteOptions wo;
     wo.chunk_bytes = 128;  // many chunks, edge chunks in both dims
-    auto w = StoreWriter::Create(path, spec->seed, Generator::kThreefry, wo);
+    auto w = StoreWriter::Create(f->store, spec->seed, Generator::kThreefry, wo);
     ASSERT_TRUE(w.ok());
-    for (Tensor& t : tensors) {
+    for (Tensor& t : f->tensors) {
       if (t.name.rfind("lazy.", 0) == 0) {
         const TensorSpec& ts = spec->tensors[spec->Find(t.name)];
         ASSERT_TRUE((*w)->AddLazy(ts).ok());
@@ -228,28 +246,40 @@ TEST(FlipSweep, EveryFlippedBitIsRefusedNamedOrHarmless) {
     }
     ASSERT_TRUE((*w)->Commit().ok());
   }
-  Sweep(path, path, tensors);
-  // A distributed save of it over two ranks (rows of the 2-d tensors, flat pieces of the rest):
-  // its master and rank 1's file.
-  const std::string save = dir / "save.h5";
+  {
+    auto w = StoreWriter::Create(f->lazy_store, spec->seed);
+    ASSERT_TRUE(w.ok());
+    for (const TensorSpec& ts : spec->tensors) ASSERT_TRUE((*w)->AddLazy(ts).ok());
+    ASSERT_TRUE((*w)->Commit().ok());
+  }
   {
     auto layout = Layout::Parse(R"({"mesh": {"axes": ["data"], "shape": [2]},
         "placements": [{"match": "dense.bf16", "spec": ["data", null]},
                        {"match": "dense.*", "flat": ["data"]}]})");
     ASSERT_TRUE(layout.ok()) << layout.status().ToString();
-    auto src = OpenCatalog(path);
+    auto src = OpenCatalog(f->store);
     ASSERT_TRUE(src.ok());
     auto comm = CreateSelfCollective();
     DistSaveOptions o;
     o.write.chunk_bytes = 128;
-    auto rep = Reshard(*comm, **src, *layout, save, o);
+    auto rep = Reshard(*comm, **src, *layout, f->save, o);
     ASSERT_TRUE(rep.ok()) << rep.status().ToString();
     ASSERT_TRUE(rep->ok()) << rep->Table();
   }
-  auto d = DistCatalog::Open(save);
+  auto d = DistCatalog::Open(f->save);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
-  const std::string rank1 = (*d)->rank_files().at(1);
-  d->reset();
+  f->rank1 = (*d)->rank_files().at(1);
+}
+
+TEST(FlipSweep, EveryFlippedBitIsRefusedNamedOrHarmless) {
+  TempDir dir;
+  SweepFiles files;
+  ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+  const std::string& path = files.store;
+  const std::vector<Tensor>& tensors = files.tensors;
+  Sweep(path, path, tensors);
+  const std::string& save = files.save;
+  const std::string& rank1 = files.rank1;
   Sweep(save, save, tensors);
   Sweep(save, rank1, tensors);
 
@@ -275,6 +305,167 @@ TEST(FlipSweep, EveryFlippedBitIsRefusedNamedOrHarmless) {
     f.write(master.data(), static_cast<std::streamsize>(master.size()));
   }
   EXPECT_EQ(refused, static_cast<int>(std::min<size_t>(master.size() - gcol, 2048)));
+}
+
+// ---- The command line over damaged files ---------------------------------------------------
+//
+// Invariant I5 as a user meets it: one random byte of a file (a random non-zero XOR mask at a
+// random offset, seeded) is damaged at a time, and `verify`, `inspect --json` and `export` of
+// the store or save run on it. Each either exits 4 (CORRUPT) with a named error -- a name such
+// as chunk-corrupt or rank-file-corrupt, the damaged file named, no source-file path -- or
+// exits 0 with every output (stdout, the exported file) byte-identical to the undamaged run.
+// Any other exit code, a signal or a hang fails. File kinds: a one-file store, a store of lazy
+// tensors only, a distributed save's master and one of its rank files. SEEDSTORE_CLI_FLIPS sets
+// the flips per kind (default 40: ~10 s on 2 cores), SEEDSTORE_CLI_FLIP_SEED the seed.
+
+std::string CliPath() {
+  if (const char* b = std::getenv("SEEDSTORE_BIN")) return b;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const std::filesystem::path p = self.parent_path().parent_path() / "tools" / "seedstore";
+  return std::filesystem::exists(p) ? p.string() : "";
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// One run of the command line: its exit code (-1: killed by a signal, -2: hung) and outputs.
+struct CliRun {
+  int rc = 0;
+  std::string out, err, file;  // stdout, stderr, the file it wrote (if any)
+};
+
+// Starts `bin args...` with stdout and stderr into `stem`.out / .err.
+pid_t Spawn(const std::string& bin, const std::vector<std::string>& args, const std::string& stem) {
+  std::vector<char*> argv{const_cast<char*>(bin.c_str())};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, (stem + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, (stem + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+// Runs the commands at once (each a list of arguments; `outputs[k]` the file command k
+// writes, or ""), waiting at most 60 s for each.
+std::vector<CliRun> RunAll(const std::string& bin, const std::vector<std::vector<std::string>>& cmds,
+                           const std::vector<std::string>& outputs, const std::string& stem) {
+  std::vector<pid_t> pids;
+  for (size_t k = 0; k < cmds.size(); ++k) {
+    if (!outputs[k].empty()) std::filesystem::remove(outputs[k]);
+    pids.push_back(Spawn(bin, cmds[k], stem + std::to_string(k)));
+  }
+  std::vector<CliRun> runs(cmds.size());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (size_t k = 0; k < cmds.size(); ++k) {
+    int status = 0;
+    pid_t got = 0;
+    while (pids[k] > 0 && (got = waitpid(pids[k], &status, WNOHANG)) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pids[k], SIGKILL);
+        waitpid(pids[k], &status, 0);
+        got = -2;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    runs[k].rc = got == -2 ? -2 : (pids[k] > 0 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
+    runs[k].out = ReadAll(stem + std::to_string(k) + ".out");
+    runs[k].err = ReadAll(stem + std::to_string(k) + ".err");
+    if (!outputs[k].empty()) runs[k].file = ReadAll(outputs[k]);
+  }
+  return runs;
+}
+
+// Whether a failed run's report is a named corrupt error naming `file` (its base name) and no
+// source file of seedstore: "CORRUPT: [tensor 'x': ]<name>: ... 'file' ...", on stderr or (verify's
+// problems) stdout.
+std::string WhyNotNamed(const CliRun& r, const std::string& file) {
+  static const std::regex named(R"(CORRUPT: (tensor '[^']*': )?[a-z0-9]+(-[a-z0-9]+)+: )");
+  static const std::regex source(R"(\.(cc|c|h|cu):[0-9])");
+  const std::string text = r.err + r.out;
+  if (!std::regex_search(text, named)) return "no named CORRUPT error";
+  if (text.find(file.substr(file.rfind('/') + 1)) == std::string::npos) return "the damaged file is not named";
+  if (std::regex_search(text, source)) return "a source-file path in the message";
+  return "";
+}
+
+TEST(FlipSweep, CommandLineNamesEveryDamagedByteOrIsUnchanged) {
+  const std::string bin = CliPath();
+  if (bin.empty()) GTEST_SKIP() << "the seedstore binary was not found (set SEEDSTORE_BIN)";
+  TempDir dir;
+  SweepFiles files;
+  ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+  const char* flips_env = std::getenv("SEEDSTORE_CLI_FLIPS");
+  const char* seed_env = std::getenv("SEEDSTORE_CLI_FLIP_SEED");
+  const int flips = flips_env ? std::atoi(flips_env) : 40;
+  const uint64_t seed = seed_env ? std::strtoull(seed_env, nullptr, 10) : 23;
+  struct Kind {
+    const char* name;
+    std::string file, source;  // the file damaged; the store or save the commands read
+  };
+  const std::vector<Kind> kinds = {{"one-file store", files.store, files.store},
+                                   {"lazy store", files.lazy_store, files.lazy_store},
+                                   {"master", files.save, files.save},
+                                   {"rank file", files.rank1, files.save}};
+  const std::vector<std::string> names = {"verify", "inspect", "export"};
+  const std::string exported = dir / "out.safetensors";
+  const std::string stem = dir / "run";
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const Kind& kind = kinds[k];
+    const std::vector<std::vector<std::string>> cmds = {
+        {"verify", kind.source}, {"inspect", "--json", kind.source}, {"export", kind.source, "-o", exported}};
+    const std::vector<std::string> outputs = {"", "", exported};
+    const std::vector<CliRun> want = RunAll(bin, cmds, outputs, stem);
+    for (size_t c = 0; c < cmds.size(); ++c) ASSERT_EQ(want[c].rc, 0) << names[c] << ": " << want[c].err;
+    const std::string original = ReadAll(kind.file);
+    std::mt19937_64 rng(seed * 4 + k);
+    std::vector<int> unchanged(cmds.size()), named(cmds.size());
+    for (int n = 0; n < flips; ++n) {
+      const size_t at = rng() % original.size();
+      const int mask = 1 + static_cast<int>(rng() % 255);
+      std::string bytes = original;
+      bytes[at] = static_cast<char>(bytes[at] ^ mask);
+      WriteAll(kind.file, bytes);
+      const std::vector<CliRun> got = RunAll(bin, cmds, outputs, stem);
+      for (size_t c = 0; c < cmds.size(); ++c) {
+        const std::string what = std::string(kind.name) + " byte " + std::to_string(at) + " of " +
+                                 std::to_string(original.size()) + " ^ " + std::to_string(mask) + ": " + names[c];
+        const CliRun& r = got[c];
+        if (r.rc == 0) {
+          ++unchanged[c];
+          EXPECT_TRUE(r.out == want[c].out && r.file == want[c].file)
+              << what << ": exit 0 with other output:\n" << r.out.substr(0, 2000);
+        } else if (r.rc == 4) {
+          ++named[c];
+          const std::string why = WhyNotNamed(r, kind.file);
+          EXPECT_EQ(why, "") << what << ": " << r.err << r.out.substr(0, 2000);
+        } else {
+          ADD_FAILURE() << what << ": exit " << r.rc << (r.rc == -2 ? " (hung)" : r.rc == -1 ? " (signal)" : "")
+                        << ": " << r.err.substr(0, 2000);
+        }
+      }
+    }
+    WriteAll(kind.file, original);
+    std::string line;
+    for (size_t c = 0; c < cmds.size(); ++c)
+      line += (c ? ", " : "") + names[c] + " " + std::to_string(named[c]) + " named / " +
+              std::to_string(unchanged[c]) + " unchanged";
+    std::printf("[ cli flips] %s (%zu bytes): %d flips: %s\n", kind.name, original.size(), flips, line.c_str());
+  }
 }
 
 }  // namespace
