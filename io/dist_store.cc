@@ -367,7 +367,9 @@ Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
   for (const TensorRecord& t : src.tensors()) {
     std::vector<Shard> keep;
     std::vector<Region> stored;
-    if (!t.lazy) {
+    if (t.lazy) {  // no pieces, but the layout must still apply to it (as it would once dense)
+      SEEDSTORE_RETURN_IF_ERROR(layout.ShardOf(t.name, t.shape, 0).status());
+    } else {
       SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> all, layout.DistinctShards(t.name, t.shape));
       for (auto& s : all)
         if (!s.empty()) {
@@ -1280,6 +1282,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
     std::set<std::string> names;
     for (const auto& t : j.at("tensors")) {
       const std::string name = t.at("name");
+      if (name.empty()) return bad("a tensor has an empty name");
       if (!names.insert(name).second) return bad("tensor '" + name + "' is listed twice");
       if (t.at("kind") == "lazy") {
         const int k = c->master_->Find(name);

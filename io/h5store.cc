@@ -1195,6 +1195,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
           !rec["shape"].is_array() || !rec.contains("dtype") || !rec["dtype"].is_string())
         return bad(where + ": dense record needs name, shape and dtype");
       tr.name = rec["name"].get<std::string>();
+      if (tr.name.empty()) return bad(where + ": empty tensor name");
       for (const auto& d : rec["shape"]) {
         if (!d.is_number_unsigned()) return bad(where + ": bad shape");
         tr.shape.push_back(d.get<uint64_t>());
