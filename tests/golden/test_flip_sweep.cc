@@ -32,6 +32,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
 #include "io/dist_store.h"
 #include "io/h5store.h"
 #include "io/open.h"
@@ -466,6 +467,122 @@ TEST(FlipSweep, CommandLineNamesEveryDamagedByteOrIsUnchanged) {
               std::to_string(unchanged[c]) + " unchanged";
     std::printf("[ cli flips] %s (%zu bytes): %d flips: %s\n", kind.name, original.size(), flips, line.c_str());
   }
+}
+
+// ---- One object's damage, named, and the rest still served ---------------------------------
+
+// One run of the command line (RunAll), its output file `out` read back when given.
+CliRun Cli(const std::vector<std::string>& args, const std::string& stem, const std::string& out = "") {
+  return RunAll(CliPath(), {args}, {out}, stem)[0];
+}
+
+// Flips a byte inside the object header of `object` in HDF5 file `path` (HDF5 checksums it).
+void DamageObjectHeader(const std::string& path, const std::string& object) {
+  haddr_t addr = HADDR_UNDEF;
+  {
+    testutil::H5File f(path, H5F_ACC_RDONLY);
+    ASSERT_GE(f.id, 0) << path;
+    H5O_info_t info;
+    ASSERT_GE(H5Oget_info_by_name2(f.id, object.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT), 0) << object;
+    addr = info.addr;
+  }
+  std::string bytes = ReadAll(path);
+  ASSERT_EQ(bytes.compare(addr, 4, "OHDR"), 0) << object << " has no version 2 object header at " << addr;
+  bytes[addr + 20] = static_cast<char>(bytes[addr + 20] ^ 0x10);
+  WriteAll(path, bytes);
+}
+
+TEST(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
+  if (CliPath().empty()) GTEST_SKIP() << "the seedstore binary was not found (set SEEDSTORE_BIN)";
+  TempDir dir;
+  SweepFiles files;
+  ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+  const std::string stem = dir / "cli", out = dir / "out.safetensors";
+  const std::vector<std::string> inspect_some = {"inspect", "--json", "--tensors", "[dl]*.[bw]*", files.store};
+  const std::vector<std::string> export_some = {"export", files.store, "--tensors", "[dl]*.[bw]*", "-o", out};
+  const CliRun inspect_before = Cli(inspect_some, stem), export_before = Cli(export_some, stem, out);
+  ASSERT_EQ(inspect_before.rc, 0) << inspect_before.err;
+  ASSERT_EQ(export_before.rc, 0) << export_before.err;
+  ASSERT_NO_FATAL_FAILURE(DamageObjectHeader(files.store, "/tensors/dense.f32"));
+
+  // verify names the tensor, once, and checks every other one.
+  const CliRun verify = Cli({"verify", "--json", files.store}, stem);
+  EXPECT_EQ(verify.rc, 4) << verify.err;
+  const nlohmann::json v = nlohmann::json::parse(verify.out, nullptr, false);
+  ASSERT_TRUE(v.is_object()) << verify.out << verify.err;
+  ASSERT_EQ(v["problems"].size(), 1u) << verify.out;
+  EXPECT_EQ(v["problems"][0]["tensor"], "dense.f32");
+  EXPECT_EQ(v["problems"][0]["code"], "CORRUPT");
+  const std::string m = v["problems"][0]["message"];
+  EXPECT_EQ(m.rfind("metadata-corrupt: file '" + files.store + "' tensor 'dense.f32': ", 0), 0u) << m;
+  EXPECT_EQ(WhyNotNamed({4, "", "CORRUPT: " + m, ""}, files.store), "");
+  for (const auto& t : v["tensors"]) EXPECT_EQ(t["ok"], t["name"] != "dense.f32") << t.dump();
+
+  // inspect and export of the other tensors: as before; of all of them: named.
+  const CliRun inspect_after = Cli(inspect_some, stem), export_after = Cli(export_some, stem, out);
+  EXPECT_EQ(inspect_after.rc, 0) << inspect_after.err;
+  EXPECT_EQ(inspect_after.out, inspect_before.out);
+  EXPECT_EQ(export_after.rc, 0) << export_after.err;
+  EXPECT_TRUE(export_after.file == export_before.file);
+  for (const std::vector<std::string>& all : {std::vector<std::string>{"inspect", files.store},
+                                              std::vector<std::string>{"export", files.store, "-o", out}}) {
+    const CliRun r = Cli(all, stem);
+    EXPECT_EQ(r.rc, 4) << all[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("metadata-corrupt: file '" + files.store + "' tensor 'dense.f32'"), std::string::npos) << r.err;
+    EXPECT_EQ(WhyNotNamed(r, files.store), "") << r.err;
+  }
+}
+
+TEST(DamagedMetadata, OneTensorOfARankFileIsRankFileCorruptAndTheOthersStillWork) {
+  if (CliPath().empty()) GTEST_SKIP() << "the seedstore binary was not found (set SEEDSTORE_BIN)";
+  TempDir dir;
+  SweepFiles files;
+  ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+  const std::string stem = dir / "cli", out = dir / "out.safetensors";
+  // dense.f32 has a piece in rank 1's file too; dense.bf16 is damaged there.
+  const std::vector<std::string> export_some = {"export", files.save, "--tensors", "dense.f32", "-o", out};
+  const CliRun before = Cli(export_some, stem, out);
+  ASSERT_EQ(before.rc, 0) << before.err;
+  ASSERT_NO_FATAL_FAILURE(DamageObjectHeader(files.rank1, "/tensors/dense.bf16"));
+  const CliRun after = Cli(export_some, stem, out);
+  EXPECT_EQ(after.rc, 0) << after.err;
+  EXPECT_TRUE(after.file == before.file);
+  const CliRun all = Cli({"export", files.save, "-o", out}, stem);
+  EXPECT_EQ(all.rc, 4) << all.err;
+  const std::string base = files.rank1.substr(files.rank1.rfind('/') + 1);
+  EXPECT_NE(all.err.find("rank-file-corrupt: distributed save '" + files.save + "' rank 1 file"), std::string::npos)
+      << all.err;
+  EXPECT_NE(all.err.find("metadata-corrupt: file '" + files.rank1 + "' tensor 'dense.bf16'"), std::string::npos)
+      << all.err;
+  EXPECT_EQ(all.err.find("unreadable"), std::string::npos) << all.err;
+  EXPECT_EQ(WhyNotNamed(all, base), "") << all.err;
+  const CliRun verify = Cli({"verify", "--json", files.save}, stem);
+  EXPECT_EQ(verify.rc, 4) << verify.err;
+  const nlohmann::json v = nlohmann::json::parse(verify.out, nullptr, false);
+  ASSERT_TRUE(v.is_object()) << verify.out << verify.err;
+  for (const auto& t : v["tensors"]) EXPECT_EQ(t["ok"], t["name"] != "dense.bf16") << t.dump();
+  for (const auto& p : v["problems"]) EXPECT_EQ(p["tensor"], "dense.bf16") << p.dump();
+}
+
+TEST(DamagedMetadata, TheMastersSealIsCheckedBeforeHdf5ReadsIt) {
+  if (CliPath().empty()) GTEST_SKIP() << "the seedstore binary was not found (set SEEDSTORE_BIN)";
+  TempDir dir;
+  SweepFiles files;
+  ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+  const std::string original = ReadAll(files.save);
+  // The seal's magic, its hash, the HDF5 signature after the user block, the superblock.
+  for (size_t at : {size_t{2}, size_t{17}, size_t{512}, size_t{530}}) {
+    std::string bytes = original;
+    bytes[at] = static_cast<char>(bytes[at] ^ 0x04);
+    WriteAll(files.save, bytes);
+    for (const char* cmd : {"inspect", "verify"}) {
+      const CliRun r = Cli({cmd, files.save}, dir / "cli");
+      EXPECT_EQ(r.rc, 4) << cmd << " byte " << at << ": " << r.err;
+      EXPECT_NE(r.err.find("master-corrupt: distributed save '" + files.save + "'"), std::string::npos)
+          << cmd << " byte " << at << ": " << r.err;
+    }
+  }
+  WriteAll(files.save, original);
 }
 
 }  // namespace
