@@ -492,11 +492,19 @@ void DamageObjectHeader(const std::string& path, const std::string& object) {
   WriteAll(path, bytes);
 }
 
-TEST(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
-  if (CliPath().empty()) GTEST_SKIP() << "the seedstore binary was not found (set SEEDSTORE_BIN)";
+// The sweep's files, made afresh for each test, which damages one of them; skipped without the
+// command line.
+class DamagedMetadata : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CliPath().empty()) GTEST_SKIP() << "the seedstore binary was not found (set SEEDSTORE_BIN)";
+    ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+  }
   TempDir dir;
   SweepFiles files;
-  ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+};
+
+TEST_F(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
   const std::string stem = dir / "cli", out = dir / "out.safetensors";
   const std::vector<std::string> inspect_some = {"inspect", "--json", "--tensors", "[dl]*.[bw]*", files.store};
   const std::vector<std::string> export_some = {"export", files.store, "--tensors", "[dl]*.[bw]*", "-o", out};
@@ -533,11 +541,7 @@ TEST(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
   }
 }
 
-TEST(DamagedMetadata, OneTensorOfARankFileIsRankFileCorruptAndTheOthersStillWork) {
-  if (CliPath().empty()) GTEST_SKIP() << "the seedstore binary was not found (set SEEDSTORE_BIN)";
-  TempDir dir;
-  SweepFiles files;
-  ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+TEST_F(DamagedMetadata, OneTensorOfARankFileIsRankFileCorruptAndTheOthersStillWork) {
   const std::string stem = dir / "cli", out = dir / "out.safetensors";
   // dense.f32 has a piece in rank 1's file too; dense.bf16 is damaged there.
   const std::vector<std::string> export_some = {"export", files.save, "--tensors", "dense.f32", "-o", out};
@@ -564,11 +568,7 @@ TEST(DamagedMetadata, OneTensorOfARankFileIsRankFileCorruptAndTheOthersStillWork
   for (const auto& p : v["problems"]) EXPECT_EQ(p["tensor"], "dense.bf16") << p.dump();
 }
 
-TEST(DamagedMetadata, TheMastersSealIsCheckedBeforeHdf5ReadsIt) {
-  if (CliPath().empty()) GTEST_SKIP() << "the seedstore binary was not found (set SEEDSTORE_BIN)";
-  TempDir dir;
-  SweepFiles files;
-  ASSERT_NO_FATAL_FAILURE(MakeSweepFiles(dir, &files));
+TEST_F(DamagedMetadata, TheMastersSealIsCheckedBeforeHdf5ReadsIt) {
   const std::string original = ReadAll(files.save);
   // The seal's magic, its hash, the HDF5 signature after the user block, the superblock.
   for (size_t at : {size_t{2}, size_t{17}, size_t{512}, size_t{530}}) {
