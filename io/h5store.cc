@@ -30,6 +30,7 @@
 
 #include "gen/checksum.h"
 #include "io/atomic_file.h"
+#include "io/dist_store.h"
 #include "io/h5_util.h"
 #include "store/json_text.h"
 
@@ -2433,14 +2434,7 @@ Status CheckRewritableAsStore(const H5Store& store, const std::string& path) {
   uint32_t id = 0;
   int rank = 0;
   if (!ParseRankFileName(path, &save, &id, &rank)) return Status::Ok();
-  bool master = false;
-  if (LooksLikeHdf5(save)) {  // else no master (or a pipe, which HDF5's open would block on)
-    auto lock = LockH5();
-    Hid f(H5Fopen(save.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    master = f.ok() && FileIsDistributedMaster(f.get(), save);
-    H5ErrorText();
-  }
-  if (!master) return Status::Ok();
+  if (!IsDistributedSave(save)) return Status::Ok();  // its seal checked before HDF5 reads it
   return InvalidArgument("file '" + path + "' is rank " + std::to_string(rank) +
                          "'s file of the distributed save '" + save +
                          "': rewritten alone it would no longer match the piece fingerprints the "
