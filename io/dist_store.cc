@@ -175,29 +175,44 @@ Status SealMaster(const std::string& file) {
   return ok ? Status::Ok() : IoError("cannot seal master '" + file + "': " + err);
 }
 
-// Checks the seal of the master at `path` before HDF5 parses it. A master written before seals
-// (HDF5's signature at byte 0) passes unchecked.
-Status CheckSeal(const std::string& path) {
+// The seal words of a master's first 32 bytes `head`: the hash and the length it covers.
+void SealWords(const unsigned char* head, uint64_t* hash, uint64_t* n) {
+  *hash = *n = 0;
+  for (int b = 7; b >= 0; --b) {
+    *hash = *hash << 8 | head[16 + b];
+    *n = *n << 8 | head[24 + b];
+  }
+}
+
+}  // namespace
+
+Status CheckMasterSeal(const std::string& path, bool is_master, bool* sealed) {
+  if (sealed) *sealed = false;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::Ok();  // H5Store::Open names what is wrong with it
   unsigned char head[32] = {};
   const ssize_t got = ::pread(fd, head, sizeof head, 0);
   static const unsigned char kHdf5[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  const bool magic = got == static_cast<ssize_t>(sizeof head) && std::memcmp(head, kSealMagic, 16) == 0;
   Status st;
+  uint64_t want = 0, want_n = 0, hash = 0, n = 0;
+  SealWords(head, &want, &want_n);
   if (got < static_cast<ssize_t>(sizeof head) || std::memcmp(head, kHdf5, 8) == 0) {
-    st = Status::Ok();  // unsealed (older) master; or unreadable or short: H5Store::Open names it
-  } else if (std::memcmp(head, kSealMagic, 16) != 0) {
-    st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
-                   "the master starts with neither its seal nor HDF5's signature (docs/FORMAT.md 10)");
-  } else {
-    uint64_t want = 0, want_n = 0, hash = 0, n = 0;
-    for (int b = 7; b >= 0; --b) {
-      want = want << 8 | head[16 + b];
-      want_n = want_n << 8 | head[24 + b];
+    st = Status::Ok();  // unsealed (older) master or a store; or unreadable or short: H5Store::Open names it
+  } else if (!HashAfterSeal(fd, &hash, &n)) {
+    st = IoError("cannot read '" + path + "': " + std::strerror(errno));
+  } else if (!magic) {
+    // Neither the seal nor HDF5's signature: a master whose seal's magic is damaged (the
+    // rest of the seal still matches the file), or, for a file not known to be a master, an
+    // HDF5 file with a user block of its own, which HDF5 reads.
+    if (is_master || (n == want_n && hash == want)) {
+      if (sealed) *sealed = true;
+      st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
+                     "the master starts with neither its seal nor HDF5's signature (docs/FORMAT.md 10)");
     }
-    if (!HashAfterSeal(fd, &hash, &n))
-      st = IoError("cannot read master '" + path + "': " + std::strerror(errno));
-    else if (n != want_n)
+  } else {
+    if (sealed) *sealed = true;
+    if (n != want_n)
       st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
                      "its seal covers " + std::to_string(want_n) + " bytes after the user block, the file has " +
                          std::to_string(n) + " (truncated or extended)");
@@ -209,6 +224,8 @@ Status CheckSeal(const std::string& path) {
   ::close(fd);
   return st;
 }
+
+namespace {
 
 // ---- Writer lock ------------------------------------------------------------------------
 
@@ -350,7 +367,9 @@ Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
   for (const TensorRecord& t : src.tensors()) {
     std::vector<Shard> keep;
     std::vector<Region> stored;
-    if (!t.lazy) {
+    if (t.lazy) {  // no pieces, but the layout must still apply to it (as it would once dense)
+      SEEDSTORE_RETURN_IF_ERROR(layout.ShardOf(t.name, t.shape, 0).status());
+    } else {
       SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> all, layout.DistinctShards(t.name, t.shape));
       for (auto& s : all)
         if (!s.empty()) {
@@ -1173,6 +1192,10 @@ bool ParseRankFileName(const std::string& path, std::string* save, uint32_t* id,
 }
 
 bool IsDistributedSave(const std::string& path) {
+  // A sealed master, intact or not, is one without asking HDF5 (which must not parse a damaged
+  // one: DistCatalog::Open names it).
+  bool sealed = false;
+  if (NotARegularFile(path).empty() && (!CheckMasterSeal(path, false, &sealed).ok() || sealed)) return true;
   if (!LooksLikeHdf5(path)) return false;
   auto lock = LockH5();
   H f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -1204,7 +1227,9 @@ DistCatalog::~DistCatalog() = default;
 Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, bool check_rank_files) {
   std::unique_ptr<DistCatalog> c(new DistCatalog());
   c->path_ = path;
-  SEEDSTORE_RETURN_IF_ERROR(CheckSeal(path));
+  // The seal, before HDF5 reads the master (H5Store::Open checks a sealed one too); a master
+  // that starts with neither the seal nor HDF5's signature is damaged.
+  SEEDSTORE_RETURN_IF_ERROR(CheckMasterSeal(path, /*is_master=*/true, nullptr));
   SEEDSTORE_ASSIGN_OR_RETURN(c->master_, H5Store::Open(path));
   auto bad = [&](const std::string& m) {
     return DistError("bad-index", Code::kCorrupt, path, -1, "", std::string(kIndexPath) + ": " + m);
@@ -1257,6 +1282,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
     std::set<std::string> names;
     for (const auto& t : j.at("tensors")) {
       const std::string name = t.at("name");
+      if (name.empty()) return bad("a tensor has an empty name");
       if (!names.insert(name).second) return bad("tensor '" + name + "' is listed twice");
       if (t.at("kind") == "lazy") {
         const int k = c->master_->Find(name);
@@ -1549,7 +1575,10 @@ Result<std::vector<DistCatalog::Storage>> DistCatalog::StorageOfAll() const {
     for (size_t i = 0; i < records_.size(); ++i)
       for (const Piece& p : pieces_[i]) {
         if (p.rank != r) continue;
-        const StoredTensor& st = s->stored(static_cast<size_t>(s->Find(records_[i].name)));  // checked by OpenRank
+        const size_t k = static_cast<size_t>(s->Find(records_[i].name));  // checked by OpenRank
+        if (const Status& d = s->Damage(k); !d.ok())
+          return DistError("rank-file-corrupt", d.code(), path_, r, rank_files_[r], d.message());
+        const StoredTensor& st = s->stored(k);
         out[i].chunks += st.num_chunks;
         out[i].stored_bytes += st.stored_bytes;
       }

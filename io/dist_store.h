@@ -39,7 +39,9 @@ namespace seedstore {
 /// attribute seedstore.role = "distributed-master" (docs/FORMAT.md 10), or, for masters
 /// written before that attribute, /distributed/index exists -- or HDF5 cannot tell whether
 /// /distributed exists (damaged links): such a file is not taken for an ordinary store holding
-/// only its lazy tensors, DistCatalog::Open names what is wrong with it.
+/// only its lazy tensors, DistCatalog::Open names what is wrong with it. A file that starts
+/// with a master's seal, intact or damaged (CheckMasterSeal, io/h5_util.h), is one without HDF5
+/// reading a byte of it.
 bool IsDistributedSave(const std::string& path);
 
 /// The root seed and default generator of a catalog (spec, store, distributed save, or the

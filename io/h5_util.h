@@ -27,6 +27,17 @@ std::string RankFileName(const std::string& path, uint32_t id, int rank);
 /// *id and *rank. Defined in io/dist_store.cc.
 bool ParseRankFileName(const std::string& path, std::string* save, uint32_t* id, int* rank);
 
+/// Checks the seal of a distributed save's master (docs/FORMAT.md 10) at `path` before HDF5
+/// reads a byte of it (defined in io/dist_store.cc). master-corrupt (kCorrupt, naming the save)
+/// when the file starts with the seal and its bytes after the user block do not match it, or
+/// when it starts with neither the seal's magic nor HDF5's signature and either `is_master`
+/// (the caller knows it is one) or the rest of the seal matches those bytes (a damaged magic).
+/// OK for a file that starts with HDF5's signature (a store, or a master from before seals),
+/// one shorter than the seal or that cannot be opened (H5Store::Open names why), and -- when
+/// not `is_master` -- an HDF5 file with a user block of its own. kIo when reading it fails.
+/// *sealed (may be null): the file is a sealed master, intact or damaged.
+Status CheckMasterSeal(const std::string& path, bool is_master, bool* sealed);
+
 /// This thread's HDF5 error stack as one line, then cleared; a system call's failure that
 /// HDF5's file driver reports (e.g. "No space left on device") leads it.
 std::string H5ErrorText();

@@ -30,6 +30,7 @@
 
 #include "gen/checksum.h"
 #include "io/atomic_file.h"
+#include "io/dist_store.h"
 #include "io/h5_util.h"
 #include "store/json_text.h"
 
@@ -100,6 +101,20 @@ struct H5Guard {
 #define SEEDSTORE_H5_ERROR(what)                                                         \
   ::seedstore::IoError(std::string(what) + " [" + __FILE__ + ":" + std::to_string(__LINE__) + \
                        "]: " + H5ErrorText())
+
+// HDF5 failed to read metadata of a file open for reading, doing `what` ("file 'm.h5' tensor
+// 'w': opening /tensors/w"). HDF5 checksums its object headers and B-tree nodes and checks the
+// structure of its heaps, so a damaged byte there fails the call: metadata-corrupt, with HDF5's
+// outermost and innermost reasons. A system call's failure (HDF5's file driver reports the
+// system's message) is kIo instead: the file may be intact.
+Status H5ReadFailure(const std::string& what) {
+  const std::string e = H5ErrorText();
+  if (e.find("error message = '") != std::string::npos) return IoError(what + ": " + e);
+  const size_t first = e.find("; "), last = e.rfind("; ");
+  const std::string shown =
+      first == std::string::npos ? e : e.substr(0, first) + (first == last ? "" : "; ...") + e.substr(last);
+  return StoreStatus(StoreError::kMetadataCorrupt, what + ": HDF5 cannot read it (" + shown + ")");
+}
 
 // An owned HDF5 identifier.
 class Hid {
@@ -202,12 +217,24 @@ Status InThisFile(hid_t f, const std::string& path, const std::string& where) {
     const std::string p = path.substr(0, end);
     H5L_info_t info;
     if (H5Lget_info(f, p.c_str(), &info, H5P_DEFAULT) < 0)
-      return SEEDSTORE_H5_ERROR(where + ": reading the link '" + p + "'");
+      return H5ReadFailure(where + ": reading the link '" + p + "'");
     if (info.type != H5L_TYPE_HARD)
       return StoreStatus(StoreError::kBadLayout,
                          where + ": '" + p + "' is " + (info.type == H5L_TYPE_EXTERNAL ? "an external" : "a soft") +
                              " link; seedstore reads only objects stored in the file itself");
     if (end == std::string::npos) return Status::Ok();
+  }
+}
+
+// Whether link `path` ("/group/name") exists in file `f`, each of its groups checked in turn;
+// metadata-corrupt (or kIo) naming `where` when HDF5 cannot read a group's links.
+Result<bool> LinkExists(hid_t f, const std::string& path, const std::string& where) {
+  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
+    const std::string p = path.substr(0, end);
+    const htri_t e = H5Lexists(f, p.c_str(), H5P_DEFAULT);
+    if (e < 0) return H5ReadFailure(where + ": looking up '" + p + "'");
+    if (e == 0) return false;
+    if (end == std::string::npos) return true;
   }
 }
 
@@ -293,11 +320,11 @@ Status WriteI32Attr(hid_t obj, const char* name, int32_t v) {
 // Opens an attribute; missing-attribute when absent. `where` names the object.
 Result<Hid> OpenAttr(hid_t obj, const char* name, const std::string& where) {
   const htri_t e = H5Aexists(obj, name);
-  if (e < 0) return SEEDSTORE_H5_ERROR(where + ": checking attribute '" + name + "'");
+  if (e < 0) return H5ReadFailure(where + ": checking attribute '" + name + "'");
   if (e == 0)
     return StoreStatus(StoreError::kMissingAttribute, where + ": attribute '" + name + "' is missing");
   Hid a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
-  if (!a.ok()) return SEEDSTORE_H5_ERROR(where + ": opening attribute '" + name + "'");
+  if (!a.ok()) return H5ReadFailure(where + ": opening attribute '" + name + "'");
   return a;
 }
 
@@ -311,7 +338,7 @@ Result<std::vector<uint64_t>> ReadU64Attr(hid_t obj, const char* name, const std
   if (n < 0 || n > 1024) return Corrupt(where + ": attribute '" + name + "' has a bad size");
   std::vector<uint64_t> v(static_cast<size_t>(n));
   if (n > 0 && H5Aread(a.get(), H5T_NATIVE_UINT64, v.data()) < 0)
-    return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
+    return H5ReadFailure(where + ": reading attribute '" + name + "'");
   return v;
 }
 
@@ -788,6 +815,7 @@ const char* StoreErrorName(StoreError e) {
     case StoreError::kFingerprintMismatch: return "fingerprint-mismatch";
     case StoreError::kBadLayout: return "bad-layout";
     case StoreError::kTableCorrupt: return "table-corrupt";
+    case StoreError::kMetadataCorrupt: return "metadata-corrupt";
   }
   return "?";
 }
@@ -847,7 +875,7 @@ Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::str
     H5Tset_cset(mt.get(), H5Tget_cset(ft.get()));
     char* p = nullptr;
     if (H5Aread(a.get(), mt.get(), &p) < 0)
-      return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
+      return H5ReadFailure(where + ": reading attribute '" + name + "'");
     std::string s = p ? p : "";
     H5free_memory(p);
     return s;
@@ -855,7 +883,7 @@ Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::str
   const size_t n = H5Tget_size(ft.get());
   std::string s(n, '\0');
   if (H5Aread(a.get(), ft.get(), s.data()) < 0)
-    return SEEDSTORE_H5_ERROR(where + ": reading attribute '" + name + "'");
+    return H5ReadFailure(where + ": reading attribute '" + name + "'");
   s.resize(std::strlen(s.c_str()));
   return s;
 }
@@ -969,6 +997,7 @@ H5Store::~H5Store() {
 }
 
 Result<H5Store::DatasetHandle> H5Store::Dataset(size_t i) const {
+  SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   H5Guard g;
   for (size_t k = 0; k < open_.size(); ++k)
     if (open_[k].first == i) {
@@ -977,7 +1006,7 @@ Result<H5Store::DatasetHandle> H5Store::Dataset(size_t i) const {
     }
   const hid_t id = H5Dopen2(file_, stored_[i].dataset.c_str(), NoChunkCache());
   if (id < 0)
-    return SEEDSTORE_H5_ERROR("file '" + path_ + "' tensor '" + records_[i].name + "': opening " +
+    return H5ReadFailure("file '" + path_ + "' tensor '" + records_[i].name + "': opening " +
                               stored_[i].dataset);
   DatasetHandle h(new int64_t(id), [](const int64_t* d) {
     H5Guard g2;
@@ -1047,6 +1076,8 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     return OpenFailure(w, errno);
   else
     ::close(fd);
+  // A distributed save's master: its seal before HDF5 parses a byte (docs/FORMAT.md 10).
+  SEEDSTORE_RETURN_IF_ERROR(CheckMasterSeal(path, /*is_master=*/false, nullptr));
   if (!LooksLikeHdf5(path))
     return StoreStatus(StoreError::kNotHdf5, w + ": not an HDF5 file (no superblock signature)");
   H5Guard g;
@@ -1055,12 +1086,11 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   s->file_bytes_ = static_cast<uint64_t>(st.st_size);
   s->file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (s->file_ < 0) {
-    const std::string e = H5ErrorText();
-    if (e.find("truncated") != std::string::npos)
+    Status e = H5ReadFailure(w + ": opening it");
+    if (e.message().find("truncated") != std::string::npos)
       return StoreStatus(StoreError::kTruncated, w + ": the file is truncated (" +
-                                                     std::to_string(st.st_size) +
-                                                     " bytes): " + e);
-    return Corrupt(w + ": HDF5 cannot open it: " + e);
+                                                     std::to_string(st.st_size) + " bytes): " + e.message());
+    return e;
   }
   s->AttachDescriptor();
   const hid_t f = s->file_;
@@ -1075,14 +1105,14 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
                        w + ": format version " + (ver.empty() ? "?" : std::to_string(ver[0])) +
                            " (this build reads version " + std::to_string(kStoreFormatVersion) + ")");
   // The index.
-  if (H5Lexists(f, "/seedstore", H5P_DEFAULT) <= 0 ||
-      H5Lexists(f, "/seedstore/index", H5P_DEFAULT) <= 0)
+  SEEDSTORE_ASSIGN_OR_RETURN(bool has_index, LinkExists(f, "/seedstore/index", w));
+  if (!has_index)
     return StoreStatus(StoreError::kMissingObject, w + ": dataset '/seedstore/index' is missing");
   SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, "/seedstore/index", w));
   std::string text;
   {
     Hid d(H5Dopen2(f, "/seedstore/index", H5P_DEFAULT), H5Dclose);
-    if (!d.ok()) return SEEDSTORE_H5_ERROR(w + ": opening /seedstore/index");
+    if (!d.ok()) return H5ReadFailure(w + ": opening /seedstore/index");
     Hid sp(H5Dget_space(d.get()), H5Sclose);
     const hssize_t n = H5Sget_simple_extent_npoints(sp.get());
     if (n <= 0 || H5Sget_simple_extent_ndims(sp.get()) != 1)
@@ -1142,6 +1172,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     std::vector<uint64_t> checks;
     std::vector<ChunkInfo> infos;
     std::vector<ChunkLoc> located;
+    Status damage;  // of a dense tensor's own objects (Damage)
     if (kind == "lazy") {
       if (!rec.contains("key_words") || !rec["key_words"].is_array() || rec["key_words"].size() != 2 ||
           !rec["key_words"][0].is_number_unsigned() || !rec["key_words"][1].is_number_unsigned())
@@ -1165,6 +1196,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
           !rec["shape"].is_array() || !rec.contains("dtype") || !rec["dtype"].is_string())
         return bad(where + ": dense record needs name, shape and dtype");
       tr.name = rec["name"].get<std::string>();
+      if (tr.name.empty()) return bad(where + ": empty tensor name");
       for (const auto& d : rec["shape"]) {
         if (!d.is_number_unsigned()) return bad(where + ": bad shape");
         tr.shape.push_back(d.get<uint64_t>());
@@ -1198,140 +1230,151 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       stt.dense = true;
       stt.dataset = "/tensors/" + esc;
       const std::string sums_path = "/checksums/" + esc;
-      for (const std::string& p : {stt.dataset, sums_path}) {
-        if (H5Lexists(f, p.substr(0, p.find('/', 1)).c_str(), H5P_DEFAULT) <= 0 ||
-            H5Lexists(f, p.c_str(), H5P_DEFAULT) <= 0)
-          return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
-        SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, tw));
-      }
-      // Closed once checked, as are its tables: reads open it again when they need its chunk
-      // addresses (H5Store::Dataset; a few are kept open). Chunks never go through HDF5's
-      // chunk cache -- they are read with pread and decoded here -- so it gets none: 20,000
-      // tiny dense tensors, `inspect` peak RSS 642 -> 349 MB; closing it: 349 -> 116 MB.
-      Hid d(H5Dopen2(f, stt.dataset.c_str(), NoChunkCache()), H5Dclose);
-      if (!d.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + stt.dataset);
-      // Attributes.
-      SEEDSTORE_ASSIGN_OR_RETURN(std::string aname, ReadStringAttr(d.get(), "seedstore.name", tw));
-      if (aname != tr.name)
-        return bad(where + ": dataset '" + stt.dataset + "' says its name is '" + aname + "'");
-      SEEDSTORE_ASSIGN_OR_RETURN(std::string adt, ReadStringAttr(d.get(), "seedstore.dtype", tw));
-      if (adt != DTypeName(tr.dtype))
-        return StoreStatus(StoreError::kDtypeMismatch, tw + ": seedstore.dtype is '" + adt +
-                                                           "', the index says '" + DTypeName(tr.dtype) + "'");
-      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> afp,
-                                 ReadU64Attr(d.get(), "seedstore.fingerprint", tw));
-      if (afp.size() != 2) return Corrupt(tw + ": seedstore.fingerprint must hold 2 words");
-      if (!fp) return bad(where + ": dense record without fingerprint");
-      if (afp[0] != fp->lane0 || afp[1] != fp->lane1)
-        return StoreStatus(StoreError::kFingerprintMismatch,
-                           tw + ": seedstore.fingerprint differs from the index");
-      // Shape and type.
-      Hid sp(H5Dget_space(d.get()), H5Sclose);
-      const int nd = H5Sget_simple_extent_ndims(sp.get());
-      std::vector<hsize_t> dims(std::max(nd, 0));
-      if (nd > 0) H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
-      std::vector<uint64_t> dshape(dims.begin(), dims.end());
-      if (nd < 0 || dshape != tr.shape)
-        return StoreStatus(StoreError::kShapeMismatch, tw + ": dataset shape " + ShapeText(dshape) +
-                                                           " differs from the record's " +
-                                                           ShapeText(tr.shape));
-      Hid ty(H5Dget_type(d.get()), H5Tclose);
-      if (!TypeMatches(ty.get(), tr.dtype))
-        return StoreStatus(StoreError::kDtypeMismatch,
-                           tw + ": HDF5 type does not store " + DTypeName(tr.dtype));
-      // Layout and filters.
-      Hid pl(H5Dget_create_plist(d.get()), H5Pclose);
-      const H5D_layout_t lay = H5Pget_layout(pl.get());
-      std::vector<uint64_t> chunk;
-      if (lay == H5D_CHUNKED) {
-        std::vector<hsize_t> c(std::max(nd, 1));
-        if (H5Pget_chunk(pl.get(), nd, c.data()) != nd)
-          return Corrupt(tw + ": cannot read the chunk shape");
-        chunk.assign(c.begin(), c.begin() + nd);
-      } else if (lay != H5D_CONTIGUOUS && lay != H5D_COMPACT) {
-        return StoreStatus(StoreError::kBadLayout, tw + ": unsupported dataset layout");
-      } else if (tr.NumElements() > 1) {  // docs/FORMAT.md 4.2: only scalars and empty tensors
-        return StoreStatus(StoreError::kBadLayout,
-                           tw + ": a tensor of " + std::to_string(tr.NumElements()) +
-                               " elements stored without chunks (only a scalar or an empty tensor may be)");
-      }
-      const int nf = H5Pget_nfilters(pl.get());
-      for (int k2 = 0; k2 < nf; ++k2) {
-        unsigned flags = 0;
-        size_t ncd = 8;
-        unsigned cd[8];
-        char fname[64];
-        unsigned fcfg = 0;
-        const H5Z_filter_t id = H5Pget_filter2(pl.get(), k2, &flags, &ncd, cd, sizeof fname, fname, &fcfg);
-        if (id != kH5FilterShuffle && id != kH5FilterZstd)
-          return StoreStatus(StoreError::kUnknownFilter,
-                             tw + ": filter id " + std::to_string(id) + " (" + FilterName(id) +
-                                 ") in the pipeline; seedstore reads only shuffle (2) and zstd (32015)");
-        if (id == kH5FilterShuffle && ncd >= 1 && cd[0] != static_cast<unsigned>(DTypeSize(tr.dtype)))
-          return Corrupt(tw + ": shuffle element size " + std::to_string(cd[0]) + " is not the dtype's");
-        if (id == kH5FilterZstd) stt.zstd_level = ncd >= 1 ? static_cast<int>(cd[0]) : 0;
-        stt.filters.push_back(id);
-      }
-      Grid grid = Grid::Make(tr.shape, chunk);
-      stt.chunk = chunk;
-      stt.num_chunks = grid.num;
-      // Where the chunks of a tensor of few chunks are (ChunksOf): its reads then open no
-      // dataset. A missing chunk leaves it to the reads to find and name.
-      if (grid.chunked() && grid.num <= kLocatedChunks) {
-        for (uint64_t j = 0; j < grid.num; ++j) {
-          uint64_t c[kMaxRank];
-          hsize_t off[kMaxRank];
-          grid.Coords(j, c);
-          for (int q = 0; q < grid.rank; ++q) off[q] = c[q] * grid.chunk[q];
-          located.push_back(LocateChunk(d.get(), off));
-          if (located.back().size == 0) {
-            located.clear();
-            break;
+      // The tensor's own objects: what fails here damages this tensor alone (Damage).
+      damage = [&]() -> Status {
+        for (const std::string& p : {stt.dataset, sums_path}) {
+          SEEDSTORE_ASSIGN_OR_RETURN(bool exists, LinkExists(f, p, tw));
+          if (!exists) return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
+          SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, tw));
+        }
+        // Closed once checked, as are its tables: reads open it again when they need its chunk
+        // addresses (H5Store::Dataset; a few are kept open). Chunks never go through HDF5's
+        // chunk cache -- they are read with pread and decoded here -- so it gets none: 20,000
+        // tiny dense tensors, `inspect` peak RSS 642 -> 349 MB; closing it: 349 -> 116 MB.
+        Hid d(H5Dopen2(f, stt.dataset.c_str(), NoChunkCache()), H5Dclose);
+        if (!d.ok()) return H5ReadFailure(tw + ": opening " + stt.dataset);
+        // Attributes.
+        SEEDSTORE_ASSIGN_OR_RETURN(std::string aname, ReadStringAttr(d.get(), "seedstore.name", tw));
+        if (aname != tr.name)
+          return bad(where + ": dataset '" + stt.dataset + "' says its name is '" + aname + "'");
+        SEEDSTORE_ASSIGN_OR_RETURN(std::string adt, ReadStringAttr(d.get(), "seedstore.dtype", tw));
+        if (adt != DTypeName(tr.dtype))
+          return StoreStatus(StoreError::kDtypeMismatch, tw + ": seedstore.dtype is '" + adt +
+                                                             "', the index says '" + DTypeName(tr.dtype) + "'");
+        SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> afp,
+                                   ReadU64Attr(d.get(), "seedstore.fingerprint", tw));
+        if (afp.size() != 2) return Corrupt(tw + ": seedstore.fingerprint must hold 2 words");
+        if (!fp) return bad(where + ": dense record without fingerprint");
+        if (afp[0] != fp->lane0 || afp[1] != fp->lane1)
+          return StoreStatus(StoreError::kFingerprintMismatch,
+                             tw + ": seedstore.fingerprint differs from the index");
+        // Shape and type.
+        Hid sp(H5Dget_space(d.get()), H5Sclose);
+        const int nd = H5Sget_simple_extent_ndims(sp.get());
+        std::vector<hsize_t> dims(std::max(nd, 0));
+        if (nd > 0) H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
+        std::vector<uint64_t> dshape(dims.begin(), dims.end());
+        if (nd < 0 || dshape != tr.shape)
+          return StoreStatus(StoreError::kShapeMismatch, tw + ": dataset shape " + ShapeText(dshape) +
+                                                             " differs from the record's " +
+                                                             ShapeText(tr.shape));
+        Hid ty(H5Dget_type(d.get()), H5Tclose);
+        if (!TypeMatches(ty.get(), tr.dtype))
+          return StoreStatus(StoreError::kDtypeMismatch,
+                             tw + ": HDF5 type does not store " + DTypeName(tr.dtype));
+        // Layout and filters.
+        Hid pl(H5Dget_create_plist(d.get()), H5Pclose);
+        const H5D_layout_t lay = H5Pget_layout(pl.get());
+        std::vector<uint64_t> chunk;
+        if (lay == H5D_CHUNKED) {
+          std::vector<hsize_t> c(std::max(nd, 1));
+          if (H5Pget_chunk(pl.get(), nd, c.data()) != nd)
+            return Corrupt(tw + ": cannot read the chunk shape");
+          chunk.assign(c.begin(), c.begin() + nd);
+        } else if (lay != H5D_CONTIGUOUS && lay != H5D_COMPACT) {
+          return StoreStatus(StoreError::kBadLayout, tw + ": unsupported dataset layout");
+        } else if (tr.NumElements() > 1) {  // docs/FORMAT.md 4.2: only scalars and empty tensors
+          return StoreStatus(StoreError::kBadLayout,
+                             tw + ": a tensor of " + std::to_string(tr.NumElements()) +
+                                 " elements stored without chunks (only a scalar or an empty tensor may be)");
+        }
+        const int nf = H5Pget_nfilters(pl.get());
+        for (int k2 = 0; k2 < nf; ++k2) {
+          unsigned flags = 0;
+          size_t ncd = 8;
+          unsigned cd[8];
+          char fname[64];
+          unsigned fcfg = 0;
+          const H5Z_filter_t id = H5Pget_filter2(pl.get(), k2, &flags, &ncd, cd, sizeof fname, fname, &fcfg);
+          if (id != kH5FilterShuffle && id != kH5FilterZstd)
+            return StoreStatus(StoreError::kUnknownFilter,
+                               tw + ": filter id " + std::to_string(id) + " (" + FilterName(id) +
+                                   ") in the pipeline; seedstore reads only shuffle (2) and zstd (32015)");
+          if (id == kH5FilterShuffle && ncd >= 1 && cd[0] != static_cast<unsigned>(DTypeSize(tr.dtype)))
+            return Corrupt(tw + ": shuffle element size " + std::to_string(cd[0]) + " is not the dtype's");
+          if (id == kH5FilterZstd) stt.zstd_level = ncd >= 1 ? static_cast<int>(cd[0]) : 0;
+          stt.filters.push_back(id);
+        }
+        Grid grid = Grid::Make(tr.shape, chunk);
+        stt.chunk = chunk;
+        stt.num_chunks = grid.num;
+        // Where the chunks of a tensor of few chunks are (ChunksOf): its reads then open no
+        // dataset. A missing chunk leaves it to the reads to find and name.
+        if (grid.chunked() && grid.num <= kLocatedChunks) {
+          for (uint64_t j = 0; j < grid.num; ++j) {
+            uint64_t c[kMaxRank];
+            hsize_t off[kMaxRank];
+            grid.Coords(j, c);
+            for (int q = 0; q < grid.rank; ++q) off[q] = c[q] * grid.chunk[q];
+            located.push_back(LocateChunk(d.get(), off));
+            if (located.back().size == 0) {
+              located.clear();
+              break;
+            }
           }
         }
-      }
-      // Checksum table.
-      Hid cs(H5Dopen2(f, sums_path.c_str(), H5P_DEFAULT), H5Dclose);
-      if (!cs.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + sums_path);
-      Hid csp(H5Dget_space(cs.get()), H5Sclose);
-      if (H5Sget_simple_extent_ndims(csp.get()) != 1 ||
-          static_cast<uint64_t>(H5Sget_simple_extent_npoints(csp.get())) != grid.num)
-        return StoreStatus(StoreError::kShapeMismatch,
-                           tw + ": checksum table " + sums_path + " does not have one entry per chunk (" +
-                               std::to_string(grid.num) + ")");
-      checks.resize(grid.num);
-      if (H5Dread(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, checks.data()) < 0)
-        return SEEDSTORE_H5_ERROR(tw + ": reading " + sums_path);
-      SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(cs.get(), checks, tw + ": checksum table " + sums_path));
-      // Chunk-info table (optional: files written before it existed have none).
-      const std::string info_path = "/chunkinfo/" + esc;
-      if (H5Lexists(f, "/chunkinfo", H5P_DEFAULT) > 0 && H5Lexists(f, info_path.c_str(), H5P_DEFAULT) > 0) {
-        SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, info_path, tw));
-        Hid ci(H5Dopen2(f, info_path.c_str(), H5P_DEFAULT), H5Dclose);
-        if (!ci.ok()) return SEEDSTORE_H5_ERROR(tw + ": opening " + info_path);
-        Hid isp(H5Dget_space(ci.get()), H5Sclose);
-        hsize_t idims[2] = {0, 0};
-        if (H5Sget_simple_extent_ndims(isp.get()) != 2 ||
-            H5Sget_simple_extent_dims(isp.get(), idims, nullptr) != 2 || idims[0] != grid.num ||
-            idims[1] != 3)
+        // Checksum table.
+        Hid cs(H5Dopen2(f, sums_path.c_str(), H5P_DEFAULT), H5Dclose);
+        if (!cs.ok()) return H5ReadFailure(tw + ": opening " + sums_path);
+        Hid csp(H5Dget_space(cs.get()), H5Sclose);
+        if (H5Sget_simple_extent_ndims(csp.get()) != 1 ||
+            static_cast<uint64_t>(H5Sget_simple_extent_npoints(csp.get())) != grid.num)
           return StoreStatus(StoreError::kShapeMismatch,
-                             tw + ": chunk-info table " + info_path + " is not [" +
-                                 std::to_string(grid.num) + ", 3] (one row per chunk)");
-        std::vector<uint64_t> rows(grid.num * 3);
-        if (H5Dread(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
-          return SEEDSTORE_H5_ERROR(tw + ": reading " + info_path);
-        SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(ci.get(), rows, tw + ": chunk-info table " + info_path));
-        Fingerprint total;
-        infos.resize(grid.num);
-        for (uint64_t j = 0; j < grid.num; ++j) {
-          infos[j].stored_hash = rows[3 * j];
-          infos[j].fingerprint = Fingerprint{rows[3 * j + 1], rows[3 * j + 2]};
-          total.Add(infos[j].fingerprint);
+                             tw + ": checksum table " + sums_path + " does not have one entry per chunk (" +
+                                 std::to_string(grid.num) + ")");
+        checks.resize(grid.num);
+        if (H5Dread(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, checks.data()) < 0)
+          return H5ReadFailure(tw + ": reading " + sums_path);
+        SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(cs.get(), checks, tw + ": checksum table " + sums_path));
+        // Chunk-info table (optional: files written before it existed have none).
+        const std::string info_path = "/chunkinfo/" + esc;
+        SEEDSTORE_ASSIGN_OR_RETURN(bool has_info, LinkExists(f, info_path, tw));
+        if (has_info) {
+          SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, info_path, tw));
+          Hid ci(H5Dopen2(f, info_path.c_str(), H5P_DEFAULT), H5Dclose);
+          if (!ci.ok()) return H5ReadFailure(tw + ": opening " + info_path);
+          Hid isp(H5Dget_space(ci.get()), H5Sclose);
+          hsize_t idims[2] = {0, 0};
+          if (H5Sget_simple_extent_ndims(isp.get()) != 2 ||
+              H5Sget_simple_extent_dims(isp.get(), idims, nullptr) != 2 || idims[0] != grid.num ||
+              idims[1] != 3)
+            return StoreStatus(StoreError::kShapeMismatch,
+                               tw + ": chunk-info table " + info_path + " is not [" +
+                                   std::to_string(grid.num) + ", 3] (one row per chunk)");
+          std::vector<uint64_t> rows(grid.num * 3);
+          if (H5Dread(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
+            return H5ReadFailure(tw + ": reading " + info_path);
+          SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(ci.get(), rows, tw + ": chunk-info table " + info_path));
+          Fingerprint total;
+          infos.resize(grid.num);
+          for (uint64_t j = 0; j < grid.num; ++j) {
+            infos[j].stored_hash = rows[3 * j];
+            infos[j].fingerprint = Fingerprint{rows[3 * j + 1], rows[3 * j + 2]};
+            total.Add(infos[j].fingerprint);
+          }
+          if (total != *fp)
+            return StoreStatus(StoreError::kFingerprintMismatch,
+                               tw + ": the chunk fingerprints of " + info_path + " add up to " +
+                                   FingerprintHex(total) + ", the record says " + FingerprintHex(*fp));
         }
-        if (total != *fp)
-          return StoreStatus(StoreError::kFingerprintMismatch,
-                             tw + ": the chunk fingerprints of " + info_path + " add up to " +
-                                 FingerprintHex(total) + ", the record says " + FingerprintHex(*fp));
+        return Status::Ok();
+      }();
+      if (!damage.ok()) {  // the record stands; its reads fail with `damage`
+        stt = StoredTensor{true, stt.stored_bytes, {}, 0, {}, 0, stt.dataset};
+        checks.clear();
+        infos.clear();
+        located.clear();
+        H5ErrorText();  // what the checks left on HDF5's error stack
       }
     } else {
       return bad(where + ": unknown kind '" + kind + "'");
@@ -1343,6 +1386,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     s->checksums_.push_back(std::move(checks));
     s->info_.push_back(std::move(infos));
     s->located_.push_back(std::move(located));
+    s->damage_.push_back(std::move(damage));
   }
   SEEDSTORE_RETURN_IF_ERROR(s->DropCachedMetadata());
   return s;
@@ -1577,6 +1621,7 @@ Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
   if (i >= records_.size()) return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
   const TensorRecord& t = records_[i];
   if (t.lazy) return t.lazy->Materialize(r, out, o);
+  SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
   return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) { return ReadDense(i, b, dst, o); });
 }
@@ -1595,6 +1640,7 @@ Status H5Store::DecodeChunk(const ChunkWhere& w, size_t i, uint64_t j, std::vect
 }
 
 Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool decode) const {
+  if (i < records_.size()) SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   if (i >= records_.size() || records_[i].lazy || stored_[i].chunk.empty() ||
       j >= stored_[i].num_chunks)
     return InvalidArgument("file '" + path_ + "': no stored chunk " + std::to_string(j) + " of tensor " +
@@ -1635,6 +1681,7 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
 Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
   if (i >= records_.size() || records_[i].lazy)
     return InvalidArgument("file '" + path_ + "': tensor " + std::to_string(i) + " is not dense");
+  SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   const TensorRecord& t = records_[i];
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
@@ -1738,6 +1785,7 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
   if (i >= records_.size()) return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
   const TensorRecord& t = records_[i];
   if (t.lazy) return t.lazy->FingerprintRegion(r, o);
+  SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
@@ -1805,6 +1853,11 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       total = *f;
       report(t.NumBytes());
       rep.complete.push_back(true);
+    } else if (!damage_[i].ok()) {
+      rep.problems.push_back({t.name, -1, damage_[i]});
+      rep.fingerprints.push_back({});
+      rep.complete.push_back(false);
+      continue;
     } else {
       const StoredTensor& st = stored_[i];
       const Grid g = Grid::Make(t.shape, st.chunk);
@@ -2275,6 +2328,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
 Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
   Impl& m = *impl_;
   const TensorRecord& t = src.tensors().at(i);
+  SEEDSTORE_RETURN_IF_ERROR(src.Damage(i));
   SEEDSTORE_RETURN_IF_ERROR(m.CheckName(t.name));
   if (t.lazy) {
     LazyTensor l = *t.lazy;
@@ -2380,14 +2434,7 @@ Status CheckRewritableAsStore(const H5Store& store, const std::string& path) {
   uint32_t id = 0;
   int rank = 0;
   if (!ParseRankFileName(path, &save, &id, &rank)) return Status::Ok();
-  bool master = false;
-  if (LooksLikeHdf5(save)) {  // else no master (or a pipe, which HDF5's open would block on)
-    auto lock = LockH5();
-    Hid f(H5Fopen(save.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    master = f.ok() && FileIsDistributedMaster(f.get(), save);
-    H5ErrorText();
-  }
-  if (!master) return Status::Ok();
+  if (!IsDistributedSave(save)) return Status::Ok();  // its seal checked before HDF5 reads it
   return InvalidArgument("file '" + path + "' is rank " + std::to_string(rank) +
                          "'s file of the distributed save '" + save +
                          "': rewritten alone it would no longer match the piece fingerprints the "

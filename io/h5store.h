@@ -58,6 +58,8 @@ enum class StoreError {
   kFingerprintMismatch, // "fingerprint-mismatch" (kCorrupt)
   kBadLayout,           // "bad-layout" (kCorrupt): a storage layout the format does not allow
   kTableCorrupt,        // "table-corrupt" (kCorrupt): a checksum or chunk-info table fails its hash
+  kMetadataCorrupt,     // "metadata-corrupt" (kCorrupt): HDF5 cannot read an object's metadata
+                        // (an object header, B-tree node or heap fails its checksum or check)
 };
 const char* StoreErrorName(StoreError e);
 /// A Status whose message is "<name>: <message>", with the error's code.
@@ -174,8 +176,16 @@ class H5Store : public Catalog {
   /// record its dataset (shape, dtype, filters, checksum table) -- then closes the datasets
   /// and lets go of the metadata HDF5 cached checking them (reads open what they use; memory
   /// per tensor is the record and its tables). Errors name the file and are
-  /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, ...); a missing
-  /// file is kNotFound, a directory kInvalidArgument.
+  /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, metadata-corrupt,
+  /// ...); a missing file is kNotFound, a directory kInvalidArgument. A file that starts with a
+  /// distributed save's seal has it checked before HDF5 reads a byte (master-corrupt,
+  /// CheckMasterSeal in io/h5_util.h).
+  ///
+  /// A dense tensor whose own objects fail those checks (its dataset, checksum or chunk-info
+  /// table: missing, unreadable metadata, another shape or dtype, a table failing its hash...)
+  /// does not fail the open: the index's record of it is intact (checksummed), so the store
+  /// opens and Damage(i) holds the named error, which every read, fingerprint, chunk copy and
+  /// Verify of that tensor returns; the other tensors read as usual.
   static Result<std::unique_ptr<H5Store>> Open(const std::string& path);
   ~H5Store() override;
 
@@ -193,6 +203,11 @@ class H5Store : public Catalog {
   Result<Fingerprint> FingerprintRegion(size_t i, const Region& r, CpuOptions o = {}) const override;
 
   const StoredTensor& stored(size_t i) const { return stored_.at(i); }
+  /// Why tensor i cannot be read (a named kCorrupt or kUnsupported error naming the file and
+  /// tensor), or OK: a dense tensor whose objects failed Open's checks. Its record is the
+  /// index's; stored(i) then holds only `dense`, `dataset` and `stored_bytes`, and it has no
+  /// chunk-info table.
+  const Status& Damage(size_t i) const { return damage_.at(i); }
   uint64_t root_seed() const { return seed_; }
   Generator generator() const { return generator_; }
   std::optional<int> shard_rank() const override { return rank_; }
@@ -223,7 +238,8 @@ class H5Store : public Catalog {
     void FinishOk(const std::vector<TensorRecord>& records);
   };
   /// Checks every chunk checksum of every dense tensor and recomputes every fingerprint (lazy
-  /// ones from their spec), comparing with the recorded ones. Continues past problems.
+  /// ones from their spec), comparing with the recorded ones. Continues past problems: a
+  /// damaged tensor (Damage) is one problem, and the others are still checked.
   /// `progress(bytes)` is called as work completes (any thread-safe callback, may be empty).
   VerifyReport Verify(CpuOptions o = {}, std::function<void(uint64_t)> progress = {}) const;
 
@@ -317,6 +333,7 @@ class H5Store : public Catalog {
   std::vector<std::vector<uint64_t>> checksums_;
   std::vector<std::vector<ChunkInfo>> info_;  // chunk-info tables (empty when absent)
   std::vector<std::vector<ChunkLoc>> located_;  // where the chunks are (kLocatedChunks; else empty)
+  std::vector<Status> damage_;  // Damage(i)
 };
 
 /// How StoreWriter::AddDense chunks a dense tensor and, optionally, where it may take chunks

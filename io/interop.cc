@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -121,6 +122,20 @@ struct ExportPlan {
   std::vector<std::string> names;          // per file, then (split) the index
 };
 
+}  // namespace
+
+Status CheckFitsInMemory(uint64_t bytes, const std::string& what) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  unsigned __int128 limit = pages > 0 && page > 0 ? static_cast<unsigned __int128>(pages) * page : ~0ull;
+  struct rlimit as;
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = std::min<unsigned __int128>(limit, as.rlim_cur);
+  if (bytes <= limit) return Status::Ok();
+  return Unsupported(what + " needs " + std::to_string(bytes) + " bytes in memory at once; this machine has " +
+                     std::to_string(static_cast<uint64_t>(limit)) + " bytes of memory (shard it smaller)");
+}
+
+namespace {
+
 // Plans an export from the catalog's records alone (nothing is read or written).
 Result<ExportPlan> PlanExport(const Catalog& c, const std::string& path, const ExportOptions& o,
                               uint64_t max_file_bytes) {
@@ -146,6 +161,8 @@ Result<ExportPlan> PlanExport(const Catalog& c, const std::string& path, const E
     }
     SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(t.name, path));  // before any file is written
     it.bytes = it.region.Count() * DTypeSize(t.dtype);
+    SEEDSTORE_RETURN_IF_ERROR(CheckFitsInMemory(
+        it.bytes, "tensor " + Quoted(t.name) + (o.layout ? " shard " + DescribeRegion(it.region) : std::string())));
     p.total += it.bytes;
     p.items.push_back(std::move(it));
   }
@@ -407,6 +424,9 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     }
     const size_t k = c->files_.size();
     for (auto& [e, shard] : held) {
+      if (e.name.empty())  // valid safetensors, but every seedstore command names tensors
+        return InvalidArgument("safetensors file '" + f + "': a tensor has an empty name; seedstore reads "
+                               "only named tensors (rename it)");
       if (auto it = seen.find(e.name); it != seen.end())
         return InvalidArgument((EndsWith(path, ".json") ? "index file '" + path + "': " : std::string()) +
                                "safetensors tensor '" + e.name + "' is held by both '" +

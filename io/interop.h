@@ -49,6 +49,13 @@ std::vector<std::string> LeftoverExportFiles(const std::string& path,
 /// INVALID_ARGUMENT naming the text.
 Result<uint64_t> ParseByteSize(const std::string& text);
 
+/// Whether one buffer of `bytes` can be held in this machine's memory: kUnsupported "<what>
+/// needs N bytes in memory at once; this machine has M bytes of memory" when N exceeds its
+/// physical memory (or the process's address-space limit), checked before anything is
+/// allocated or written. `what` names the tensor and shard ("tensor 'w' shard [0:8, 0:4]").
+/// Commands that hold a tensor's shard whole (export, materialize, gen) check it up front.
+Status CheckFitsInMemory(uint64_t bytes, const std::string& what);
+
 /// The dense tensors of a .safetensors file, or of every file that a Hugging Face
 /// model.safetensors.index.json names (its `weight_map`; files in the index's folder), as one
 /// read-only Catalog. Any box or flat range is read on demand (one pread per contiguous run),

@@ -26,6 +26,11 @@ Result<std::string> ReadTextFile(const std::string& path, const std::string& wha
       ::close(fd);
       return IoError(what + ": read failed: " + std::strerror(err));
     }
+    if (text.size() + static_cast<size_t>(n) > kMaxTextFileBytes) {
+      ::close(fd);
+      return InvalidArgument(what + ": longer than " + std::to_string(kMaxTextFileBytes) +
+                             " bytes (64 MiB), the most a spec, layout or index may hold");
+    }
     text.append(buf, static_cast<size_t>(n));
   }
   ::close(fd);

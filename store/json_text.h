@@ -12,9 +12,15 @@
 
 namespace seedstore {
 
-/// The whole of the (text) file `path`: a spec, a layout, an index. `what` names it in errors
-/// ("spec file 's.json'"): OpenFailure's (NOT_FOUND only when it does not exist), or kIo
-/// "<what>: read failed: <reason>".
+/// The most bytes ReadTextFile reads: seedstore's specs, layouts and indexes are far smaller
+/// (a 20,000-tensor spec is a few MB), and a pipe (`<(...)`) can be endless.
+constexpr uint64_t kMaxTextFileBytes = 64ull << 20;
+
+/// The whole of the (text) file `path`: a spec, a layout, an index -- a regular file or a pipe.
+/// `what` names it in errors ("spec file 's.json'"): OpenFailure's (NOT_FOUND only when it does
+/// not exist), kIo "<what>: read failed: <reason>", or kInvalidArgument "<what>: longer than
+/// 67108864 bytes (64 MiB), the most a spec, layout or index may hold" (kMaxTextFileBytes;
+/// nothing more is read).
 Result<std::string> ReadTextFile(const std::string& path, const std::string& what);
 
 /// Deepest nesting of arrays and objects accepted (seedstore's own documents use at most 6).

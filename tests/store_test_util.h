@@ -46,6 +46,17 @@ inline uint64_t Numel(const std::vector<uint64_t>& s) {
   return n;
 }
 
+/// The error H5Store::Open gives for `path`, or, when it opens, the damage it records for its
+/// first damaged tensor (H5Store::Damage: a tensor's own objects failed its checks); OK when
+/// neither.
+inline Status OpenOrDamage(const std::string& path) {
+  auto st = H5Store::Open(path);
+  if (!st.ok()) return st.status();
+  for (size_t i = 0; i < (*st)->tensors().size(); ++i)
+    if (!(*st)->Damage(i).ok()) return (*st)->Damage(i);
+  return Status::Ok();
+}
+
 /// n bytes from mt19937_64(seed).
 inline std::vector<uint8_t> RandomBytes(uint64_t n, uint64_t seed) {
   std::mt19937_64 g(seed);

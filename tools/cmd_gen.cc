@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/device.h"
+#include "io/interop.h"
 #include "store/catalog.h"
 #include "store/json_text.h"
 #include "tools/cli.h"
@@ -84,7 +85,10 @@ int Run(const GenOptions& o) {
   if (!cat.ok()) return Fail(cat.status());
   auto region = ParseBox(o.box, t.shape);
   if (!region.ok()) return Fail(region.status().WithContext("--box"));
-  std::vector<unsigned char> buf((*cat)->tensors()[0].lazy->RegionBytes(*region));
+  const uint64_t bytes = (*cat)->tensors()[0].lazy->RegionBytes(*region);
+  if (Status fit = CheckFitsInMemory(bytes, "tensor " + Quoted(t.name) + " box " + DescribeRegion(*region)); !fit.ok())
+    return Fail(fit);
+  std::vector<unsigned char> buf(bytes);
   if (auto st = ReadOnDevice(*device, **cat, 0, *region, buf.data(), CpuOptions{o.threads}); !st.ok())
     return Fail(st);
   std::vector<uint64_t> box_shape;

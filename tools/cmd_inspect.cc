@@ -32,6 +32,10 @@ int Run(const Options& o) {
   const auto* safetensors = dynamic_cast<const SafetensorsCatalog*>(cat->get());
   if (Status g = CheckGlobMatches(o.tensors, {cat->get()}); !g.ok()) return Fail(g);
   const auto& ts = (*cat)->tensors();
+  // A listed tensor whose objects are damaged fails the listing (its storage is unknown); the
+  // others list as usual (--tensors).
+  for (size_t i = 0; store && i < ts.size(); ++i)
+    if (GlobMatch(o.tensors, ts[i].name) && !store->Damage(i).ok()) return Fail(store->Damage(i));
   nlohmann::json rows = nlohmann::json::array();
   uint64_t params = 0, lazy = 0, dense = 0, on_disk = 0;
   size_t wname = 4, wshape = 5;

@@ -1680,5 +1680,76 @@ TEST(Cli, DirectoryAsSourceIsTheWrongKindOfPath) {
   EXPECT_NE(diff.err.find("is a directory"), std::string::npos) << diff.err;
 }
 
+// ---- Bad input: named, never INTERNAL ---------------------------------------------------------
+
+TEST(BadInput, AShardTooLargeForMemoryIsRefusedUpFront) {
+  // 2^60 float32 elements: 4 EiB, refused before any is allocated, naming tensor and bytes.
+  const std::string spec = Write("huge.json", R"({"seedstore": 1, "seed": 1, "tensors": [
+      {"name": "huge.w", "shape": [1152921504606846976], "dtype": "float32", "init": {"dist": "normal"}}]})");
+  const std::string layout = Write("one.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
+  const std::string out = TempDir() + "/huge.safetensors";
+  for (const std::string& args : {"export " + spec + " -o " + out,
+                                  "materialize " + spec + " --layout " + layout + " --rank 0 -o " + out,
+                                  std::string("gen --shape 1152921504606846976")}) {
+    const Proc r = Exec(args);
+    EXPECT_EQ(r.code, 6) << args << ": " << r.err;  // UNSUPPORTED
+    EXPECT_NE(r.err.find("needs 4611686018427387904 bytes in memory"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(args[0] == 'g' ? "tensor 'tensor'" : "tensor 'huge.w'"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("INTERNAL"), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+}
+
+TEST(BadInput, ASpecOrLayoutFromAPipeHasASizeLimit) {
+  // 64 MiB + 1 byte of JSON whitespace from a pipe: refused at the limit, naming the file.
+  const std::string big = "<(head -c 67108865 /dev/zero | tr '\\0' ' ')";
+  for (const std::string& args : {"inspect " + big, "materialize " + Write("s2.json", kSpec) + " --layout " + big +
+                                                        " --rank 0 -o " + TempDir() + "/p.safetensors"}) {
+    const std::string cmd = "bash -c \"'" + Bin() + "' " + args + "\" 2>" + TempDir() + "/pipe.err";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char buf[4096];
+    while (fread(buf, 1, sizeof buf, p) > 0) {
+    }
+    const int st = pclose(p);
+    const std::string err = ReadFile(TempDir() + "/pipe.err");
+    EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2) << args << ": " << err;  // INVALID_ARGUMENT
+    EXPECT_NE(err.find("longer than 67108864 bytes (64 MiB)"), std::string::npos) << err;
+    EXPECT_NE(err.find("/dev/fd/"), std::string::npos) << "names the file: " << err;
+  }
+}
+
+TEST(BadInput, AnEmptyTensorNameIsRefusedByEveryCommand) {
+  // A valid safetensors file (the reference reads it) holding a tensor named "".
+  const std::string header = R"({"":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                             R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  std::string bytes(8, '\0');
+  for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>((header.size() >> (8 * k)) & 0xff);
+  bytes += header + std::string(8, '\0');
+  const std::string st = Write("empty-name.safetensors", bytes);
+  const std::string layout = Write("one3.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
+  const std::string o = TempDir() + "/empty-out";
+  for (const std::string& args :
+       {"inspect " + st, "fingerprint " + st, "export " + st + " -o " + o + ".safetensors", "import " + st + " -o " + o + ".h5",
+        "materialize " + st + " --layout " + layout + " --rank 0 -o " + o + ".safetensors",
+        "reshard " + st + " --layout " + layout + " -o " + o + ".h5", "diff " + st + " " + st}) {
+    const Proc r = Exec(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("empty name"), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+TEST(BadInput, ReshardOfLazyTensorsChecksTheLayoutAgainstThem) {
+  // A placement with more entries than a lazy tensor's rank: refused as for a dense one.
+  const std::string spec = Write("lazy-only.json", kSpec);
+  const std::string layout = Write("too-long.json", R"({"mesh": {"axes": ["d"], "shape": [2]},
+      "placements": [{"match": "norm", "spec": ["d", null]}]})");
+  const std::string out = TempDir() + "/lazy-resharded.h5";
+  const Proc r = Exec("reshard " + spec + " --layout " + layout + " -o " + out);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("tensor 'norm' of shape [10]: spec has 2 entries"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 }  // namespace
 }  // namespace seedstore

@@ -149,25 +149,26 @@ struct Case {
   const char* error;   // StoreError name, or "" for the good file
   Code code;
   const char* detail;  // another substring the message must hold
-  bool at_open;        // fails in Open (else on Read/Verify)
+  enum When { kOpen, kTensor, kChunk } when;  // fails in Open; damages tensor 'w' (Open
+                                               // succeeds, H5Store::Damage); or a chunk of it
 };
 
 const Case kCases[] = {
-    {"good.h5", "", Code::kOk, "", false},
-    {"truncated.h5", "truncated", Code::kCorrupt, "truncated", true},
-    {"flipped_chunk_byte.h5", "chunk-corrupt", Code::kCorrupt, "tensor 'w' chunk 3", false},
-    {"bad_magic.h5", "bad-magic", Code::kCorrupt, "'not-seedstore'", true},
-    {"not_hdf5.h5", "not-hdf5", Code::kCorrupt, "no superblock signature", true},
-    {"bad_version.h5", "unsupported-version", Code::kUnsupported, "format version 99", true},
-    {"missing_attribute.h5", "missing-attribute", Code::kCorrupt, "'seedstore.dtype'", true},
-    {"shape_mismatch.h5", "shape-mismatch", Code::kCorrupt, "[64, 32] differs from the record's [32, 64]", true},
-    {"unknown_filter.h5", "unknown-filter", Code::kUnsupported, "filter id 1 (deflate)", true},
-    {"bad_index_checksum.h5", "bad-index", Code::kCorrupt, "checksum mismatch", true},
-    {"chunk_info_sum.h5", "fingerprint-mismatch", Code::kCorrupt, "/chunkinfo/w", true},
+    {"good.h5", "", Code::kOk, "", Case::kChunk},
+    {"truncated.h5", "truncated", Code::kCorrupt, "truncated", Case::kOpen},
+    {"flipped_chunk_byte.h5", "chunk-corrupt", Code::kCorrupt, "tensor 'w' chunk 3", Case::kChunk},
+    {"bad_magic.h5", "bad-magic", Code::kCorrupt, "'not-seedstore'", Case::kOpen},
+    {"not_hdf5.h5", "not-hdf5", Code::kCorrupt, "no superblock signature", Case::kOpen},
+    {"bad_version.h5", "unsupported-version", Code::kUnsupported, "format version 99", Case::kOpen},
+    {"missing_attribute.h5", "missing-attribute", Code::kCorrupt, "'seedstore.dtype'", Case::kTensor},
+    {"shape_mismatch.h5", "shape-mismatch", Code::kCorrupt, "[64, 32] differs from the record's [32, 64]", Case::kTensor},
+    {"unknown_filter.h5", "unknown-filter", Code::kUnsupported, "filter id 1 (deflate)", Case::kTensor},
+    {"bad_index_checksum.h5", "bad-index", Code::kCorrupt, "checksum mismatch", Case::kOpen},
+    {"chunk_info_sum.h5", "fingerprint-mismatch", Code::kCorrupt, "/chunkinfo/w", Case::kTensor},
     // A 4-byte float whose exponent bias is not IEEE's: the same class, size and order.
-    {"float_fields.h5", "dtype-mismatch", Code::kCorrupt, "HDF5 type does not store float32", true},
-    {"table_corrupt.h5", "table-corrupt", Code::kCorrupt, "checksum table /checksums/w does not match its hash", true},
-    {"not_chunked.h5", "bad-layout", Code::kCorrupt, "tensor 'w': a tensor of 2048 elements stored without chunks", true},
+    {"float_fields.h5", "dtype-mismatch", Code::kCorrupt, "HDF5 type does not store float32", Case::kTensor},
+    {"table_corrupt.h5", "table-corrupt", Code::kCorrupt, "checksum table /checksums/w does not match its hash", Case::kTensor},
+    {"not_chunked.h5", "bad-layout", Code::kCorrupt, "tensor 'w': a tensor of 2048 elements stored without chunks", Case::kTensor},
 };
 
 Status Generate(const std::string& dir) {
@@ -275,16 +276,23 @@ void CheckCase(const std::string& dir, const Case& c) {
   }
   auto st = H5Store::Open(path);
   Status s;
-  if (c.at_open) {
+  if (c.when == Case::kOpen) {
     ASSERT_FALSE(st.ok());
     s = st.status();
   } else {
     ASSERT_TRUE(st.ok()) << st.status().ToString();
     std::vector<float> w(kRows * kCols);
     s = (*st)->Read(1, WholeTensor({kRows, kCols}), w.data());
+    EXPECT_EQ((*st)->Damage(1).ToString(), c.when == Case::kTensor ? s.ToString() : "OK");
     auto rep = (*st)->Verify();
     ASSERT_EQ(rep.problems.size(), 1u);
-    EXPECT_EQ(rep.problems[0].chunk, 3);
+    EXPECT_EQ(rep.problems[0].tensor, "w");
+    EXPECT_EQ(rep.problems[0].chunk, c.when == Case::kTensor ? -1 : 3);
+    // The other tensor (lazy) reads and verifies: the damage is w's alone.
+    EXPECT_TRUE((*st)->Damage(0).ok());
+    EXPECT_TRUE(rep.ok[0]);
+    std::vector<uint16_t> a(64);
+    EXPECT_TRUE((*st)->Read(0, WholeTensor({8, 8}), a.data()).ok());
   }
   EXPECT_EQ(s.code(), c.code) << s.ToString();
   EXPECT_EQ(s.message().rfind(std::string(c.error) + ": ", 0), 0u) << s.message();
