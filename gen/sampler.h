@@ -28,7 +28,7 @@ enum class Dist : uint8_t { kBits, kUniform, kNormal, kTruncatedNormal, kConstan
 ///   kJit:   what XLA-CPU compiles for the same expression inside `jax.jit` with Python-constant
 ///           parameters: the algebraic simplifier folds `(sqrt2 * erf_inv(u)) * scale` into
 ///           `erf_inv(u) * round(sqrt2 * scale)`, `x * scale + mean` becomes one FMA, and
-///           erf(bound / sqrt2) is constant-folded (correctly rounded erf, exact division).
+///           erf(bound / sqrt2) is constant-folded (with the C library's erff, FoldedErfF32).
 /// Philox ignores it.
 enum class Flavour : uint8_t { kEager, kJit };
 
@@ -105,6 +105,15 @@ constexpr double kSqrt2D = 1.4142135623730951;
 
 // ---- threefry (jax.random) --------------------------------------------------------------
 
+SEEDSTORE_HD bool SignBit(float x) { return (BitCast<uint32_t>(x) >> 31) != 0; }
+SEEDSTORE_HD bool SignBit(double x) { return (BitCast<uint64_t>(x) >> 63) != 0; }
+/// XLA's maximum and minimum of floats (llvm.maximum / llvm.minimum): -0 < +0, so
+/// max(-0, +0) = +0 and min(-0, +0) = -0. No NaN reaches them here.
+template <class T>
+SEEDSTORE_HD T XlaMax(T a, T b) { return a > b || (a == b && !SignBit(a)) ? a : b; }
+template <class T>
+SEEDSTORE_HD T XlaMin(T a, T b) { return a < b || (a == b && SignBit(a)) ? a : b; }
+
 /// jax.random.uniform's [0, 1) value for element i, exact, as float (16/32-bit dtypes).
 template <DType D>
 SEEDSTORE_HD float JaxUnit(Key key, uint64_t i) {
@@ -128,11 +137,10 @@ SEEDSTORE_HD float JaxAffine(float unit, float lo, float range) {
   float v;
   if constexpr (D == DType::kBF16) v = RoundIn<D>(RoundIn<D>(unit * range) + lo);
   else v = RoundIn<D>(FmaF32(unit, range, lo));
-  return v > lo ? v : lo;
+  return XlaMax(lo, v);
 }
 SEEDSTORE_HD double JaxAffineF64(double unit, double lo, double range) {
-  const double v = FmaF64(unit, range, lo);
-  return v > lo ? v : lo;
+  return XlaMax(lo, FmaF64(unit, range, lo));
 }
 
 /// `x * scale + mean` (each part only when set). Eager: each op rounded in the dtype. Jit
@@ -188,8 +196,7 @@ SEEDSTORE_HD StorageT<D> ThreefryFromUniform(const SamplerParams& p, float u) {
     return StoreFloat<D>(JaxNormalTail<D>(p, RoundIn<D>(XlaErfInvF32(u))));
   } else if constexpr (X == Dist::kTruncatedNormal) {
     float x = RoundIn<D>(RoundIn<D>(kSqrt2F) * RoundIn<D>(XlaErfInvF32(u)));
-    x = x > p.clip_lo_f ? x : p.clip_lo_f;
-    x = x < p.clip_hi_f ? x : p.clip_hi_f;
+    x = XlaMin(XlaMax(x, p.clip_lo_f), p.clip_hi_f);  // jnp.clip
     return StoreFloat<D>(JaxScaleMean<D>(p, x));
   } else {
     return StoreFloat<D>(JaxScaleMean<D>(p, u));
@@ -206,10 +213,8 @@ SEEDSTORE_HD StorageT<D> ThreefryElement(const SamplerParams& p, uint64_t i) {
     if constexpr (X == Dist::kNormal) {
       return JaxNormalTailF64(p, XlaErfInvF64(u));
     } else if constexpr (X == Dist::kTruncatedNormal) {
-      double x = kSqrt2D * XlaErfInvF64(u);
-      x = x > p.clip_lo_d ? x : p.clip_lo_d;
-      x = x < p.clip_hi_d ? x : p.clip_hi_d;
-      return ScaleMeanF64(p, x);
+      const double x = kSqrt2D * XlaErfInvF64(u);
+      return ScaleMeanF64(p, XlaMin(XlaMax(x, p.clip_lo_d), p.clip_hi_d));  // jnp.clip
     } else {
       return ScaleMeanF64(p, u);
     }

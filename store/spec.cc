@@ -553,14 +553,15 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
   } else {
     const float lower = R(static_cast<float>(s.lower)), upper = R(static_cast<float>(s.upper));
     // erf(bound / sqrt2) as XLA computes it (docs/JAX-EXACTNESS.md "truncated_normal bounds").
-    // Jit: constants, folded -- the division rounded in the dtype, then a correctly rounded
-    // erf. Eager: the simplifier turns `/ sqrt2` into `* (1 / sqrt2)`, the reciprocal rounded
-    // in the dtype (bfloat16: in float32, as XLA-CPU runs bf16 ops in f32), then the runtime
-    // erf kernel. Philox: float32 division and the kernel.
+    // Eager (runtime bounds): the simplifier turns `/ sqrt2` into `* (1 / sqrt2)`, the
+    // reciprocal rounded in the dtype (bfloat16: in float32, as XLA-CPU runs bf16 ops in f32),
+    // then the runtime erf kernel. Jit (constant bounds): folded by the constant folder with
+    // the C library's erff; float32 and bfloat16 fold the division itself, float16 the
+    // multiply by its reciprocal (measured). Philox: float32 division and the kernel.
+    const float recip = d == DType::kBF16 ? 1.0f / sqrt2 : R(1.0f / sqrt2);
     auto erf_of = [&](float bound) {
       if (!jax) return XlaErfF32(bound / sqrt2);
-      if (jit) return R(FoldedErfF32(R(bound / sqrt2)));
-      const float recip = d == DType::kBF16 ? 1.0f / sqrt2 : R(1.0f / sqrt2);
+      if (jit) return R(FoldedErfF32(d == DType::kF16 ? R(bound * recip) : R(bound / sqrt2)));
       return R(XlaErfF32(R(bound * recip)));
     };
     const float a = erf_of(lower), b = erf_of(upper);

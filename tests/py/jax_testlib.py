@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -60,6 +61,25 @@ def assert_same_bits(ours, ref, what):
     assert bad.size == 0, (
         f"{what}: {bad.size}/{a.size} elements differ, first at flat index {bad[0]}: "
         f"ours {ours.reshape(-1)[bad[0]]!r} jax {ref.reshape(-1)[bad[0]]!r}")
+
+
+def sqrt2(dt):
+    return np.asarray(np.sqrt(2), NP_DTYPE[dt])
+
+
+def erf_bounds(lower, upper, dt, flavour):
+    """(erf(lower / sqrt2), erf(upper / sqrt2)) in dtype `dt` as jax.random.truncated_normal
+    computes them: eager -- the bounds are runtime values, so XLA rewrites `/ sqrt2` into a
+    multiply and runs its erf kernel; jit -- constants, folded by XLA's HLO constant folder
+    (the C library's erff). The constant goes through an inner jit, as in truncated_normal:
+    a constant at the outer level would be folded earlier, by another folder (correctly
+    rounded erf)."""
+    t = NP_DTYPE[dt]
+    if flavour == "eager":
+        f = jax.jit(lambda x: lax.erf(x / sqrt2(dt)))
+        return tuple(np.asarray(f(jnp.asarray(b, t))) for b in (lower, upper))
+    inner = jax.jit(lambda x: lax.erf(x / sqrt2(dt)))
+    return tuple(np.asarray(jax.jit(lambda: inner(jnp.asarray(b, t)))()) for b in (lower, upper))
 
 
 def f16_fma(x, m, c):

@@ -21,7 +21,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 from jax_testlib import (BIN, HOST_F16, NP_DTYPE, assert_same_bits, bits_of,  # noqa: E402
-                         f16_affine, f16_fma, key_words, need_binary, run_gen)
+                         erf_bounds, f16_affine, f16_fma, need_binary, run_gen)
 
 FLAVOURS = ["eager", "jit"]
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -30,22 +30,6 @@ DTYPES = ["float32", "float16", "bfloat16"]
 @pytest.fixture(scope="module", autouse=True)
 def _need_binary():
     need_binary()
-
-
-def sqrt2(dt):
-    return np.asarray(np.sqrt(2), NP_DTYPE[dt])
-
-
-def erf_bounds(lower, upper, dt, flavour):
-    """(erf(lower / sqrt2), erf(upper / sqrt2)) in dtype `dt` as jax.random.truncated_normal
-    computes them: eager -- the bounds are runtime values, so XLA rewrites `/ sqrt2` into a
-    multiply and runs its erf kernel; jit -- constants, folded by XLA's constant folder."""
-    t = NP_DTYPE[dt]
-    if flavour == "eager":
-        f = jax.jit(lambda x: lax.erf(x / sqrt2(dt)))
-        return tuple(np.asarray(f(jnp.asarray(b, t))) for b in (lower, upper))
-    return tuple(np.asarray(jax.jit(lambda: lax.erf(jnp.asarray(b, t) / sqrt2(dt)))())
-                 for b in (lower, upper))
 
 
 def f16_host_independent(key, shape, case, flavour, ref):
