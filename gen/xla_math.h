@@ -361,7 +361,8 @@ SEEDSTORE_HD float GlibcExpF32(float x) {
 /// library's erff before 2.41 (the fdlibm algorithm in float arithmetic, with GlibcExpF32);
 /// from 2.41 glibc's erff is correctly rounded (CORE-MATH) and folding on such a host would
 /// differ in ~2% of arguments (docs/JAX-EXACTNESS.md). It differs from the runtime kernel
-/// XlaErfF32 in ~60% of arguments (1-2 ulp). Verified against glibc 2.36 erff.
+/// XlaErfF32 in 38% of the 4,025 arguments of tests/jax/vectors/jax_vectors_jit.json. Verified
+/// against glibc 2.36 erff on 30.7M random arguments and against values XLA folded.
 SEEDSTORE_HD float FoldedErfF32(float x) {
   const uint32_t hx = BitCast<uint32_t>(x), ix = hx & 0x7fffffffu;
   const bool neg = (hx >> 31) != 0;

@@ -69,17 +69,16 @@ def sqrt2(dt):
 
 def erf_bounds(lower, upper, dt, flavour):
     """(erf(lower / sqrt2), erf(upper / sqrt2)) in dtype `dt` as jax.random.truncated_normal
-    computes them: eager -- the bounds are runtime values, so XLA rewrites `/ sqrt2` into a
-    multiply and runs its erf kernel; jit -- constants, folded by XLA's HLO constant folder
-    (the C library's erff). The constant goes through an inner jit, as in truncated_normal:
-    a constant at the outer level would be folded earlier, by another folder (correctly
-    rounded erf)."""
-    t = NP_DTYPE[dt]
+    computes them, with its code: the bound enters as a float32 (a Python float) and is
+    converted to `dt`. Eager -- runtime values: XLA rewrites `/ sqrt2` into a multiply and
+    runs its erf kernel. Jit -- constants folded by XLA's HLO constant folder (the C library's
+    erff); the constant goes through an inner jit as in truncated_normal (a constant at the
+    outer level is folded earlier, by another folder, to the correctly rounded erf), and the
+    convert decides the order of XLA's passes (float16 folds `* round(1 / sqrt2)`)."""
+    f = jax.jit(lambda x: lax.erf(lax.convert_element_type(x, NP_DTYPE[dt]) / sqrt2(dt)))
     if flavour == "eager":
-        f = jax.jit(lambda x: lax.erf(x / sqrt2(dt)))
-        return tuple(np.asarray(f(jnp.asarray(b, t))) for b in (lower, upper))
-    inner = jax.jit(lambda x: lax.erf(x / sqrt2(dt)))
-    return tuple(np.asarray(jax.jit(lambda: inner(jnp.asarray(b, t)))()) for b in (lower, upper))
+        return tuple(np.asarray(f(np.float32(b))) for b in (lower, upper))
+    return tuple(np.asarray(jax.jit(lambda: f(float(b)))()) for b in (lower, upper))
 
 
 def f16_fma(x, m, c):

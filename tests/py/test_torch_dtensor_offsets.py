@@ -16,12 +16,7 @@ from torch.distributed.tensor import Replicate, Shard  # noqa: E402
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
-from seedstore_testlib import BIN, need_binary  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _need_binary():
-    need_binary()
+from seedstore_testlib import BIN, need_binary  # noqa: E402,F401 (autouse fixture)
 
 
 def random_case(rng):

@@ -361,8 +361,9 @@ TEST(Flavour, ParsedDefaultedAndWritten) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->ToJson(), m->ToJson());
   // A spec without one: jit. A stored record without one (default_flavour kEager): eager.
-  const nlohmann::json rec = {{"name", "w"}, {"shape", {2}}, {"dtype", "float32"},
-                              {"init", {{"dist", "normal"}}}};
+  const auto rec = nlohmann::json::parse(
+      R"({"name": "w", "shape": [2], "dtype": "float32", "init": {"dist": "normal"}})");
+  ASSERT_TRUE(TensorSpecFromJson(rec, Generator::kThreefry, "t").ok());
   EXPECT_EQ(kDefaultFlavour, Flavour::kJit);
   EXPECT_EQ(TensorSpecFromJson(rec, Generator::kThreefry, "t")->flavour, Flavour::kJit);
   EXPECT_EQ(TensorSpecFromJson(rec, Generator::kThreefry, "t", Flavour::kEager)->flavour,
