@@ -67,18 +67,24 @@ def sqrt2(dt):
     return np.asarray(np.sqrt(2), NP_DTYPE[dt])
 
 
-def erf_bounds(lower, upper, dt, flavour):
-    """(erf(lower / sqrt2), erf(upper / sqrt2)) in dtype `dt` as jax.random.truncated_normal
-    computes them, with its code: the bound enters as a float32 (a Python float) and is
-    converted to `dt`. Eager -- runtime values: XLA rewrites `/ sqrt2` into a multiply and
-    runs its erf kernel. Jit -- constants folded by XLA's HLO constant folder (the C library's
-    erff); the constant goes through an inner jit as in truncated_normal (a constant at the
-    outer level is folded earlier, by another folder, to the correctly rounded erf), and the
-    convert decides the order of XLA's passes (float16 folds `* round(1 / sqrt2)`)."""
+def erf_of_bounds(bounds, dt, flavour):
+    """erf(bound / sqrt2) in dtype `dt` for each bound, as jax.random.truncated_normal
+    computes it, with its code: the bound enters as a float32 (a Python float) and is converted
+    to `dt`. Eager -- runtime values: XLA rewrites `/ sqrt2` into a multiply and runs its erf
+    kernel (on a scalar, as truncated_normal does). Jit -- constants folded by XLA's HLO
+    constant folder (the C library's erff); each constant goes through an inner jit as in
+    truncated_normal (a constant at the outer level is folded earlier, by another folder, to the
+    correctly rounded erf), and the convert decides the order of XLA's passes (float16 folds
+    `* round(1 / sqrt2)`). One compilation for all the bounds."""
     f = jax.jit(lambda x: lax.erf(lax.convert_element_type(x, NP_DTYPE[dt]) / sqrt2(dt)))
     if flavour == "eager":
-        return tuple(np.asarray(f(np.float32(b))) for b in (lower, upper))
-    return tuple(np.asarray(jax.jit(lambda: f(float(b)))()) for b in (lower, upper))
+        return [np.asarray(f(np.float32(b))) for b in bounds]
+    return [np.asarray(v) for v in jax.jit(lambda: [f(float(b)) for b in bounds])()]
+
+
+def erf_bounds(lower, upper, dt, flavour):
+    """(erf(lower / sqrt2), erf(upper / sqrt2)): see erf_of_bounds."""
+    return tuple(erf_of_bounds([lower, upper], dt, flavour))
 
 
 def f16_fma(x, m, c):
