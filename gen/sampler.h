@@ -21,6 +21,17 @@ namespace seedstore {
 enum class Generator : uint8_t { kThreefry, kPhilox };
 enum class Dist : uint8_t { kBits, kUniform, kNormal, kTruncatedNormal, kConstant, kZeros, kOnes };
 
+/// Which compiled form of a jax.random init a kThreefry tensor reproduces (docs/JAX-EXACTNESS.md
+/// "Flavours"). They differ only for normal and truncated_normal:
+///   kEager: op by op -- `jax.random.normal(key, shape, dtype) * scale + mean` run outside jit
+///           (each op rounded in the dtype); the truncation bounds are runtime values.
+///   kJit:   what XLA-CPU compiles for the same expression inside `jax.jit` with Python-constant
+///           parameters: the algebraic simplifier folds `(sqrt2 * erf_inv(u)) * scale` into
+///           `erf_inv(u) * round(sqrt2 * scale)`, `x * scale + mean` becomes one FMA, and
+///           erf(bound / sqrt2) is constant-folded (with the C library's erff, FoldedErfF32).
+/// Philox ignores it.
+enum class Flavour : uint8_t { kEager, kJit };
+
 /// Fully resolved, trivially copyable description of a lazy tensor's elements. Built on the
 /// host by PrepareSampler (store/) from an init spec; every constant is already rounded to
 /// the dtype, held as float (16/32-bit floats) and double (f64).
@@ -38,6 +49,11 @@ struct SamplerParams {
   float clip_lo_f = 0, clip_hi_f = 0;
   double clip_lo_d = 0, clip_hi_d = 0;
   bool has_scale = false, has_mean = false;  // apply x*scale, then x+mean (only when set)
+  // Threefry normal/truncated_normal of float32, float16, float64: the kJit form (see Flavour);
+  // bfloat16 has one form (XLA rounds each bf16 op before the simplifier can fold it).
+  bool jit = false;
+  float sqrt2_scale_f = 1;  // jit normal with scale: round_dtype(round_dtype(sqrt2) * scale)
+  double sqrt2_scale_d = 1;
   float scale_f = 1, mean_f = 0;
   double scale_d = 1, mean_d = 0;
   uint64_t const_bits = 0;  // constant/zeros/ones: the value's storage bits
@@ -89,6 +105,15 @@ constexpr double kSqrt2D = 1.4142135623730951;
 
 // ---- threefry (jax.random) --------------------------------------------------------------
 
+SEEDSTORE_HD bool SignBit(float x) { return (BitCast<uint32_t>(x) >> 31) != 0; }
+SEEDSTORE_HD bool SignBit(double x) { return (BitCast<uint64_t>(x) >> 63) != 0; }
+/// XLA's maximum and minimum of floats (llvm.maximum / llvm.minimum): -0 < +0, so
+/// max(-0, +0) = +0 and min(-0, +0) = -0. No NaN reaches them here.
+template <class T>
+SEEDSTORE_HD T XlaMax(T a, T b) { return a > b || (a == b && !SignBit(a)) ? a : b; }
+template <class T>
+SEEDSTORE_HD T XlaMin(T a, T b) { return a < b || (a == b && SignBit(a)) ? a : b; }
+
 /// jax.random.uniform's [0, 1) value for element i, exact, as float (16/32-bit dtypes).
 template <DType D>
 SEEDSTORE_HD float JaxUnit(Key key, uint64_t i) {
@@ -112,23 +137,49 @@ SEEDSTORE_HD float JaxAffine(float unit, float lo, float range) {
   float v;
   if constexpr (D == DType::kBF16) v = RoundIn<D>(RoundIn<D>(unit * range) + lo);
   else v = RoundIn<D>(FmaF32(unit, range, lo));
-  return v > lo ? v : lo;
+  return XlaMax(lo, v);
 }
 SEEDSTORE_HD double JaxAffineF64(double unit, double lo, double range) {
-  const double v = FmaF64(unit, range, lo);
-  return v > lo ? v : lo;
+  return XlaMax(lo, FmaF64(unit, range, lo));
 }
 
+/// `x * scale + mean` (each part only when set). Eager: each op rounded in the dtype. Jit
+/// (p.jit, not bf16): XLA-CPU contracts the multiply-add into one FMA (f16: an f32 FMA rounded
+/// once to f16, as for uniform).
 template <DType D>
 SEEDSTORE_HD float JaxScaleMean(const SamplerParams& p, float x) {
+  if (D != DType::kBF16 && p.jit && p.has_scale && p.has_mean)
+    return RoundIn<D>(FmaF32(x, p.scale_f, p.mean_f));
   if (p.has_scale) x = RoundIn<D>(p.scale_f * x);
   if (p.has_mean) x = RoundIn<D>(x + p.mean_f);
   return x;
 }
 SEEDSTORE_HD double ScaleMeanF64(const SamplerParams& p, double x) {
+  if (p.jit && p.has_scale && p.has_mean) return FmaF64(x, p.scale_d, p.mean_d);
   if (p.has_scale) x = p.scale_d * x;
   if (p.has_mean) x = x + p.mean_d;
   return x;
+}
+
+/// jax.random.normal's last step `sqrt2 * e` (e = erf_inv(u) rounded to the dtype) with the
+/// user's `* scale + mean`. Jit (not bf16): the simplifier folds sqrt2 into the scale, so
+/// x = e * m with m = round(sqrt2 * scale) (or sqrt2), and `+ mean` contracts with that
+/// multiply into one FMA.
+template <DType D>
+SEEDSTORE_HD float JaxNormalTail(const SamplerParams& p, float e) {
+  const float sqrt2 = RoundIn<D>(kSqrt2F);
+  if (D != DType::kBF16 && p.jit) {
+    const float m = p.has_scale ? p.sqrt2_scale_f : sqrt2;
+    return p.has_mean ? RoundIn<D>(FmaF32(e, m, p.mean_f)) : RoundIn<D>(e * m);
+  }
+  return JaxScaleMean<D>(p, RoundIn<D>(sqrt2 * e));
+}
+SEEDSTORE_HD double JaxNormalTailF64(const SamplerParams& p, double e) {
+  if (p.jit) {
+    const double m = p.has_scale ? p.sqrt2_scale_d : kSqrt2D;
+    return p.has_mean ? FmaF64(e, m, p.mean_d) : e * m;
+  }
+  return ScaleMeanF64(p, kSqrt2D * e);
 }
 
 /// The two halves of a 16/32-bit float threefry element: the uniform u (jax.random.uniform
@@ -141,14 +192,15 @@ SEEDSTORE_HD float ThreefryUniform(const SamplerParams& p, uint64_t i) {
 }
 template <Dist X, DType D>
 SEEDSTORE_HD StorageT<D> ThreefryFromUniform(const SamplerParams& p, float u) {
-  float x = u;
-  if constexpr (X == Dist::kNormal || X == Dist::kTruncatedNormal)
-    x = RoundIn<D>(RoundIn<D>(kSqrt2F) * RoundIn<D>(XlaErfInvF32(u)));
-  if constexpr (X == Dist::kTruncatedNormal) {
-    x = x > p.clip_lo_f ? x : p.clip_lo_f;
-    x = x < p.clip_hi_f ? x : p.clip_hi_f;
+  if constexpr (X == Dist::kNormal) {
+    return StoreFloat<D>(JaxNormalTail<D>(p, RoundIn<D>(XlaErfInvF32(u))));
+  } else if constexpr (X == Dist::kTruncatedNormal) {
+    float x = RoundIn<D>(RoundIn<D>(kSqrt2F) * RoundIn<D>(XlaErfInvF32(u)));
+    x = XlaMin(XlaMax(x, p.clip_lo_f), p.clip_hi_f);  // jnp.clip
+    return StoreFloat<D>(JaxScaleMean<D>(p, x));
+  } else {
+    return StoreFloat<D>(JaxScaleMean<D>(p, u));
   }
-  return StoreFloat<D>(JaxScaleMean<D>(p, x));
 }
 
 template <Dist X, DType D>
@@ -158,14 +210,14 @@ SEEDSTORE_HD StorageT<D> ThreefryElement(const SamplerParams& p, uint64_t i) {
     else return static_cast<StorageT<D>>(JaxBits32(p.key, i));
   } else if constexpr (D == DType::kF64) {
     const double u = JaxAffineF64(JaxUnitF64(p.key, i), p.lo_d, p.range_d);
-    double x = u;
-    if constexpr (X == Dist::kNormal || X == Dist::kTruncatedNormal)
-      x = kSqrt2D * XlaErfInvF64(u);
-    if constexpr (X == Dist::kTruncatedNormal) {
-      x = x > p.clip_lo_d ? x : p.clip_lo_d;
-      x = x < p.clip_hi_d ? x : p.clip_hi_d;
+    if constexpr (X == Dist::kNormal) {
+      return JaxNormalTailF64(p, XlaErfInvF64(u));
+    } else if constexpr (X == Dist::kTruncatedNormal) {
+      const double x = kSqrt2D * XlaErfInvF64(u);
+      return ScaleMeanF64(p, XlaMin(XlaMax(x, p.clip_lo_d), p.clip_hi_d));  // jnp.clip
+    } else {
+      return ScaleMeanF64(p, u);
     }
-    return ScaleMeanF64(p, x);
   } else {
     return ThreefryFromUniform<X, D>(p, ThreefryUniform<D>(p, i));
   }

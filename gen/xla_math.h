@@ -324,4 +324,97 @@ SEEDSTORE_HD double XlaErfF64(double x) {
   return x < 0.0 ? -res : (x == 0.0 ? x : res);
 }
 
+namespace xla_math_detail {
+
+/// exp for float32 as the GNU C library computes it since 2.27 (`expf`: x * 32/ln2 = k + r,
+/// 2^(k/32) from a 32-entry table, a degree-3 polynomial in r, all in double, one rounding to
+/// float at the end; its relative error before rounding is ~2^-34, so the float result
+/// hardly ever depends on FMA contraction of the double steps). Finite x with |x| < 88 only
+/// (FoldedErfF32's arguments lie in [-36.6, 0]).
+SEEDSTORE_HD float GlibcExpF32(float x) {
+  // 2^(i/32) as a double, minus i << 47 (the exponent is added back from k below).
+  constexpr uint64_t kTab[32] = {
+      0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+      0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+      0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+      0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+      0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+      0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+      0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+      0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull};
+  const double z = (0x1.71547652b82fep+0 * 32) * static_cast<double>(x);
+  const double shifted = z + 0x1.8p+52;  // rounds z to an integer k (ties to even)
+  const uint64_t ki = BitCast<uint64_t>(shifted);
+  const double r = z - (shifted - 0x1.8p+52);
+  const double s = BitCast<double>(kTab[ki % 32] + (ki << 47));
+  const double c0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, c1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
+               c2 = 0x1.62e42ff0c52d6p-1 / 32;
+  const double p = c0 * r + c1;
+  const double y = p * (r * r) + (c2 * r + 1.0);
+  return static_cast<float>(y * s);
+}
+
+}  // namespace xla_math_detail
+
+/// erf for float32 as XLA's constant folder computes it: with Python-constant truncation bounds
+/// (jax.jit), XLA folds erf(bound / sqrt2) with the C library's `erff`. This is the GNU C
+/// library's erff before 2.41 (the fdlibm algorithm in float arithmetic, with GlibcExpF32);
+/// from 2.41 glibc's erff is correctly rounded (CORE-MATH) and folding on such a host would
+/// differ in ~2% of arguments (docs/JAX-EXACTNESS.md). It differs from the runtime kernel
+/// XlaErfF32 in 38% of the 4,025 arguments of tests/jax/vectors/jax_vectors_jit.json. Verified
+/// against glibc 2.36 erff on 30.7M random arguments and against values XLA folded.
+SEEDSTORE_HD float FoldedErfF32(float x) {
+  const uint32_t hx = BitCast<uint32_t>(x), ix = hx & 0x7fffffffu;
+  const bool neg = (hx >> 31) != 0;
+  if (ix >= 0x7f800000u) return x != x ? x : (neg ? -1.0f : 1.0f);
+  if (ix < 0x3f580000u) {  // |x| < 0.84375
+    if (ix < 0x31800000u)  // |x| < 2^-28 (scaled by 16 below 2^-119 against underflow)
+      return ix < 0x04000000u ? 0.0625f * (16.0f * x + (16.0f * 0.128379166f) * x) : x + 0.128379166f * x;
+    const float z = x * x;
+    const float r =
+        0.128379166f +
+        z * (-0.325042099f + z * (-0.0284817498f + z * (-0.00577027025f + z * -2.37630175e-05f)));
+    const float s =
+        1.0f + z * (0.397917211f +
+                    z * (0.0650222525f + z * (0.00508130621f + z * (0.000132494737f + z * -3.96022824e-06f))));
+    return x + x * (r / s);
+  }
+  if (ix < 0x3fa00000u) {  // 0.84375 <= |x| < 1.25
+    const float s = (neg ? -x : x) - 1.0f;
+    const float p =
+        -0.00236211857f +
+        s * (0.414856106f +
+             s * (-0.37220788f + s * (0.31834662f + s * (-0.110894695f + s * (0.0354783051f + s * -0.00216637552f)))));
+    const float q =
+        1.0f + s * (0.106420882f +
+                    s * (0.540397942f + s * (0.0718286559f + s * (0.126171216f + s * (0.0136370836f + s * 0.0119845001f)))));
+    return neg ? -0.845062911f - p / q : 0.845062911f + p / q;
+  }
+  if (ix >= 0x40c00000u) return neg ? 1e-30f - 1.0f : 1.0f - 1e-30f;  // |x| >= 6
+  const float ax = neg ? -x : x;
+  const float s = 1.0f / (ax * ax);
+  float r, q;
+  if (ix < 0x4036db6eu) {  // |x| < 1/0.35
+    r = -0.00986494403f +
+        s * (-0.693858564f +
+             s * (-10.5586262f +
+                  s * (-62.3753319f + s * (-162.396667f + s * (-184.605087f + s * (-81.2874374f + s * -9.81432934f))))));
+    q = 1.0f + s * (19.6512718f +
+                    s * (137.657761f +
+                         s * (434.565887f +
+                              s * (645.387268f + s * (429.008148f + s * (108.635002f + s * (6.57024956f + s * -0.0604244135f)))))));
+  } else {
+    r = -0.0098649431f +
+        s * (-0.799283266f +
+             s * (-17.7579556f + s * (-160.636383f + s * (-637.566467f + s * (-1025.09509f + s * -483.519196f)))));
+    q = 1.0f + s * (30.3380604f +
+                    s * (325.792511f +
+                         s * (1536.72961f + s * (3199.8582f + s * (2553.05029f + s * (474.528534f + s * -22.4409523f))))));
+  }
+  const float z = BitCast<float>(BitCast<uint32_t>(ax) & 0xfffff000u);
+  const float e = xla_math_detail::GlibcExpF32(-z * z - 0.5625f) *
+                  xla_math_detail::GlibcExpF32((z - ax) * (z + ax) + r / q);
+  return neg ? e / ax - 1.0f : 1.0f - e / ax;
+}
+
 }  // namespace seedstore

@@ -90,11 +90,13 @@ bool IsRankFile(const Catalog& c) {
 }
 
 // Both lazy, and every element is the same pure function of its index: the same init rule,
-// key, generator, dtype and shape (the fingerprint seed follows from name, dtype and shape).
+// key, generator (and threefry flavour), dtype and shape (the fingerprint seed follows from
+// name, dtype and shape).
 bool SameLazySpec(const TensorRecord& a, const TensorRecord& b) {
   if (!a.lazy || !b.lazy) return false;
   const TensorSpec &x = a.lazy->spec, &y = b.lazy->spec;
-  return a.lazy->key == b.lazy->key && x.generator == y.generator && x.dtype == y.dtype &&
+  return a.lazy->key == b.lazy->key && x.generator == y.generator &&
+         (x.generator != Generator::kThreefry || x.flavour == y.flavour) && x.dtype == y.dtype &&
          x.shape == y.shape && x.init.ToJson() == y.init.ToJson();
 }
 

@@ -1181,7 +1181,8 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       rec.erase("kind");
       rec.erase("key_words");
       rec.erase("fingerprint");
-      auto t = TensorSpecFromJson(rec, s->generator_, where);
+      // A record without "flavour" was written before flavours existed: eager (FORMAT.md 4.1).
+      auto t = TensorSpecFromJson(rec, s->generator_, where, Flavour::kEager);
       if (!t.ok()) return bad(t.status().message());
       auto l = LazyTensor::Resolve(*t, s->seed_);
       if (!l.ok()) return bad(l.status().message());

@@ -297,6 +297,10 @@ Region EvalRegion(const Mesh& mesh, const Resolved& r, const std::vector<int>& c
         g.stop[d] = g.start[d] + e;
         g.start[d] += b;
       }
+      // torch's compute_local_shape_and_global_offset reports an empty piece of a dim at
+      // offset = the dim's full size (not at the end of the parent piece): so do we.
+      for (int d = 0; d < r.ndim; ++d)
+        if (g.start[d] == g.stop[d]) g.start[d] = g.stop[d] = r.shape[d];
       break;
     case Placement::Kind::kFlat: {
       uint64_t k = 1, idx = 0;

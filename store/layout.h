@@ -10,7 +10,10 @@
 //     of the group size, split into equal contiguous ranges over the listed mesh axes.
 // Uneven splits follow torch.chunk: n elements over k pieces use chunk c = ceil(n / k) and
 // piece i = [min(i*c, n), min((i+1)*c, n)), so trailing pieces may be short or empty. With
-// "strict", JAX's divisibility rule is enforced instead.
+// "strict", JAX's divisibility rule is enforced instead. An empty piece sits where its
+// framework reports it: at offset n = the dim's (or flat tensor's) full size -- for DTensor
+// also when an earlier mesh axis already split the dim (torch's
+// compute_local_shape_and_global_offset), for a spec JAX's [0:0] of a size-0 dim.
 //
 // A layout never changes element values (invariant I1): it only decides which global indices
 // a rank holds. Shards of distinct regions are disjoint and cover the tensor exactly once,

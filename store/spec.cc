@@ -172,6 +172,14 @@ Result<Generator> ParseGenerator(std::string_view s) {
   return InvalidArgument("unknown generator " + Quoted(s) + " (expected threefry or philox)");
 }
 
+const char* FlavourName(Flavour f) { return f == Flavour::kEager ? "eager" : "jit"; }
+
+Result<Flavour> ParseFlavour(std::string_view s) {
+  if (s == "jit") return Flavour::kJit;
+  if (s == "eager") return Flavour::kEager;
+  return InvalidArgument("unknown flavour " + Quoted(s) + " (expected jit or eager)");
+}
+
 Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {
   if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + JsonPreview(j));
   if (!j.contains("dist")) return InvalidArgument(where + ".dist: missing");
@@ -270,9 +278,9 @@ Status ValidateShape(const std::vector<uint64_t>& shape, DType dtype, const std:
 }
 
 Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator,
-                                      const std::string& where) {
+                                      const std::string& where, Flavour default_flavour) {
   SEEDSTORE_RETURN_IF_ERROR(
-      CheckFields(j, where, {"name", "shape", "dtype", "init", "key", "generator"}));
+      CheckFields(j, where, {"name", "shape", "dtype", "init", "key", "generator", "flavour"}));
   TensorSpec t;
   t.generator = default_generator;
   if (!j.contains("name") || !j.at("name").is_string() || j.at("name").get<std::string>().empty())
@@ -305,6 +313,16 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
     auto g = ParseGenerator(j.at("generator").get<std::string>());
     if (!g.ok()) return g.status().WithContext(w + ".generator");
     t.generator = *g;
+  }
+  t.flavour = default_flavour;
+  if (j.contains("flavour")) {
+    if (!j.at("flavour").is_string())
+      return InvalidArgument(w + ".flavour: expected a string, got " + JsonPreview(j.at("flavour")));
+    if (t.generator != Generator::kThreefry)
+      return InvalidArgument(w + ".flavour: only the threefry generator has flavours");
+    auto f = ParseFlavour(j.at("flavour").get<std::string>());
+    if (!f.ok()) return f.status().WithContext(w + ".flavour");
+    t.flavour = *f;
   }
   if (!j.contains("init")) return InvalidArgument(w + ".init: missing");
   SEEDSTORE_ASSIGN_OR_RETURN(t.init, InitSpec::FromJson(j.at("init"), w + ".init"));
@@ -345,6 +363,7 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
 json TensorSpecToJson(const TensorSpec& t) {
   json j = {{"name", t.name}, {"shape", t.shape}, {"dtype", DTypeName(t.dtype)},
             {"generator", GeneratorName(t.generator)}, {"init", t.init.ToJson()}};
+  if (t.generator == Generator::kThreefry) j["flavour"] = FlavourName(t.flavour);
   if (t.key.kind == KeySpec::Kind::kSeed) {
     j["key"] = {{"seed", t.key.seed}};
     if (t.key.x64) j["key"]["x64"] = true;
@@ -356,7 +375,8 @@ json TensorSpecToJson(const TensorSpec& t) {
 
 Result<ModelSpec> ModelSpec::FromJson(const json& j, std::string_view origin) {
   const std::string o(origin);
-  SEEDSTORE_RETURN_IF_ERROR(CheckFields(j, o, {"seedstore", "seed", "generator", "tensors"}));
+  SEEDSTORE_RETURN_IF_ERROR(
+      CheckFields(j, o, {"seedstore", "seed", "generator", "flavour", "tensors"}));
   if (j.contains("seedstore")) {
     if (!j.at("seedstore").is_number_integer() || j.at("seedstore").get<int64_t>() != 1)
       return InvalidArgument(o + ".seedstore: unsupported spec version " +
@@ -375,13 +395,20 @@ Result<ModelSpec> ModelSpec::FromJson(const json& j, std::string_view origin) {
     if (!g.ok()) return g.status().WithContext(o + ".generator");
     m.generator = *g;
   }
+  if (j.contains("flavour")) {
+    if (!j.at("flavour").is_string()) return InvalidArgument(o + ".flavour: expected a string");
+    auto f = ParseFlavour(j.at("flavour").get<std::string>());
+    if (!f.ok()) return f.status().WithContext(o + ".flavour");
+    m.flavour = *f;
+  }
   if (!j.contains("tensors") || !j.at("tensors").is_array())
     return InvalidArgument(o + ".tensors: missing or not an array");
   std::set<std::string> names;
   for (size_t i = 0; i < j.at("tensors").size(); ++i) {
     SEEDSTORE_ASSIGN_OR_RETURN(
         TensorSpec t,
-        TensorSpecFromJson(j.at("tensors")[i], m.generator, o + ".tensors[" + std::to_string(i) + "]"));
+        TensorSpecFromJson(j.at("tensors")[i], m.generator, o + ".tensors[" + std::to_string(i) + "]",
+                           m.flavour));
     if (!names.insert(t.name).second)
       return InvalidArgument(o + ".tensors[" + std::to_string(i) + "]: duplicate tensor name '" +
                              t.name + "'");
@@ -406,7 +433,7 @@ json ModelSpec::ToJson() const {
   json t = json::array();
   for (const auto& x : tensors) t.push_back(TensorSpecToJson(x));
   return {{"seedstore", 1}, {"seed", seed}, {"generator", GeneratorName(generator)},
-          {"tensors", t}};
+          {"flavour", FlavourName(flavour)}, {"tensors", t}};
 }
 
 int ModelSpec::Find(std::string_view name) const {
@@ -478,10 +505,15 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     p.has_scale = s.scale != 1.0;
     p.has_mean = s.mean != 0.0;
   }
+  // The jit flavour's folded forms (gen/sampler.h Flavour); bfloat16 ops are rounded one by
+  // one under jit too, so only its truncation bounds (constants) follow the flavour.
+  const bool jit = jax && t.flavour == Flavour::kJit;
+  p.jit = jit && gaussian && d != DType::kBF16;
   if (d == DType::kF64) {
     p.scale_d = s.scale;
     p.mean_d = s.mean;
     const double sqrt2 = 1.4142135623730951;
+    p.sqrt2_scale_d = sqrt2 * s.scale;
     if (s.dist == Dist::kUniform) {
       p.lo_d = s.minval;
       p.range_d = s.maxval - s.minval;
@@ -490,7 +522,12 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
       p.lo_d = std::nextafter(-1.0, 0.0);
       p.range_d = 1.0 - p.lo_d;
     } else {
-      const double a = XlaErfF64(s.lower / sqrt2), b = XlaErfF64(s.upper / sqrt2);
+      // erf(bound / sqrt2) as XLA computes it: folded (jit) divides; at run time the
+      // simplifier has turned the division into a multiply by 1 / sqrt2.
+      auto erf_of = [&](double bound) {
+        return XlaErfF64(jax && !jit ? bound * (1.0 / sqrt2) : bound / sqrt2);
+      };
+      const double a = erf_of(s.lower), b = erf_of(s.upper);
       p.lo_d = a;
       p.range_d = b - a;
       p.clip_lo_d = jax ? std::nextafter(s.lower, std::numeric_limits<double>::infinity()) : s.lower;
@@ -504,6 +541,7 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
   p.scale_f = R(static_cast<float>(s.scale));
   p.mean_f = R(static_cast<float>(s.mean));
   const float sqrt2 = R(1.41421353816986083984375f);
+  p.sqrt2_scale_f = R(sqrt2 * p.scale_f);
   if (s.dist == Dist::kUniform) {
     p.lo_f = R(static_cast<float>(s.minval));
     const float hi = R(static_cast<float>(s.maxval));
@@ -517,7 +555,19 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     p.range_f = R(1.0f - p.lo_f);
   } else {
     const float lower = R(static_cast<float>(s.lower)), upper = R(static_cast<float>(s.upper));
-    const float a = R(XlaErfF32(R(lower / sqrt2))), b = R(XlaErfF32(R(upper / sqrt2)));
+    // erf(bound / sqrt2) as XLA computes it (docs/JAX-EXACTNESS.md "truncated_normal bounds").
+    // Eager (runtime bounds): the simplifier turns `/ sqrt2` into `* (1 / sqrt2)`, the
+    // reciprocal rounded in the dtype (bfloat16: in float32, as XLA-CPU runs bf16 ops in f32),
+    // then the runtime erf kernel. Jit (constant bounds): folded by the constant folder with
+    // the C library's erff; float32 and bfloat16 fold the division itself, float16 the
+    // multiply by its reciprocal (measured). Philox: float32 division and the kernel.
+    const float recip = d == DType::kBF16 ? 1.0f / sqrt2 : R(1.0f / sqrt2);
+    auto erf_of = [&](float bound) {
+      if (!jax) return XlaErfF32(bound / sqrt2);
+      if (jit) return R(FoldedErfF32(d == DType::kF16 ? R(bound * recip) : R(bound / sqrt2)));
+      return R(XlaErfF32(R(bound * recip)));
+    };
+    const float a = erf_of(lower), b = erf_of(upper);
     p.lo_f = a;
     p.range_f = R(b - a);
     // JAX clips to nextafter(bound) toward the interior, in the dtype. XLA's CPU code

@@ -25,6 +25,15 @@ Result<Dist> ParseDist(std::string_view s);
 const char* GeneratorName(Generator g);
 Result<Generator> ParseGenerator(std::string_view s);
 
+/// The flavour of a spec that does not name one: kJit, what `jax.jit(model.init)` computes --
+/// JAX users initialize under jit (docs/JAX-EXACTNESS.md "Flavours"). A stored record without
+/// a "flavour" field is kEager (what every store written before the field existed holds).
+constexpr Flavour kDefaultFlavour = Flavour::kJit;
+/// "eager" or "jit".
+const char* FlavourName(Flavour f);
+/// Parses "eager" or "jit"; the error names the value.
+Result<Flavour> ParseFlavour(std::string_view s);
+
 /// A distribution with its parameters, as the user wrote them (defaults as in jax.random).
 struct InitSpec {
   Dist dist = Dist::kZeros;
@@ -53,6 +62,8 @@ struct TensorSpec {
   std::vector<uint64_t> shape;
   DType dtype = DType::kF32;
   Generator generator = Generator::kThreefry;
+  /// Threefry only (philox has one form): which compiled form of the JAX init to reproduce.
+  Flavour flavour = kDefaultFlavour;
   InitSpec init;
   KeySpec key;
   uint64_t NumElements() const;
@@ -62,9 +73,10 @@ struct TensorSpec {
 struct ModelSpec {
   uint64_t seed = 0;
   Generator generator = Generator::kThreefry;
+  Flavour flavour = kDefaultFlavour;  // of tensors that do not name theirs
   std::vector<TensorSpec> tensors;
-  /// Parses the spec JSON {"seedstore": 1, "seed": 0, "generator": "threefry", "tensors":
-  /// [...]}. `origin` (a file name) prefixes error messages.
+  /// Parses the spec JSON {"seedstore": 1, "seed": 0, "generator": "threefry", "flavour": "jit",
+  /// "tensors": [...]}. `origin` (a file name) prefixes error messages.
   static Result<ModelSpec> Parse(std::string_view text, std::string_view origin);
   static Result<ModelSpec> FromJson(const nlohmann::json& j, std::string_view origin);
   static Result<ModelSpec> Load(const std::string& path);
@@ -74,9 +86,13 @@ struct ModelSpec {
 };
 
 /// Parses one tensor record (as in "tensors": [...]); `where` prefixes messages. Tensors
-/// without a "generator" take `default_generator`.
+/// without a "generator" take `default_generator`; threefry tensors without a "flavour" take
+/// `default_flavour` (a spec's: kDefaultFlavour; a stored record's: kEager). A "flavour" on a
+/// philox tensor is an error.
 Result<TensorSpec> TensorSpecFromJson(const nlohmann::json& j, Generator default_generator,
-                                      const std::string& where);
+                                      const std::string& where,
+                                      Flavour default_flavour = kDefaultFlavour);
+/// The canonical record; threefry tensors always carry their "flavour".
 nlohmann::json TensorSpecToJson(const TensorSpec& t);
 
 /// The largest dim a shape may have (also when the tensor has no elements): 2^63 - 1.

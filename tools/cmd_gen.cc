@@ -17,7 +17,8 @@ namespace {
 
 struct GenOptions {
   std::string shape, dtype = "float32", init = R"({"dist":"normal"})", key, box, format = "raw",
-                     out, name = "tensor", generator = "threefry", device = "auto";
+                     out, name = "tensor", generator = "threefry", device = "auto",
+                     flavour = FlavourName(kDefaultFlavour);
   int64_t seed = 0;
   bool x64 = false, has_seed = false;
   int threads = 0;
@@ -52,6 +53,9 @@ int Run(const GenOptions& o) {
   auto g = ParseGenerator(o.generator);
   if (!g.ok()) return Fail(g.status().WithContext("--generator"));
   t.generator = *g;
+  auto f = ParseFlavour(o.flavour);
+  if (!f.ok()) return Fail(f.status().WithContext("--flavour"));
+  t.flavour = *f;
   std::string err;
   const nlohmann::json ij = ParseJson(o.init, &err);
   if (ij.is_discarded()) return Fail(InvalidArgument("--init: " + err));
@@ -110,6 +114,8 @@ Register reg({"gen", "Generate one lazily described tensor (or one box of it)", 
   seed->excludes(key);
   app.add_flag("--x64", o->x64, "Seed with jax_enable_x64 semantics (64-bit seeds)");
   app.add_option("--generator", o->generator, "threefry (JAX-exact) or philox (native)");
+  app.add_option("--flavour", o->flavour,
+                 "threefry: jit (default; what jax.jit compiles) or eager (op by op)");
   app.add_option("--box", o->box, "Box start:stop per dim, e.g. 0:2,100:104,0:8 (default all)");
   app.add_option("--format", o->format, "raw (little-endian elements), npy or text")
       ->check(CLI::IsMember({"raw", "npy", "text"}));

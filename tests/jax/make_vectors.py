@@ -1,8 +1,17 @@
 """Generates tests/jax/vectors/jax_vectors.json with real JAX (CPU, partitionable threefry).
 
 Run: build/venv/bin/python tests/jax/make_vectors.py   (JAX 0.10.2 made the checked-in file)
+     build/venv/bin/python tests/jax/make_vectors.py --jit   (writes jax_vectors_jit.json only)
 The GoogleTest suite tests/jax/jax_vectors_test.cc replays these without Python.
+
+jax_vectors.json holds op-by-op ("eager") references: its samples carry no "flavour". Its
+float16 uniform/truncated_normal samples need a host with native float16 arithmetic (the
+Intel Xeon that made it; docs/JAX-EXACTNESS.md), so regenerate it only on such a host.
+jax_vectors_jit.json holds references compiled under jax.jit with Python-constant parameters
+("flavour": "jit") and the erf values XLA's constant folder uses; it has no float16 sample
+whose value depends on the host's float16 arithmetic, so any x86-64 host with FMA may make it.
 """
+import sys
 import json
 import os
 
@@ -12,6 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vectors", "jax_vectors.json")
+OUT_JIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vectors", "jax_vectors_jit.json")
 
 
 def kd(k):
@@ -87,5 +97,43 @@ def main():
     print("wrote", OUT, os.path.getsize(OUT), "bytes")
 
 
+def main_jit():
+    v = {"jax_version": jax.__version__, "samples": [], "erf_f32_folded": []}
+    keys = {"key0": jax.random.key(0), "key43": jax.random.PRNGKey(43),
+            "fold": jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 4), 2**32 - 1)}
+    cases = [  # (name, dtypes, init, jitted expression)
+        ("normal*0.05", ["float32", "float16", "bfloat16"], {"dist": "normal", "scale": 0.05},
+         lambda k, s, d: jax.random.normal(k, s, d) * 0.05),
+        ("normal*0.02+0.3", ["float32", "bfloat16"], {"dist": "normal", "scale": 0.02, "mean": 0.3},
+         lambda k, s, d: jax.random.normal(k, s, d) * 0.02 + 0.3),
+        ("normal+1.5", ["float32", "bfloat16"], {"dist": "normal", "mean": 1.5},
+         lambda k, s, d: jax.random.normal(k, s, d) + 1.5),
+        ("truncated_normal(-1.5,1.7)", ["float32", "bfloat16"],
+         {"dist": "truncated_normal", "lower": -1.5, "upper": 1.7},
+         lambda k, s, d: jax.random.truncated_normal(k, -1.5, 1.7, s, d)),
+        ("truncated_normal(-2,2)*0.02+0.1", ["float32", "bfloat16"],
+         {"dist": "truncated_normal", "scale": 0.02, "mean": 0.1},
+         lambda k, s, d: jax.random.truncated_normal(k, -2.0, 2.0, s, d) * 0.02 + 0.1),
+    ]
+    for kn, k in keys.items():
+        for name, dtypes, init, f in cases:
+            for dt in dtypes:
+                a = np.asarray(jax.jit(lambda k, f=f, dt=dt: f(k, (37,), np.dtype(dt) if dt != "bfloat16" else jnp.bfloat16))(k))
+                v["samples"].append({"name": f"{kn} {name} {dt} jit", "key": kd(k), "shape": [37],
+                                     "dtype": dt, "init": init, "flavour": "jit",
+                                     "hex": a.tobytes().hex()})
+    # erf as XLA's HLO constant folder computes it (the C library's erff): an array constant
+    # reaching lax.erf through an inner jit, as truncated_normal's bounds do.
+    rng = np.random.default_rng(1)
+    xs = np.concatenate([rng.uniform(-7, 7, 3000), rng.uniform(-1.3, 1.3, 1000),
+                         np.arange(-12, 13) / 4.0]).astype(np.float32)
+    inner = jax.jit(lax.erf)
+    er = np.asarray(jax.jit(lambda: inner(jnp.asarray(xs)))())
+    v["erf_f32_folded"] = [[int(a), int(b)] for a, b in zip(xs.view(np.uint32), er.view(np.uint32))]
+    with open(OUT_JIT, "w") as f:
+        json.dump(v, f, indent=0)
+    print("wrote", OUT_JIT, os.path.getsize(OUT_JIT), "bytes")
+
+
 if __name__ == "__main__":
-    main()
+    main_jit() if "--jit" in sys.argv[1:] else main()

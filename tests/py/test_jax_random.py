@@ -15,21 +15,13 @@ import pytest
 jax = pytest.importorskip("jax", reason="jax is not importable: JAX cross-checks skipped")
 import jax.numpy as jnp  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-BIN = os.environ.get("SEEDSTORE_BIN", os.path.join(ROOT, "build", "tools", "seedstore"))
-
-NP_DTYPE = {
-    "float32": np.float32, "float64": np.float64, "float16": np.float16,
-    "bfloat16": jnp.bfloat16, "uint8": np.uint8, "uint16": np.uint16,
-    "uint32": np.uint32, "uint64": np.uint64,
-}
+from jax_testlib import (BIN, HOST_F16, NP_DTYPE, assert_same_bits, erf_bounds,  # noqa: E402
+                         f16_affine, key_words, need_binary, run_gen)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _need_binary():
-    if not os.access(BIN, os.X_OK):
-        pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")
+    need_binary()
 
 
 @pytest.fixture
@@ -37,37 +29,6 @@ def x64():
     jax.config.update("jax_enable_x64", True)
     yield
     jax.config.update("jax_enable_x64", False)
-
-
-def key_words(key):
-    kd = np.asarray(jax.random.key_data(key)).astype(np.uint32).reshape(-1)
-    return int(kd[0]), int(kd[1])
-
-
-def run_gen(shape, dtype, init, key=None, seed=None, box=None, extra=()):
-    """Elements of the box (default: whole tensor) as a numpy array of the box's shape."""
-    if box is None:
-        box = [(0, n) for n in shape]
-    cmd = [BIN, "gen", "--shape", ",".join(map(str, shape)), "--dtype", dtype,
-           "--init", json.dumps(init), "--format", "raw", "--generator", "threefry",
-           "--box", ",".join(f"{a}:{b}" for a, b in box), *extra]
-    if key is not None:
-        cmd += ["--key", "%d,%d" % key_words(key)]
-    else:
-        cmd += ["--seed", str(seed)]
-    out = subprocess.run(cmd, check=True, capture_output=True).stdout
-    return np.frombuffer(out, dtype=NP_DTYPE[dtype]).reshape([b - a for a, b in box])
-
-
-def assert_same_bits(ours, ref, what):
-    ref = np.asarray(ref)
-    assert ours.shape == ref.shape, what
-    a = ours.view(f"u{ours.dtype.itemsize}")
-    b = ref.view(f"u{ref.dtype.itemsize}")
-    bad = np.flatnonzero(a.reshape(-1) != b.reshape(-1))
-    assert bad.size == 0, (
-        f"{what}: {bad.size}/{a.size} elements differ, first at flat index {bad[0]}: "
-        f"ours {ours.reshape(-1)[bad[0]]!r} jax {ref.reshape(-1)[bad[0]]!r}")
 
 
 def keys():
@@ -126,36 +87,6 @@ def test_bits_u64(x64):
 # ---- uniform ---------------------------------------------------------------------------
 
 UNIFORM_RANGES = [(0.0, 1.0), (-1.0, 1.0), (-0.3, 0.7), (2.5, 7.25), (-1e-3, 3e-3)]
-
-
-def f16_affine(key, shape, lo, hi):
-    """jax.random.uniform(key, shape, float16, lo, hi) rebuilt from its bits, both ways XLA-CPU
-    computes the last step `floats * (hi - lo) + lo` (docs/JAX-EXACTNESS.md, platform notes):
-    fused -- one f32 FMA rounded once to f16, as on hosts with native f16 arithmetic
-    (AVX512-FP16) and as seedstore always computes it -- and unfused -- each op rounded to
-    f16, as XLA does on hosts without (AMD Zen, Intel before Sapphire Rapids)."""
-    bits = np.asarray(jax.random.bits(key, shape, jnp.uint16))
-    f = ((bits >> 6) | np.uint16(0x3C00)).view(np.float16) - np.float16(1.0)  # exact
-    lo16 = np.float16(lo)
-    d = np.float16(hi) - lo16
-    fused = (f.astype(np.float64) * float(d) + float(lo16)).astype(np.float32).astype(np.float16)
-    unfused = f * d + lo16  # numpy rounds each float16 op to float16
-    return np.maximum(fused, lo16), np.maximum(unfused, lo16)
-
-
-def host_f16_affine():
-    """Which way this host's JAX computes float16 uniform: "fused", "unfused" or None."""
-    key, shape = jax.random.key(1701), (64, 64)
-    ref = np.asarray(jax.random.uniform(key, shape, jnp.float16, 2.5, 7.25)).view(np.uint16)
-    fused, unfused = f16_affine(key, shape, 2.5, 7.25)
-    if np.array_equal(ref, fused.view(np.uint16)):
-        return "fused"
-    if np.array_equal(ref, unfused.view(np.uint16)):
-        return "unfused"
-    return None
-
-
-HOST_F16 = host_f16_affine()
 
 
 def test_host_f16_arithmetic_is_understood():
@@ -272,9 +203,7 @@ def test_truncated_normal(name, dtype, lower, upper):
         # truncated_normal draws uniform(erf(lower / sqrt2), erf(upper / sqrt2)) first: every
         # element whose uniform agrees must agree bit for bit; the others are the float16
         # uniform gap above, carried through erf_inv.
-        sqrt2 = np.float16(np.sqrt(2))
-        a = float(jax.lax.erf(jnp.float16(lower) / sqrt2))
-        b = float(jax.lax.erf(jnp.float16(upper) / sqrt2))
+        a, b = erf_bounds(lower, upper, "float16", "eager")
         fused, unfused = f16_affine(key, shape, a, b)
         same = fused.view(np.uint16) == unfused.view(np.uint16)
         assert same.mean() > 0.2, what  # enough elements to check (measured: 0.48 or more)

@@ -219,6 +219,11 @@ TEST(DTensor, NestingDiffersFromCombinedSpecWhenUneven) {
   // Nesting with empty pieces: 3 -> a: [0,2) [2,3) -> b: [0,1) [1,2) | [2,3) [3,3).
   EXPECT_EQ(AllRegions(dt, "v", {3}),
             (std::vector<std::string>{"[0:1]", "[1:2]", "[2:3]", "[3:3]"}));
+  // An empty piece sits at the dim's full size, as torch's compute_local_shape_and_global_offset
+  // reports it (not at the end of the parent piece): [2, 2] -> a: [0,1) | [1,2) -> b: [0,1)
+  // [2,2) | [1,2) [2,2). tests/py/test_torch_dtensor_offsets.py compares with torch itself.
+  EXPECT_EQ(AllRegions(dt, "v", {2, 2}), (std::vector<std::string>{
+                                             "[0:1, 0:2]", "[2:2, 0:2]", "[1:2, 0:2]", "[2:2, 0:2]"}));
   // Later mesh axis first in the nesting order when it is listed first in the mesh.
   Layout rev = MustParse(R"j({"mesh": {"axes": ["b", "a"], "shape": [2, 2]}, "placements": [
       {"match": "*", "dtensor": ["Shard(0)", "Shard(0)"]}]})j");

@@ -363,5 +363,78 @@ TEST(Spec, ShapeBuiltInCodeWithSignedIntegers) {
       << bad.status().ToString();
 }
 
+TEST(Flavour, ParsedDefaultedAndWritten) {
+  const auto m = ModelSpec::Parse(
+      R"({"flavour": "eager", "tensors": [
+           {"name": "a", "shape": [2], "dtype": "float32", "init": {"dist": "normal"}},
+           {"name": "b", "shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "flavour": "jit"},
+           {"name": "c", "shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "generator": "philox"}]})",
+      "x");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->tensors[0].flavour, Flavour::kEager);  // the model's
+  EXPECT_EQ(m->tensors[1].flavour, Flavour::kJit);    // its own
+  // Written for threefry tensors only; a round trip keeps it.
+  EXPECT_EQ(TensorSpecToJson(m->tensors[0]).at("flavour"), "eager");
+  EXPECT_FALSE(TensorSpecToJson(m->tensors[2]).contains("flavour"));
+  const auto again = ModelSpec::FromJson(m->ToJson(), "y");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->ToJson(), m->ToJson());
+  // A spec without one: jit. A stored record without one (default_flavour kEager): eager.
+  const auto rec = nlohmann::json::parse(
+      R"({"name": "w", "shape": [2], "dtype": "float32", "init": {"dist": "normal"}})");
+  ASSERT_TRUE(TensorSpecFromJson(rec, Generator::kThreefry, "t").ok());
+  EXPECT_EQ(kDefaultFlavour, Flavour::kJit);
+  EXPECT_EQ(TensorSpecFromJson(rec, Generator::kThreefry, "t")->flavour, Flavour::kJit);
+  EXPECT_EQ(TensorSpecFromJson(rec, Generator::kThreefry, "t", Flavour::kEager)->flavour,
+            Flavour::kEager);
+}
+
+TEST(Flavour, BadInputNamesField) {
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "flavour": "xla")"),
+              Code::kInvalidArgument, "tensors[0] ('w').flavour: unknown flavour 'xla' (expected jit or eager)");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "flavour": 1)"),
+              Code::kInvalidArgument, "flavour: expected a string");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "generator": "philox", "flavour": "jit")"),
+              Code::kInvalidArgument, "only the threefry generator has flavours");
+  ExpectError(R"({"flavour": "fast", "tensors": []})", Code::kInvalidArgument,
+              "spec.json.flavour: unknown flavour 'fast'");
+}
+
+/// Element bits of a threefry float32 tensor, from the sampler directly.
+std::vector<uint32_t> F32Bits(const std::string& init, Flavour f, int64_t seed, int n) {
+  TensorSpec t;
+  t.name = "t";
+  t.shape = {static_cast<uint64_t>(n)};
+  t.flavour = f;
+  t.init = *InitSpec::FromJson(nlohmann::json::parse(init), "init");
+  t.key.kind = KeySpec::Kind::kSeed;
+  t.key.seed = seed;
+  const auto p = PrepareSampler(t, TensorKey(0, t));
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  std::vector<uint32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const float v = p->dist == Dist::kNormal
+                        ? SampleElement<Generator::kThreefry, Dist::kNormal, DType::kF32>(*p, i)
+                        : SampleElement<Generator::kThreefry, Dist::kTruncatedNormal, DType::kF32>(*p, i);
+    out.push_back(FloatBits(v));
+  }
+  return out;
+}
+
+// Known answers from JAX 0.10.2 on CPU (tests/py/test_jax_flavours.py checks them live):
+// jax.random.normal(key(1), (4,), float32) * 0.02 -- eager, and under jax.jit; and
+// jax.random.truncated_normal(key(77), -1.5, 1.7, (4,), float32) both ways.
+TEST(Flavour, KnownAnswersOfBothFlavours) {
+  EXPECT_EQ(F32Bits(R"({"dist": "normal", "scale": 0.02})", Flavour::kEager, 1, 4),
+            (std::vector<uint32_t>{0xbb4a6c85, 0x3ade0e17, 0xbb323b7b, 0xbb4b3589}));
+  EXPECT_EQ(F32Bits(R"({"dist": "normal", "scale": 0.02})", Flavour::kJit, 1, 4),
+            (std::vector<uint32_t>{0xbb4a6c85, 0x3ade0e16, 0xbb323b7b, 0xbb4b3589}));
+  const char* tn = R"({"dist": "truncated_normal", "lower": -1.5, "upper": 1.7})";
+  EXPECT_EQ(F32Bits(tn, Flavour::kEager, 77, 4),
+            (std::vector<uint32_t>{0x3f062f0b, 0xbf43161b, 0x3f44303e, 0x3f809afb}));
+  EXPECT_EQ(F32Bits(tn, Flavour::kJit, 77, 4),
+            (std::vector<uint32_t>{0x3f062f0c, 0xbf43161e, 0x3f44303e, 0x3f809afb}));
+}
+
 }  // namespace
 }  // namespace seedstore
