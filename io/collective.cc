@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "io/device.h"
@@ -129,6 +130,28 @@ void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step) {
     for (;;) ::sleep(1000);
   if (s == Simulate::kKill) ::raise(SIGKILL);
   std::_Exit(3);
+}
+
+void TestFaultPoint(int rank, const char* step) {
+  static const char* spec = std::getenv("SEEDSTORE_TEST_FAULT");
+  if (!spec) return;
+  const std::string s = spec;
+  const size_t a = s.find(':'), b = a == std::string::npos ? a : s.find(':', a + 1);
+  if (b == std::string::npos || s.substr(0, a) != std::to_string(rank) || s.substr(a + 1, b - a - 1) != step)
+    return;
+  const std::string action = s.substr(b + 1);
+  std::fprintf(stderr, "seedstore: rank %d: test fault %s at step '%s' (pid %d)\n", rank, action.c_str(), step,
+               static_cast<int>(::getpid()));
+  std::fflush(stderr);
+  if (action == "stop") {
+    ::raise(SIGSTOP);
+  } else if (action == "kill") {
+    ::raise(SIGKILL);
+  } else if (action == "exit") {
+    std::_Exit(3);
+  } else if (action.rfind("sleep=", 0) == 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(action.c_str() + 6)));
+  }
 }
 
 namespace {

@@ -119,6 +119,16 @@ Result<Simulate> ParseSimulate(std::string_view s);
 /// case returns at once.
 void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step);
 
+/// Test-only fault injection at named steps of a distributed save (tests/py/test_fault_matrix.py).
+/// When the environment variable SEEDSTORE_TEST_FAULT is "RANK:STEP:ACTION" and `rank` and
+/// `step` match, prints "seedstore: rank R: test fault ACTION at step 'STEP' (pid N)" to stderr,
+/// then ACTION: "stop" raises SIGSTOP on this process (it continues when sent SIGCONT),
+/// "kill" raises SIGKILL, "exit" ends it with status 3 (no cleanup), "sleep=S" sleeps S
+/// seconds and returns. Unset, malformed, or another rank or step: returns at once. The steps
+/// of Reshard/SaveBuffers (io/dist_store.h) are "lock", "plan", "source-fingerprints",
+/// "rank-files", "master", "prove", "before-rename", "after-rename" and "done".
+void TestFaultPoint(int rank, const char* step);
+
 struct VerifyOptions {
   CpuOptions cpu;
   /// Where lazy shards are generated and hashed: "cpu", "cuda" or "auto" (cuda if available).

@@ -237,6 +237,11 @@ struct ReshardReport {
   int writers = 1;         // processes that wrote
   bool consolidated = false;
   bool full_proof = false;  // DistSaveOptions::full_proof
+  /// Whether this save replaced what was at the path (the commit happened; it was proven
+  /// first). false with rows that differ (ToStatus): not proven, so not committed.
+  bool committed = false;
+  /// One per tensor; empty on a rank that learned of the commit only after losing contact with
+  /// the others (a timeout after rank 0 committed).
   std::vector<ReshardRow> rows;
   uint64_t bytes = 0;      // data bytes written (dense, uncompressed)
   uint64_t chunks_copied = 0, chunks_encoded = 0;  // sums of the rows'

@@ -92,7 +92,7 @@ int Run(const ReshardOptions& o) {
     }
     std::fflush(stdout);
   }
-  return RankVerdict(rep->ToStatus(), me);
+  return SaveVerdict(c, rep->ToStatus());
 }
 
 Register reg({"reshard",
