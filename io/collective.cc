@@ -145,6 +145,12 @@ void TestFaultPoint(int rank, const char* step) {
   std::fflush(stderr);
   if (action == "stop") {
     ::raise(SIGSTOP);
+  } else if (action.rfind("stopafter=", 0) == 0) {  // whatever the process is doing then
+    const double s = std::atof(action.c_str() + 10);
+    std::thread([s] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(s));
+      ::raise(SIGSTOP);
+    }).detach();
   } else if (action == "kill") {
     ::raise(SIGKILL);
   } else if (action == "exit") {
@@ -229,6 +235,7 @@ Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const
   const double t0 = Now();
   const auto& recs = catalog.tensors();
   const int me = comm.rank();
+  TestFaultPoint(me, "verify");
   std::vector<LocalShard> shards(recs.size());
   for (size_t i = 0; i < recs.size(); ++i) {
     shards[i].name = recs[i].name;

@@ -123,10 +123,12 @@ void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step);
 /// When the environment variable SEEDSTORE_TEST_FAULT is "RANK:STEP:ACTION" and `rank` and
 /// `step` match, prints "seedstore: rank R: test fault ACTION at step 'STEP' (pid N)" to stderr,
 /// then ACTION: "stop" raises SIGSTOP on this process (it continues when sent SIGCONT),
+/// "stopafter=S" raises it S seconds later, from another thread, whatever the process is doing,
 /// "kill" raises SIGKILL, "exit" ends it with status 3 (no cleanup), "sleep=S" sleeps S
 /// seconds and returns. Unset, malformed, or another rank or step: returns at once. The steps
 /// of Reshard/SaveBuffers (io/dist_store.h) are "lock", "plan", "source-fingerprints",
-/// "rank-files", "master", "prove", "before-rename", "after-rename" and "done".
+/// "rank-files", "master", "prove", "before-rename", "after-rename" and "done"; VerifyCatalog's
+/// (verify-ranks) is "verify", at its start.
 void TestFaultPoint(int rank, const char* step);
 
 struct VerifyOptions {
