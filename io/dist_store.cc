@@ -2532,8 +2532,11 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   // they may be the save's). The others do not, so theirs stay on a signal, as on SIGKILL, for
   // the next save to remove.
   signal_cleanup::Scope registered;
-  if (me == 0)
+  if (me == 0) {
     for (int r : mine) registered.Add(RankFileName(path, id, r));
+    registered.Add(staged);
+    registered.Add(gate);
+  }
   bool committed = false;  // rank 0: it renamed the gate over `path`; the others: they learned so
   auto drop_mine = [&] {
     for (int r : mine) ::unlink(RankFileName(path, id, r).c_str());
@@ -2631,8 +2634,6 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   }
   // Staged: complete, sealed (a master) and durable. The gate is its second name.
   if (me == 0) {
-    registered.Add(staged);
-    registered.Add(gate);
     if (st.ok() && ::link(staged.c_str(), gate.c_str()) != 0)
       st = IoError("save: cannot link '" + staged + "' as '" + gate + "': " + std::strerror(errno));
   }

@@ -112,12 +112,13 @@ bool NextWriterRecovers(int np, const std::string& out,
   // what is true of the save at `out`), without anyone removing it by hand.
   Proc again = SaveRanks(np, NewSpec(), out, "");
   EXPECT_EQ(again.code, 0) << again.out << again.err;
-  if (stale)
+  if (stale) {
     EXPECT_NE(again.err.find("seedstore: note: '" + lock + "' was left by a writer that no longer runs (" + holder +
                              "): its save was interrupted. '" + out +
                              "' holds the last save that was committed there"),
               std::string::npos)
         << again.err;
+  }
   auto d = DistCatalog::Open(out);
   EXPECT_TRUE(d.ok()) << d.status().ToString();
   if (d.ok()) {
