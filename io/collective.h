@@ -5,8 +5,14 @@
 // Fault handling. MPI cannot time out a collective, so with a timeout every operation is
 // started non-blocking (MPI_Iallgather, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) and polled
 // against a deadline; every rank also posts a 4-byte "arrived" message to rank 0 (and rank 0
-// one to rank 1), so that on a timeout rank 0 names the ranks that never reached the step
-// (rank 1 names rank 0 when rank 0 is the one missing). A timed-out collective returns
+// one to rank 1), and while it waits sends a heartbeat every min(0.1, timeout / 10) s to rank
+// 0 (rank 0 to rank 1). On a timeout rank 0 names the ranks it has not heard from for half the
+// timeout -- stalled before the step, or in it (a SIGSTOP mid-step) -- and not those that wait,
+// alive, in an earlier step for the stalled one (when every missing rank is alive: those);
+// rank 1 names rank 0 likewise when rank 0 is the one missing or silent. Rank 1's deadline is
+// later than rank 0's and the others' later still, so the rank that names the culprit reports
+// before anyone ends the job. A rank that itself did not run for a while (stopped, then
+// continued) listens afresh before it blames anyone. A timed-out collective returns
 // kIo and leaves the communicator unusable (a started MPI operation cannot be cancelled): the
 // caller prints its message and calls Abort(), which ends the whole job (MPI_Abort) instead of
 // hanging. A rank that dies is normally reaped by mpirun at once; the deadline is the backstop.

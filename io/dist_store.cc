@@ -2449,12 +2449,14 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   rep.consolidated = o.consolidate;
   rep.full_proof = o.full_proof;
   for (const TensorRecord& t : ts) SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(src, t, "reshard"));
-  // The names next to the master -- its lock and, unless consolidated, its rank files -- must
-  // fit NAME_MAX: found out at the last rename, all the work would be lost.
-  const std::string longest = o.consolidate ? path + ".lock" : RankFileName(path, 0xffffffffu, world - 1);
+  // The names next to the master -- its lock, the commit protocol's files and, unless
+  // consolidated, its rank files -- must fit NAME_MAX: found out at the last rename, all the
+  // work would be lost.
+  const std::string longest =
+      o.consolidate ? ProtocolName(path, 0xffffffffu, "commit") : RankFileName(path, 0xffffffffu, world - 1);
   if (BaseOf(longest).size() > NAME_MAX)
     return InvalidArgument("save: '" + requested + "': the name is too long for its " +
-                           (o.consolidate ? "lock file ('" : "rank files (as '") + BaseOf(longest) +
+                           (o.consolidate ? "commit files (as '" : "rank files (as '") + BaseOf(longest) +
                            "', " + std::to_string(BaseOf(longest).size()) + " bytes; a file name has at most " +
                            std::to_string(NAME_MAX) + "): give a shorter name");
   uint64_t seed;

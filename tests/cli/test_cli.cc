@@ -1412,7 +1412,8 @@ TEST(Cli, ASpecOrALayoutMayComeFromAPipeAndNothingElseHangsOnOne) {
 }
 
 // Names near NAME_MAX (255 bytes): a store gets a temporary that fits; a distributed save whose
-// rank files' names ("<P>.<8 hex>.rank<r>.h5") or lock ("<P>.lock") would not fit is refused
+// rank files' names ("<P>.<8 hex>.rank<r>.h5") or commit files ("<P>.<8 hex>.commit",
+// docs/FORMAT.md 10) would not fit is refused
 // before any work, naming the limit (issue: the last rename failed, "File name too long").
 TEST(Cli, LongOutputNamesWorkOrAreRefusedFirst) {
   const std::string d = TempDir() + "/long_names";
@@ -1428,7 +1429,9 @@ TEST(Cli, LongOutputNamesWorkOrAreRefusedFirst) {
   EXPECT_NE(save.err.find("a file name has at most 255"), std::string::npos) << save.err;
   const Proc one = Exec("reshard " + store + " --consolidate -q -o " + d + "/" + std::string(252, 'c') + ".h5");
   EXPECT_EQ(one.code, 2) << one.err;
-  EXPECT_NE(one.err.find("the name is too long for its lock file"), std::string::npos) << one.err;
+  EXPECT_NE(one.err.find("the name is too long for its commit files (as '" + std::string(252, 'c') + ".h5.ffffffff.commit'"),
+            std::string::npos)
+      << one.err;
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(d)) files += e.is_regular_file();
   EXPECT_EQ(files, 3u) << "only the spec, the layout and the store";
