@@ -19,14 +19,13 @@ runs every (rank, fault) at every step (390 trials).
 """
 import json
 import os
-import re
-import signal
 import subprocess
 import time
 
 import pytest
 
 from seedstore_testlib import BIN, need_binary  # noqa: F401 (an autouse fixture)
+from seedstore_testlib import run_with_fault
 from seedstore_testlib import verified_fingerprints as fingerprints
 
 TIMEOUT = 1.0  # --timeout of the saves: stops and long sleeps cost this much each
@@ -115,24 +114,13 @@ def test_every_fault_at_every_step_leaves_the_old_or_the_new_save(tmp_path):
         for f in tmp_path.glob("rc.*"):
             f.unlink()
         fault = f"{rank}:{step}:{action}"
-        p = subprocess.Popen(mpirun(np_) + [BIN] + [str(a) for a in args] +
-                             ["-o", str(ckpt), "-q", "--threads", "1", "--timeout", str(TIMEOUT)],
-                             env=dict(env, SEEDSTORE_TEST_FAULT=fault, SEEDSTORE_TEST_EXIT_FILE=str(rc_file)),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-            pytest.fail(f"trial {n} ({cmd} -np {np_}, {fault}): mpirun did not end in 60 s\n{err}")
-        # A stopped rank the launcher did not end (it holds the lock while it lives) goes now.
-        for pid in re.findall(r"test fault \S+ at step '\S+' \(pid (\d+)\)", err):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        rc, err, timed_out = run_with_fault(
+            mpirun(np_) + [BIN] + [str(a) for a in args] +
+            ["-o", str(ckpt), "-q", "--threads", "1", "--timeout", str(TIMEOUT)],
+            dict(env, SEEDSTORE_TEST_EXIT_FILE=str(rc_file)), fault, 60)
+        assert not timed_out, f"trial {n} ({cmd} -np {np_}, {fault}): mpirun did not end in 60 s\n{err}"
         faults_hit += "test fault" in err
-        what = f"trial {n} ({cmd} -np {np_}, fault {fault}): mpirun rc {p.returncode}\n{err}"
+        what = f"trial {n} ({cmd} -np {np_}, fault {fault}): mpirun rc {rc}\n{err}"
         assert "writer-lock" not in err, what  # no lock a gone writer left blocks a save
         got = fingerprints(ckpt)  # verify passes
         assert got in (fp[current], fp[new]), f"{what}\nneither the old nor the new model"
@@ -140,7 +128,7 @@ def test_every_fault_at_every_step_leaves_the_old_or_the_new_save(tmp_path):
         codes = {f.name: int(f.read_text()) for f in tmp_path.glob("rc.*")}
         for r, code in codes.items():
             assert (code == 0) == (outcome == "new"), f"{what}\n{r} exited {code}, the save is the {outcome} one"
-        if p.returncode == 0:
+        if rc == 0:
             assert outcome == "new", what
         counts[outcome] += 1
         current = new if outcome == "new" else current

@@ -11,13 +11,13 @@ that merely waited for the stalled one is never blamed.
 import os
 import random
 import re
-import signal
 import subprocess
 import time
 
 import pytest
 
 from seedstore_testlib import BIN, need_binary  # noqa: F401 (an autouse fixture)
+from seedstore_testlib import run_with_fault
 
 RUNS = int(os.environ.get("SEEDSTORE_STALL_RUNS", "12"))
 SPEC = """{"seedstore": 1, "seed": 7, "generator": "threefry", "tensors": [
@@ -45,20 +45,9 @@ def test_a_stopped_rank_is_named_and_no_other(tmp_path):
         victim = 0 if run % 2 == 0 else 2
         delay = round(rng.uniform(0.0, 0.03), 4)
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, env=dict(env, SEEDSTORE_TEST_FAULT=f"{victim}:verify:stopafter={delay}"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = p.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
-        for pid in re.findall(r"\(pid (\d+)\)", err):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        what = f"run {run}: rank {victim} stopped after {delay} s: rc {p.returncode}\n{err}"
-        assert p.returncode == 5, what
+        rc, err, _ = run_with_fault(cmd, env, f"{victim}:verify:stopafter={delay}", 30)
+        what = f"run {run}: rank {victim} stopped after {delay} s: rc {rc}\n{err}"
+        assert rc == 5, what
         assert time.monotonic() - t0 < 25, what
         blamed = {int(r) for m in BLAME.findall(err) for r in m.split(",")}
         assert blamed == {victim}, what
