@@ -1,4 +1,5 @@
-// seedstore CPU micro-benchmark (issue 2 item 9; not part of the test suite).
+// seedstore CPU micro-benchmark (docs/PERF.md, "Generators and fingerprint, CPU"; not part of
+// the test suite).
 // Measures elements/s of the CPU materializer (threefry and philox normal, f32 and bf16) and
 // of the fingerprint, on one thread and on all cores. One output buffer is allocated and
 // pre-faulted up front and reused by every repetition, so page faults are never timed.

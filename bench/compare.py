@@ -5,7 +5,7 @@ Runs build/bench/seedstore_bench and, in subprocesses on the same sizes, jax.ran
 (jit, CPU, after warm-up, output blocked on) and numpy Generator(Philox).standard_normal(
 dtype=float32, out=preallocated). Each is measured on one core (seedstore --threads 1; JAX and
 numpy pinned with taskset to one CPU) and on all cores. Prints medians (elements/s) and the
-ratios the targets of issue 2 item 9 ask for. "1 core" rates are elements per CPU-second of a
+ratios the targets in docs/PERF.md are judged on. "1 core" rates are elements per CPU-second of a
 process pinned to / running one thread (immune to being descheduled on a shared machine);
 "all cores" rates are elements per wall-clock second with every core in use.
   threefry normal >= 1.5x JAX,  philox normal >= 2x numpy Philox,  fingerprint >= 500 M/s/core.

@@ -1,4 +1,4 @@
-// Store throughput and compression (issue 3 item 9): dense write and read of the HDF5 store
+// Store throughput and compression (docs/PERF.md, "Store"): dense write and read of the HDF5 store
 // against writing/reading the same bytes as one raw file, per data kind, with compression
 // ratios. Prints one JSON object (bench/store_bench.py adds the safetensors package and the
 // lazy Llama-3-70B numbers and writes the table of docs/PERF.md).

@@ -1,4 +1,4 @@
-"""Store benchmark, one run, side by side (issue 3 item 9; results in docs/PERF.md "Store").
+"""Store benchmark, one run, side by side (results in docs/PERF.md "Store").
 
 1. build/bench/seedstore_store_bench: dense write/read through the HDF5 store (zstd level 1,
    2 threads, checksums and fingerprints included, atomic commit with fsync) vs the same bytes

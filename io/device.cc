@@ -60,14 +60,14 @@ Status FromKernel(const KernelStatus& s) {
 
 namespace {
 
-// Dense region -> device buffer through pinned, overlapped staging. A box is cut into slabs
-// of whole leading-dim slices (a flat range into sub-ranges) of about kPiece bytes, each read
-// from the store while the previous one is copied to the device.
-Status StageDense(const Catalog& c, size_t i, const Region& r, DeviceBuffer* d, CpuOptions o) {
+// Dense region -> device memory d_dst (r.Count() elements) through pinned, overlapped
+// staging. A box is cut into slabs of whole leading-dim slices (a flat range into sub-ranges)
+// of about kPiece bytes, each read from the store while the previous one is copied.
+Status StageDense(const Catalog& c, size_t i, const Region& r, void* d_dst, void* stream,
+                  CpuOptions o) {
   constexpr uint64_t kPiece = 8u << 20;
   const TensorRecord& t = c.tensors()[i];
   const uint64_t es = DTypeSize(t.dtype), total = r.Count() * es;
-  SEEDSTORE_RETURN_IF_ERROR(FromKernel(DeviceBuffer::Allocate(total, d)));
   if (total == 0) return Status::Ok();
   // Sub-regions in box-linear order, each contiguous in the output.
   std::vector<Region> parts;
@@ -99,7 +99,7 @@ Status StageDense(const Catalog& c, size_t i, const Region& r, DeviceBuffer* d, 
     if (!st.ok()) *error = st.ToString();
     return st.ok();
   };
-  return FromKernel(StageToDevice(sizes, fill, d->data()));
+  return FromKernel(StageToDevice(sizes, fill, d_dst, stream));
 }
 }  // namespace
 
@@ -115,16 +115,33 @@ Result<Fingerprint> FingerprintOnDevice(Device d, const Catalog& c, size_t i, co
     return f;
   }
   DeviceBuffer buf;
-  SEEDSTORE_RETURN_IF_ERROR(StageDense(c, i, r, &buf, o));
+  SEEDSTORE_RETURN_IF_ERROR(FromKernel(DeviceBuffer::Allocate(r.Count() * DTypeSize(t.dtype), &buf)));
+  SEEDSTORE_RETURN_IF_ERROR(StageDense(c, i, r, buf.data(), nullptr, o));
+  return FingerprintDeviceBuffer(t, r, buf.data(), nullptr);
+}
+
+Result<Fingerprint> FingerprintDeviceBuffer(const TensorRecord& t, const Region& r,
+                                            const void* d_data, void* stream) {
   // In the record's fingerprint frame (a piece of a larger tensor hashes global indices).
-  const auto* p = static_cast<const unsigned char*>(buf.data());
+  Fingerprint f;
+  const auto* p = static_cast<const unsigned char*>(d_data);
   for (const Region& g : t.FrameRegions(r)) {
     Fingerprint part;
-    SEEDSTORE_RETURN_IF_ERROR(FromKernel(FingerprintCuda(t.dtype, g, p, t.fp_seed(), nullptr, &part)));
+    SEEDSTORE_RETURN_IF_ERROR(FromKernel(FingerprintCuda(t.dtype, g, p, t.fp_seed(), stream, &part)));
     f.Add(part);
     p += g.Count() * DTypeSize(t.dtype);
   }
   return f;
+}
+
+Status ReadIntoDevice(const Catalog& c, size_t i, const Region& r, void* d_out, void* stream,
+                      CpuOptions o) {
+  const TensorRecord& t = c.tensors()[i];
+  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
+  if (!CudaBuilt()) return Unsupported("tensor " + Quoted(t.name) + ": seedstore was built without CUDA");
+  if (r.Count() == 0) return Status::Ok();
+  if (t.lazy) return FromKernel(MaterializeCuda(t.lazy->params, r, d_out, stream));
+  return StageDense(c, i, r, d_out, stream, o).WithContext("tensor " + Quoted(t.name));
 }
 
 Status ReadOnDevice(Device d, const Catalog& c, size_t i, const Region& r, void* h_out,

@@ -915,12 +915,12 @@ Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, Cp
 // dense tensor: the writer (AddDistributedObjects) creates exactly that, and the verifier
 // (DistCatalog::VerifyMasterDatasets) compares the master's objects with it.
 
-// How a flat piece is mapped (docs/FORMAT.md 10; the index's "flat_mappings"). kBoxes (saves
-// from 2026-12-02, session 10, on): one mapping per box of the range's row-major
+// How a flat piece is mapped (docs/FORMAT.md 10; the index's "flat_mappings"). kBoxes (what this
+// writer writes): one mapping per box of the range's row-major
 // decomposition (FlatRangeToBoxes: at most 2 x rank - 1), each from a contiguous run of the
-// piece's 1-d dataset. kRuns (before): one mapping per innermost run; a tensor whose flat
-// pieces could need more than kMaxFlatRuns of them (counted as (end - begin) / innermost extent
-// + 2 per flat piece) got no virtual dataset.
+// piece's 1-d dataset. kRuns (saves without the field): one mapping per innermost run; a tensor
+// whose flat pieces could need more than kMaxFlatRuns of them (counted as (end - begin) /
+// innermost extent + 2 per flat piece) has no virtual dataset.
 enum class FlatMappings { kRuns, kBoxes };
 constexpr uint64_t kMaxFlatRuns = 65536;
 
@@ -1373,7 +1373,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
     c->max_open_ = 4096;
     if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
       c->max_open_ = std::clamp<size_t>(static_cast<size_t>(lim.rlim_cur / 2), 1, 4096);
-    if (j.contains("flat_mappings")) {  // absent: a save from before session 10, "runs"
+    if (j.contains("flat_mappings")) {  // absent: "runs" (docs/FORMAT.md 9)
       const json& fm = j["flat_mappings"];
       if (fm != "boxes" && fm != "runs")
         return bad("field 'flat_mappings' is " + JsonPreview(fm) + ", not \"boxes\" or \"runs\"");
@@ -2522,7 +2522,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   std::vector<Fingerprint> src_fp(n);
   for (size_t i = 0; i < n; ++i) src_fp[i] = Fingerprint{sfp[2 * i], sfp[2 * i + 1]};
 
-  // Write. Until the commit point (CommitStaged) the save previously at `path` is untouched;
+  // Write. Until the commit point (CommitStaged) the save already at `path` is untouched;
   // the files of this save are removed on failure only while they can never be committed
   // (docs/FORMAT.md 10, "Commit protocol").
   uint64_t bytes = 0;

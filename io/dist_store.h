@@ -1,4 +1,4 @@
-// Distributed saves (issue 5, items 5-7): one ordinary seedstore store per rank holding that
+// Distributed saves: one ordinary seedstore store per rank holding that
 // rank's distinct shards of the dense tensors, plus a master store that keeps the lazy tensors
 // as lazy records, an index of every dense tensor's pieces, and one HDF5 virtual dataset per
 // dense tensor stitching the pieces so any HDF5 reader (h5py included) sees the global tensor.
@@ -70,7 +70,7 @@ class DistCatalog : public Catalog {
     /// 10, "Padded pieces"): the rank file's tensor has this box's shape and piece record.
     Region stored;
     /// The fingerprint the rank file records for it (its `stored` box, in the global frame),
-    /// when the index gives one (saves from 2026-12-02, session 13, on): a rank file whose
+    /// when the index gives one (docs/FORMAT.md 9): a rank file whose
     /// record differs is not this save's (rank-file-corrupt at open).
     std::optional<Fingerprint> fingerprint;
   };

@@ -53,7 +53,8 @@ std::string Hex64(uint64_t v);
 int64_t UntimedCreationList(int64_t cls);
 
 /// Reads scalar string attribute `name` of `obj`, fixed-length (NUL-padded or -terminated) or
-/// variable-length (as files written before fixed-length strings, or by other tools, hold).
+/// variable-length (as version-1 files without fixed-length strings, docs/FORMAT.md 9, and
+/// other tools write).
 /// Errors name `where` and the attribute: missing-attribute, not a string (kCorrupt), HDF5's.
 Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::string& where);
 

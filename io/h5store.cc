@@ -608,7 +608,7 @@ uint64_t EmitChunk(const uint8_t* src, size_t bytes, size_t es, bool shuffled, i
 // finds no match (targetLength 8, zstd's "acceleration"), which alone would turn literal
 // compression off, so that is forced back on: +8-10% on a shuffled bf16 or f32 chunk at the
 // same ratio; long runs of exact repeats (an int64 arange) compress less well (811x -> 214x).
-// docs/PERF.md, session 7. Any zstd decoder reads the frames.
+// Any zstd decoder reads the frames.
 size_t CompressChunk(void* dst, size_t cap, const void* src, size_t n, int level) {
   ZSTD_CCtx* cc = ThreadZstd().c;
   ZSTD_CCtx_reset(cc, ZSTD_reset_session_and_parameters);
@@ -955,8 +955,8 @@ hid_t NoChunkCache() {
 }
 
 // Chunk-decoding buffers (a chunk or two each), kept between reads and shared by every open
-// store: one pool per store kept two buffers per thread per store -- 525 MB of them reading a
-// 256-rank save whole (docs/PERF.md, session 10).
+// store: a pool per store would keep two buffers per thread per open store -- 525 MB of them
+// reading a 256-rank save whole.
 static ScratchPool<ChunkScratch>& ReadScratch() {
   static ScratchPool<ChunkScratch>* pool = new ScratchPool<ChunkScratch>();  // never destroyed
   return *pool;
@@ -1905,7 +1905,7 @@ struct StoreWriter::Impl {
   // Starts the kernel writing back what the chunks wrote so far, every 8 MiB, so the disk
   // works while the next chunks compress and Commit()'s fsync finds little left to do (by
   // default the kernel holds up to 10% of memory dirty before it starts). A hint. Every 8
-  // MiB rather than 32: 256 MiB stores written 5-9% faster (docs/PERF.md, 2026-12-01).
+  // MiB rather than 32: 256 MiB stores are written 5-9% faster.
   void StartWriteback(uint64_t bytes) {
 #if defined(__linux__)
     constexpr uint64_t kEvery = 8u << 20;

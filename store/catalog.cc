@@ -268,4 +268,15 @@ bool GlobMatch(const std::string& pattern, const std::string& name) {
   return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
 
+Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Catalog*> cats) {
+  if (glob == "*") return Status::Ok();
+  std::string where;
+  for (const Catalog* c : cats) {
+    for (const TensorRecord& t : c->tensors())
+      if (GlobMatch(glob, t.name)) return Status::Ok();
+    where += (where.empty() ? "'" : " or '") + c->origin() + "'";
+  }
+  return InvalidArgument("--tensors '" + glob + "' matches no tensor of " + where);
+}
+
 }  // namespace seedstore

@@ -1,6 +1,7 @@
 // A catalog: the tensors of a model, each lazy (init spec) or dense (stored bytes), any region
 // of which can be read. Spec files and store files (io/) both present themselves as one.
 #pragma once
+#include <initializer_list>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -128,5 +129,10 @@ class SpecCatalog : public Catalog {
 
 /// Matches a tensor name against a glob (fnmatch, no special treatment of '.' or '/').
 bool GlobMatch(const std::string& pattern, const std::string& name);
+
+/// A tensor-name glob (`--tensors GLOB`): kInvalidArgument when a glob other than "*" matches
+/// no tensor of any of `cats` (a typo would otherwise write an empty file, or print nothing,
+/// and succeed). The message names the glob and the catalogs' origins.
+Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Catalog*> cats);
 
 }  // namespace seedstore

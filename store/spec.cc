@@ -285,7 +285,10 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
     return InvalidArgument(w + ".shape: missing or not an array");
   for (size_t d = 0; d < j.at("shape").size(); ++d) {
     const json& v = j.at("shape")[d];
-    if (!v.is_number_unsigned())  // one too large for a dim is ValidateShape's to name
+    // JSON text gives non-negative integers as unsigned; JSON built in code (the library's
+    // and the Python package's callers) may hold them as signed. One too large for a dim is
+    // ValidateShape's to name.
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
       return InvalidArgument(w + ".shape[" + std::to_string(d) +
                              "]: expected a non-negative integer, got " + JsonPreview(v));
     t.shape.push_back(v.get<uint64_t>());

@@ -1,5 +1,5 @@
 // Init specs and tensor records: what a lazy tensor is, parsed from the JSON spec format
-// (README "Spec files"; docs/FORMAT.md "Init spec"). Pure data plus validation.
+// (docs/CLI.md "Spec files"; docs/FORMAT.md "Init spec"). Pure data plus validation.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>

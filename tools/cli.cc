@@ -127,17 +127,6 @@ Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank)
   return std::optional<Layout>(std::move(l));
 }
 
-Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Catalog*> cats) {
-  if (glob == "*") return Status::Ok();
-  std::string where;
-  for (const Catalog* c : cats) {
-    for (const TensorRecord& t : c->tensors())
-      if (GlobMatch(glob, t.name)) return Status::Ok();
-    where += (where.empty() ? "'" : " or '") + c->origin() + "'";
-  }
-  return InvalidArgument("--tensors '" + glob + "' matches no tensor of " + where);
-}
-
 Status CheckOutputIsNotInput(const std::string& out, const std::string& source, const Catalog* cat,
                              bool may_rewrite_store) {
   struct stat o;

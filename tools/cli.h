@@ -99,9 +99,6 @@ CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
 /// --layout", "--rank R is outside the mesh of 'L.json' (N ranks)"; Layout::Load's.
 Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank);
 
-/// --tensors GLOB: kInvalidArgument when a glob other than "*" matches no tensor of any of
-/// `cats` (a typo would otherwise write an empty file, or print nothing, and exit 0).
-Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Catalog*> cats);
 
 /// Refuses, before anything is written, an output `out` (given as -o) that is the same file
 /// (device and inode, links followed) as the input `source` (a model source, a layout file, a

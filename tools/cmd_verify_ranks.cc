@@ -1,5 +1,7 @@
 // seedstore verify-ranks: do the ranks of a job hold one model, sharded as the layout says?
 // Run it under mpirun (one process per rank); alone it is a world of one.
+#include <unistd.h>
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -18,7 +20,24 @@ struct VerifyRanksOptions {
   int threads = 0, simulate_rank = 1;
 };
 
+// The report goes to the process's standard output; everything else written there while the
+// job runs (NCCL's own log lines under NCCL_DEBUG, the MPI library's notices) goes to standard
+// error, so that `--json` output is JSON alone.
+std::FILE* ReportStream() {
+  std::fflush(stdout);
+  const int fd = dup(STDOUT_FILENO);
+  if (fd < 0) return stdout;
+  std::FILE* f = fdopen(fd, "w");
+  if (f == nullptr) {
+    close(fd);
+    return stdout;
+  }
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  return f;
+}
+
 int Run(const VerifyRanksOptions& o) {
+  std::FILE* report = ReportStream();
   auto comm = OpenCollective(o.backend, CollectiveOptions{o.timeout});
   if (!comm.ok()) return Fail(comm.status());
   Collective& c = **comm;
@@ -51,16 +70,16 @@ int Run(const VerifyRanksOptions& o) {
       j["source"] = o.source;
       j["layout"] = o.layout;
       j["backend"] = c.backend();
-      std::printf("%s\n", j.dump(2).c_str());
+      std::fprintf(report, "%s\n", j.dump(2).c_str());
     } else {
-      std::printf("verify-ranks: %s under %s: %d rank(s) (%s), %zu tensors\n\n", o.source.c_str(),
+      std::fprintf(report, "verify-ranks: %s under %s: %d rank(s) (%s), %zu tensors\n\n", o.source.c_str(),
                   o.layout.c_str(), c.size(), c.backend(), rep->tensors.size());
-      std::printf("%s", rep->Table(o.problems_only).c_str());
-      std::printf("time: %.3f s (fingerprint %.3f s, wait %.3f s, exchange %.4f s, %llu bytes)\n",
+      std::fprintf(report, "%s", rep->Table(o.problems_only).c_str());
+      std::fprintf(report, "time: %.3f s (fingerprint %.3f s, wait %.3f s, exchange %.4f s, %llu bytes)\n",
                   rep->timing.total_s, rep->timing.fingerprint_s, rep->timing.wait_s,
                   rep->timing.exchange_s, static_cast<unsigned long long>(rep->bytes_exchanged));
     }
-    std::fflush(stdout);
+    std::fflush(report);
   }
   return RankVerdict(rep->ToStatus(), me);
 }

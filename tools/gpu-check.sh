@@ -7,7 +7,7 @@
 #   3. seedstore_gpu_bench (materialize / fingerprint throughput, copy bandwidth, Llama-3-8B);
 #   4. jax.random.normal (jitted, warmed up) and torch.randn on the same GPU and sizes;
 #   5. per-kernel floor = max(bytes / measured bandwidth, SASS ops per element / chip rate)
-#      and the achieved fraction; the issue-4 targets marked PASS/FAIL.
+#      and the achieved fraction; the targets (docs/PERF.md, "GPU") marked PASS/FAIL.
 # $OUT (default ./gpu-check-out) receives five files, within the device tool's limit of 8:
 # gpu-check.log, table.md, report.json, bench.json and gpu-check-files.tgz (configure, build
 # and test logs, SASS, PTX, the peers' timings); intermediate files live in $BUILD/check.
@@ -22,6 +22,10 @@
 #              run the report generator on synthetic numbers (for CI / machines without GPU).
 #   --quick    small sizes (smoke test of the script itself on a GPU).
 #   --build-only  stop after the build (works without a GPU).
+#   --tiers=LABELS  after the gpu tier, also run these CTest tiers (a regex, e.g. 'kat|unit|cli')
+#              on the GPU machine, where `--device auto` resolves to CUDA: the CPU tiers'
+#              expected bytes and fingerprints then check the CUDA paths (I2). CMake build only;
+#              the Python-venv tests (py.*) are left out.
 # SEEDSTORE_GPU_CHECK_STANDALONE=1 skips CMake and builds with nvcc/g++ alone. The gpu tests
 # run with SEEDSTORE_REQUIRE_GPU=1: a test that finds no GPU (or no NCCL) fails instead of
 # skipping. The table's "tests" rows say PASS only for tests that ran and passed: the NCCL
@@ -32,13 +36,15 @@ DRY=0
 QUICK=0
 BUILD_ONLY=0
 PREPARE=0
+TIERS=""
 for a in "$@"; do
   case "$a" in
     --prepare) PREPARE=1 ;;
     --dry-run) DRY=1 ;;
     --quick) QUICK=1 ;;
     --build-only) BUILD_ONLY=1 ;;
-    *) echo "usage: $0 [--prepare] [--dry-run] [--quick] [--build-only]" >&2; exit 1 ;;
+    --tiers=*) TIERS=${a#--tiers=} ;;
+    *) echo "usage: $0 [--prepare] [--dry-run] [--quick] [--build-only] [--tiers=LABELS]" >&2; exit 1 ;;
   esac
 done
 if [ "$PREPARE" = 1 ]; then
@@ -70,6 +76,19 @@ if [ "$PREPARE" = 1 ]; then
   else
     echo "gpu-check: note: $NCCL_INC/nccl.h not found: the NCCL test will build only where the GPU machine has nccl.h"
   fi
+  # A prefix with the Debian packages the GPU machine lacks for the full CMake build (xxHash
+  # as a static library with its pkg-config file, CLI11, GoogleTest): CMAKE_PREFIX_PATH and
+  # PKG_CONFIG_PATH point at it there. HDF5, zstd, nlohmann-json and OpenMPI are on the image.
+  P=.gpu-deps/prefix; A=lib/x86_64-linux-gnu
+  mkdir -p "$P/include" "$P/$A/pkgconfig" "$P/$A/cmake" "$P/share/cmake"
+  cp /usr/include/xxhash.h /usr/include/xxh3.h /usr/include/xxh_x86dispatch.h "$P/include/"
+  cp /usr/$A/libxxhash.a "$P/$A/"
+  sed 's|^prefix=.*|prefix=${pcfiledir}/../../..|' /usr/$A/pkgconfig/libxxhash.pc > "$P/$A/pkgconfig/libxxhash.pc"
+  cp -r /usr/include/CLI "$P/include/" && cp -r /usr/share/cmake/CLI11 "$P/share/cmake/"
+  cp -r /usr/include/gtest /usr/include/gmock "$P/include/"
+  cp /usr/$A/libgtest.a /usr/$A/libgtest_main.a /usr/$A/libgmock.a /usr/$A/libgmock_main.a "$P/$A/"
+  cp -r /usr/$A/cmake/GTest "$P/$A/cmake/"
+  sed -i 's|"/usr/lib/x86_64-linux-gnu/cmake/GTest"|"${CMAKE_CURRENT_LIST_DIR}"|' "$P/$A/cmake/GTest/GTestTargets.cmake"
   git check-ignore -q .gpu-deps || echo "/.gpu-deps/" >> "$(git rev-parse --git-dir)/info/exclude"
   echo "gpu-check: .gpu-deps ready ($(du -sh .gpu-deps | cut -f1)); carry it: carry=[\".gpu-deps\"]"
   exit 0
@@ -106,12 +125,16 @@ NCCL_TESTS=""    # the standalone NCCL test binary (the CMake build has it insid
 NCCL_NOTE=""     # why the NCCL test was not built, or which libnccl it links
 build_cmake() {
   stamp "configure (cmake, Release)"
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+  local prefix="$ROOT/.gpu-deps/prefix"
+  [ -d "$prefix" ] && export PKG_CONFIG_PATH="$prefix/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${prefix:+-DCMAKE_PREFIX_PATH=$prefix} \
         ${CMAKE_CUDA_ARCHITECTURES:+-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES} \
         > "$W/configure.log" 2>&1 || { tail -20 "$W/configure.log"; return 1; }
   grep -q "CUDA kernels ON" "$W/configure.log" || { echo "gpu-check: CMake did not enable CUDA"; return 1; }
   stamp "build seedstore_gpu_tests seedstore_gpu_bench (-j$JOBS)"
-  timeout 360 cmake --build "$BUILD" -j"$JOBS" --target seedstore_gpu_tests seedstore_gpu_bench \
+  local targets=(seedstore_gpu_tests seedstore_gpu_bench)
+  [ -n "$TIERS" ] && targets=(all)
+  timeout 300 cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}" \
         > "$W/build.log" 2>&1 || { grep -E "error|Error" "$W/build.log" | head -30; return 1; }
   BENCH="$BUILD/kernels/seedstore_gpu_bench"
   TESTS="$BUILD/tests/seedstore_gpu_tests"
@@ -285,7 +308,7 @@ if [ "$DRY" = 0 ]; then
       if grep -q "no CUDA device\|NOT run" "$W/ctest.log"; then
         echo "gpu-check: some gpu tests did not run on the GPU:"; grep -m5 "no CUDA device\|NOT run" "$W/ctest.log"; STATUS=1
       fi
-      k=$(grep -E "Test +#[0-9]+: " "$W/ctest.log" | grep -v "Nccl" || true)
+      k=$(grep -E "Test +#[0-9]+: " "$W/ctest.log" | grep -v "Nccl\|WithoutCuda" || true)  # that one is for builds without CUDA
       n=$(grep -E "Test +#[0-9]+: Nccl" "$W/ctest.log" || true)
       kres=PASS; { [ -z "$k" ] || echo "$k" | grep -qv "Passed"; } && kres=FAIL
       row "gpu tests: kernels (ctest -L gpu)" "$kres" "$(echo "$k" | grep -c Passed) passed of $(echo "$k" | grep -c .)"
@@ -298,6 +321,15 @@ if [ "$DRY" = 0 ]; then
       r=$(run_gtest "gpu tests" "$TESTS" "-CudaErrors.WithoutCudaEveryLauncherSaysSo" "$W/ctest.log" 300)  # that test is for builds without CUDA
       row "gpu tests: kernels" "$r" "$(grep -c '^\[       OK \]' "$W/ctest.log") passed; cuda_kernels_test + kernel_emulation_test"
       [ "$r" = PASS ] || STATUS=1
+    fi
+    if [ -n "$TIERS" ]; then
+      stamp "tiers $TIERS on the GPU machine (--device auto = cuda)"
+      (cd "$BUILD" && ctest -L "$TIERS" -E '^py[.]' --output-on-failure --timeout 300 -j8) > "$W/ctest-tiers.log" 2>&1
+      rc=$?
+      grep -E "tests passed|Failed|\*\*\*" "$W/ctest-tiers.log" | tail -30
+      cp "$W/ctest-tiers.log" "$OUT/" 2>/dev/null
+      t=$(grep -o "[0-9]*% tests passed, [0-9]* tests failed out of [0-9]*" "$W/ctest-tiers.log" || echo "no summary")
+      if [ $rc -eq 0 ]; then row "tiers $TIERS on the GPU machine" PASS "$t"; else row "tiers $TIERS on the GPU machine" FAIL "$t"; STATUS=1; fi
     fi
   else
     echo "gpu-check: no gpu test binary"; STATUS=1
@@ -581,7 +613,7 @@ for r in recs:
 table = "\n".join(lines)
 print(table)
 
-# ---- targets of issue 4 ----
+# ---- targets (docs/PERF.md, "GPU") ----
 def get(name):
     return next((r for r in recs + peers if r["name"] == name), None)
 checks = []

@@ -7,7 +7,7 @@ set -euo pipefail
 BUILD=${1:-build}
 pkgs=(build-essential cmake pkg-config git libhdf5-dev hdf5-tools libzstd-dev libxxhash-dev
       openmpi-bin libopenmpi-dev libgtest-dev googletest nlohmann-json3-dev libcli11-dev
-      python3 python3-venv)
+      python3 python3-venv python3-dev)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -18,7 +18,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 mkdir -p "$BUILD"
 VENV="$BUILD/venv"
-stamp="$VENV/.seedstore-pip-v3"
+stamp="$VENV/.seedstore-pip-v4"
 if [ ! -f "$stamp" ]; then
   echo "setup: creating Python environment in $VENV"
   PY=python3
@@ -29,5 +29,8 @@ if [ ! -f "$stamp" ]; then
   # torch from PyPI is its CUDA build (about 4 GB with its nvidia-* wheels, ~1.5 min here); its
   # CPU side (gloo, DTensor, DCP) is what the tests use. Measured in docs/PERF.md.
   "$VENV/bin/pip" install -q torch
+  # The Python package (python/, built by the same CMake) binds the library with nanobind;
+  # scikit-build-core is what `pip install .` builds it with.
+  "$VENV/bin/pip" install -q nanobind scikit-build-core
   touch "$stamp"
 fi

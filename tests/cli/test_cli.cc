@@ -491,8 +491,8 @@ TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
 // A distributed save's rank file holds only the dense pieces its rank owns: a lazy tensor (in
 // the master), a replica another rank owns and an empty shard are not in it, and it does not
 // know the save's tensor list. diff reports those as not-compared, exits 0 when everything it
-// holds is identical, and 7 when anything it holds differs (issue: they were "only in b", exit
-// 7, for correct rank files). Only a file named as rank files are is read so.
+// holds is identical, and 7 when anything it holds differs (never "only in b", exit 7, for a
+// correct rank file). Only a file named as rank files are is read so.
 TEST(Cli, DiffOfADistributedSavesRankFileComparesWhatItHolds) {
   const std::string dir = TempDir() + "/rankdiff";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
@@ -559,7 +559,7 @@ TEST(Cli, DiffOfADistributedSavesRankFileComparesWhatItHolds) {
 // import keeps a rank's shard file whole: its empty shards become empty pieces (shape [0],
 // piece flat [0, 0) of the global shape) and seedstore.rank the index's "rank", so export
 // writes the same metadata back, and the store and its export diff clean against the model
-// (issue: import dropped both; the export's empty shards were "only in b", exit 7).
+// (an import that dropped both would make the export's empty shards "only in b", exit 7).
 TEST(Cli, ImportOfARankShardFileKeepsItsEmptyShardsAndRank) {
   const std::string spec = Write("keep_spec.json", kEmptyShardsSpec);
   const std::string layout = Write("keep_layout.json", kFlatOver8);
@@ -847,8 +847,8 @@ TEST(Cli, FullDiskAtEveryFillLevelFailsCleanly) {
 // No command writes its output over one of its inputs: -o naming the source (by another
 // spelling, a symbolic or a hard link), a shard file of a Hugging Face index, a rank file of a
 // distributed save, the layout or the spec is refused (exit 2) before anything is written, and
-// the input stays byte for byte as it was (issue: materialize model.h5 ... -o model.h5
-// replaced the store by one rank's shard; init --spec s.json -o s.json replaced the spec).
+// the input stays byte for byte as it was (materialize model.h5 ... -o model.h5 must not
+// replace the store by one rank's shard, nor init --spec s.json -o s.json the spec).
 // reshard and import --update may rewrite the store they read (atomically, same weights).
 TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
   const std::string d = TempDir() + "/same";
@@ -948,8 +948,8 @@ std::string FourTensorSpec(const std::string& name, int seed) {
 // A split export is all or nothing: every shard file and the index are written to temporaries
 // first and renamed only once all are complete, so an error part-way -- here a corrupt chunk
 // of t2, which lands in the third of four files -- leaves the previous export byte for byte,
-// and no temporary (issue: files 1 and 2 were already replaced, and the old index still
-// loaded the mix). A successful export then replaces them all.
+// and no temporary (not files 1 and 2 replaced, with the old index loading the mix). A
+// successful export then replaces them all.
 TEST(Cli, SplitExportThatFailsPartWayKeepsThePreviousExport) {
   const std::string d = TempDir() + "/split_fail", out = d + "/m.safetensors";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
@@ -1034,9 +1034,9 @@ TEST(Cli, ExportNamesTheFilesLeftFromAnEarlierExportSplitOtherwise) {
 }
 
 // -o must name a file: a folder ("out/", an existing directory, ".") is refused (exit 2) split
-// or not (issue: split, "out/" wrote out/.index.json and out/-00001-of-00004.safetensors), as
+// or not (split, "out/" would write out/.index.json and out/-00001-of-00004.safetensors), as
 // is split output with no name to call its files by (".safetensors"), and "-" (stdout) for
-// every command that writes a file by name (issue: export and init wrote a file called "-").
+// every command that writes a file by name (not a file called "-").
 // Nothing is written.
 TEST(Cli, OutputMustNameAFile) {
   const std::string d = TempDir() + "/out_file";
@@ -1075,8 +1075,8 @@ TEST(Cli, OutputMustNameAFile) {
 
 // Every integer option is parsed by one strict parser: a value outside the option's range, a
 // negative value for an unsigned one, and anything but a decimal integer are refused (exit 2)
-// naming the option and the value -- never clamped or wrapped (issue: --seed 2^64-1 --x64
-// printed what 2^63-1 does, init --seed -1 recorded 2^64-1, --seed 010 was octal 8).
+// naming the option and the value -- never clamped or wrapped (--seed 2^64-1 --x64 is not
+// what 2^63-1 gives, init --seed -1 does not record 2^64-1, --seed 010 is not octal 8).
 TEST(Cli, IntegerOptionsAreParsedStrictly) {
   const std::string st = TempDir() + "/int.safetensors", store = TempDir() + "/int.h5";
   ASSERT_EQ(Exec("export " + Write("int.json", kSpec) + " -o " + st).code, 0);
@@ -1153,7 +1153,7 @@ TEST(Cli, IntegerOptionsAreParsedStrictly) {
 
 // --zstd-level accepts exactly the documented 1..22 (zstd's negative fast levels are not
 // used: the writer clamped them to 1), and the floating-point options only finite numbers in
-// range (issue: 0, -5, 23 and 1000000 were clamped silently; --max-padding nan was accepted).
+// range (0, -5, 23 and 1000000 are refused, not clamped; so is --max-padding nan).
 TEST(Cli, ZstdLevelAndNumberOptionsAcceptOnlyTheirRange) {
   const std::string st = TempDir() + "/z.safetensors", store = TempDir() + "/z.h5";
   ASSERT_EQ(Exec("export " + Write("z.json", kSpec) + " -o " + st).code, 0);
@@ -1186,8 +1186,8 @@ TEST(Cli, ZstdLevelAndNumberOptionsAcceptOnlyTheirRange) {
   EXPECT_EQ(Exec(rs + " --max-padding 0.5 --timeout 30").code, 0);
 }
 
-// --layout and --rank go together: each alone is named as such (issue: --layout alone was
-// reported as "--rank -1 is outside the mesh", an option the user never gave).
+// --layout and --rank go together: each alone is named as such (not as "--rank -1 is outside
+// the mesh", an option the user never gave).
 TEST(Cli, LayoutAndRankAreGivenTogether) {
   const std::string spec = Write("lr.json", kSpec), layout = Write("lr_layout.json", kLayout);
   const std::string out = TempDir() + "/lr.safetensors";
@@ -1226,9 +1226,9 @@ std::string Shell(const std::string& cmd) {
   return out;
 }
 
-// gen reports an output it cannot write, naming it (issue: exit 5 and not a word), and
+// gen reports an output it cannot write, naming it (not exit 5 without a word), and
 // replaces a regular file atomically: a failure mid-write leaves the previous file whole
-// (issue: fopen("wb") had truncated it). stdout and devices are written in place.
+// (fopen("wb") would truncate it first). stdout and devices are written in place.
 TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
   const std::string dir = TempDir() + "/gen_out";
   ASSERT_EQ(std::system(("mkdir -p " + dir + "/folder").c_str()), 0);
@@ -1278,8 +1278,8 @@ TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
 }
 
 // A report that cannot be written to standard output fails the command: exit 5 with "cannot
-// write standard output: <reason>" (issue: `fingerprint X --json > /dev/full` and `inspect X
-// >&-` exited 0). A closed descriptor is never the next file opened.
+// write standard output: <reason>" (`fingerprint X --json > /dev/full` and `inspect X >&-`
+// must not exit 0). A closed descriptor is never the next file opened.
 TEST(Cli, ReportsThatCannotReachStandardOutputFail) {
   struct stat full;
   if (::stat("/dev/full", &full) != 0 || !S_ISCHR(full.st_mode))
@@ -1305,7 +1305,7 @@ TEST(Cli, ReportsThatCannotReachStandardOutputFail) {
 
 // An input that exists but cannot be read -- a safetensors file, an index, a spec, a layout, a
 // store -- is IO_ERROR (exit 5) naming the file and the reason; NOT_FOUND (exit 3) only when it
-// does not exist (issue: "NOT_FOUND: ... cannot open", no reason, for a file mode 600 read by
+// does not exist (not "NOT_FOUND: ... cannot open", no reason, for a file mode 600 read by
 // another user). Run as user nobody (setpriv), since root reads any file.
 TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
   const std::string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
@@ -1361,10 +1361,10 @@ TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
 }
 
 // A spec or a layout may come from a pipe (`<(...)`, /dev/stdin, a named FIFO): read once,
-// as a spec (issue: `inspect <(cat spec.json)` said "not an HDF5 file", having read the pipe
+// as a spec (`inspect <(cat spec.json)` must not say "not an HDF5 file" by reading the pipe
 // while guessing its kind). What is read by seeking -- a store, a distributed save, a
 // safetensors file, an index naming files next to it -- given as a pipe is refused at once,
-// naming it (issue: a FIFO with no writer yet hung the command in HDF5's open).
+// naming it (a FIFO with no writer yet would hang the command in HDF5's open).
 TEST(Cli, ASpecOrALayoutMayComeFromAPipeAndNothingElseHangsOnOne) {
   const std::string d = TempDir() + "/pipes";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
@@ -1413,8 +1413,8 @@ TEST(Cli, ASpecOrALayoutMayComeFromAPipeAndNothingElseHangsOnOne) {
 
 // Names near NAME_MAX (255 bytes): a store gets a temporary that fits; a distributed save whose
 // rank files' names ("<P>.<8 hex>.rank<r>.h5") or commit files ("<P>.<8 hex>.commit",
-// docs/FORMAT.md 10) would not fit is refused
-// before any work, naming the limit (issue: the last rename failed, "File name too long").
+// docs/FORMAT.md 10) would not fit is refused before any work, naming the limit (not at the
+// last rename, "File name too long").
 TEST(Cli, LongOutputNamesWorkOrAreRefusedFirst) {
   const std::string d = TempDir() + "/long_names";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
@@ -1441,8 +1441,8 @@ TEST(Cli, LongOutputNamesWorkOrAreRefusedFirst) {
 }
 
 // Inputs of the wrong kind, or beyond what seedstore reads, are named as such -- not CORRUPT, a
-// damaged file's error (issues: `import m.h5` said "header length ... exceeds the limit",
-// `verify spec.json` said not-hdf5) -- and options that would be ignored are refused.
+// damaged file's error (not `import m.h5`: "header length ... exceeds the limit", nor
+// `verify spec.json`: not-hdf5) -- and options that would be ignored are refused.
 TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
   const std::string d = TempDir() + "/kinds";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
@@ -1476,7 +1476,7 @@ TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
   EXPECT_NE(u.err.find("tensor 'norm' is [11] float32; the store's is [10] float32"), std::string::npos) << u.err;
   EXPECT_EQ(ReadFile(store), before);
   // safetensors by any name (export -o writes any) is read as safetensors, by its first bytes
-  // (issue: inspect and diff said CORRUPT not-hdf5 of export's own output).
+  // (not CORRUPT not-hdf5 from inspect and diff of export's own output).
   ASSERT_EQ(Exec("export " + spec + " -o " + d + "/odd.h5").code, 0);
   const Proc i = Exec("inspect " + d + "/odd.h5");
   EXPECT_EQ(i.code, 0) << i.err;
@@ -1486,8 +1486,8 @@ TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
 }
 
 // A distributed save whose master was renamed keeps its rank files' names; a later save to
-// the old name replaces its own save only (issue: it removed every "<old name>.<id>.rank<r>.h5",
-// and the renamed save was lost). The replaced save's own rank files are still removed.
+// the old name replaces its own save only (removing every "<old name>.<id>.rank<r>.h5" would
+// lose the renamed save). The replaced save's own rank files are still removed.
 TEST(Cli, ASaveToTheNameOfARenamedMasterKeepsTheRenamedSave) {
   const std::string d = TempDir() + "/renamed";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
@@ -1524,8 +1524,8 @@ TEST(Cli, ASaveToTheNameOfARenamedMasterKeepsTheRenamedSave) {
 
 // One-file writers (import, init, export, reshard --consolidate) honour a distributed save's
 // writer lock "<P>.lock": while another live process holds it, writing P is refused, named,
-// and P is untouched (issue: an import renamed over P mid-save; the save then failed as
-// "bad-index" and left its rank files). A lock file nobody holds (its writer was killed) does
+// and P is untouched (an import renamed over P mid-save would make the save fail as
+// "bad-index" and leave its rank files). A lock file nobody holds (its writer was killed) does
 // not stop them, whatever it records.
 TEST(Cli, OneFileWritersHonourASavesWriterLock) {
   const std::string d = TempDir() + "/locked";
@@ -1561,7 +1561,7 @@ TEST(Cli, OneFileWritersHonourASavesWriterLock) {
 }
 
 // A save whose rank file has become a directory or a pipe is damaged: CORRUPT
-// (rank-file-corrupt, exit 4), named, and read at once (issue: INVALID_ARGUMENT, exit 2, as if
+// (rank-file-corrupt, exit 4), named, and read at once (not INVALID_ARGUMENT, exit 2, as if
 // the user had given a bad argument).
 TEST(Cli, ARankFileThatIsNotAFileIsCorruptNotAnArgument) {
   const std::string d = TempDir() + "/rank_kinds";
@@ -1596,8 +1596,8 @@ TEST(Cli, ARankFileThatIsNotAFileIsCorruptNotAnArgument) {
   EXPECT_EQ(Exec("verify " + p).code, 0);
 }
 
-// gen --help lists every dtype it accepts, from the dtype table (issue: int8..int64 and bool
-// were missing).
+// gen --help lists every dtype it accepts, from the dtype table (int8..int64 and bool
+// included).
 TEST(Cli, GenHelpListsEveryDtype) {
   const Proc h = Exec("gen --help");
   ASSERT_EQ(h.code, 0);
@@ -1609,7 +1609,7 @@ TEST(Cli, GenHelpListsEveryDtype) {
 }
 
 // inspect pads names by UTF-8 code points, not bytes: the columns after a non-ASCII name line
-// up (issue: 'größe' took 7 columns of padding).
+// up ('größe' takes 5 columns, not 7).
 TEST(Cli, InspectAlignsNonAsciiNames) {
   const std::string spec = Write("utf8.json", R"({"seedstore": 1, "seed": 0, "tensors": [
     {"name": "größe", "shape": [2], "dtype": "float32", "init": {"dist": "zeros"}},
@@ -1630,9 +1630,9 @@ std::string EmptyTensorFile(const std::string& name, const std::string& shape) {
 }
 
 // One rule for a dimension, wherever a shape is read, whether the tensor has elements or not:
-// at most 2^63 - 1, refused otherwise naming the tensor, the dim and the limit (issue: [0,
-// 2^63] passed fingerprint/diff and failed import inside HDF5; [2^64 - 1, 0] was "more than
-// 2^62 bytes"; a spec dim 2^63 was "expected a non-negative integer").
+// at most 2^63 - 1, refused otherwise naming the tensor, the dim and the limit (so [0, 2^63]
+// does not pass fingerprint/diff and fail import inside HDF5, [2^64 - 1, 0] is not "more than
+// 2^62 bytes", a spec dim 2^63 is not "expected a non-negative integer").
 TEST(Cli, DimensionsOf2To63OrMoreAreRefusedEverywhere) {
   const std::string big = EmptyTensorFile("dim63.safetensors", "[0, 9223372036854775808]");
   const std::string huge = EmptyTensorFile("dim64.safetensors", "[18446744073709551615, 0]");

@@ -1,8 +1,8 @@
-// Files written by seedstore before chunk-info tables and piece records existed (main at
-// 18feb76, 2026-11-30; docs/FORMAT.md 9, "Additions within version 1"), checked in under
+// Version-1 files without chunk-info tables and piece records (written at commit 18feb76;
+// docs/FORMAT.md 9, "Additions within version 1"), checked in under
 // tests/golden/v1-2026-11-30/: a dense store (dense.h5: spec.json's tensors, imported from
 // safetensors) and a distributed save of it over layout.json's 4 ranks (save.h5 + 4 rank files,
-// written by `seedstore reshard dense.h5 --layout layout.json -o save.h5`). Today's build must
+// written by `seedstore reshard dense.h5 --layout layout.json -o save.h5`). This build must
 // read them exactly, verify them, and reshard from them -- decoding their chunks, whose
 // fingerprints are in the rank files' own frames -- into saves with piece records.
 #include <gtest/gtest.h>
@@ -142,12 +142,12 @@ TEST(V1Files, ReshardFromAnOldSaveWritesPiecesAndProves) {
   fs::remove_all(tmp);
 }
 
-// A distributed save with padded pieces (docs/FORMAT.md 10, "Padded pieces"; main at 3a93e65+,
-// 2026-12-01), checked in under tests/golden/v1-2026-12-01-padded/: spec.json's tensors
+// A distributed save with padded pieces (docs/FORMAT.md 10, "Padded pieces"; written at
+// commit 3a93e65+), checked in under tests/golden/v1-2026-12-01-padded/: spec.json's tensors
 // imported from safetensors into dense.h5 with --chunk-bytes 256 (w: [6, 8] chunks, e: [7,
 // 12]), then `seedstore reshard dense.h5 --layout layout.json -o save.h5` (3 ranks along rows).
 // Every piece of w is padded to its grid (the proof goes by cells); e's last piece would need
-// 37% more and is stored alone (the proof subtracts the others' padding). Today's build must
+// 37% more and is stored alone (the proof subtracts the others' padding). This build must
 // read it exactly, verify it and reshard from it.
 TEST(V1Files, PaddedDistributedSaveReadsVerifiesAndReshards) {
   const std::string dir = Dir("v1-2026-12-01-padded");

@@ -1,4 +1,4 @@
-// The NCCL backend of io/collective.h with one rank (issue 5, item 8: NCCL cannot put two
+// The NCCL backend of io/collective.h with one rank (NCCL cannot put two
 // ranks on one GPU, so the multi-rank tiers use MPI): the collectives' results, and the
 // live-job check VerifyBuffers over NCCL, clean and with one flipped element. Bootstrapped over
 // "auto" (a world of one outside mpirun), or from a unique id made here. A fake two-rank

@@ -1,4 +1,4 @@
-// Faults during a distributed save (issue 5, item 7) under real mpirun (2 and 4 ranks,
+// Faults during a distributed save under real mpirun (2 and 4 ranks,
 // --oversubscribe): one rank is killed (SIGKILL), exits, or hangs in the middle of
 // `seedstore save-ranks` / `seedstore reshard` -- after writing its own rank file, before the
 // job agrees that every rank file is there (the --simulate hook, DistSaveOptions in
@@ -6,7 +6,7 @@
 //   * the job ends non-zero within --timeout plus a margin, with an error naming the rank
 //     (a dead rank is named by the launcher, which ends the job at once; a hung one by rank 0,
 //     or by rank 1 when rank 0 is the hung one);
-//   * the save previously at the path still opens, passes `seedstore verify`, and reads back
+//   * the save already at the path still opens, passes `seedstore verify`, and reads back
 //     bit-identical;
 //   * the writer lock: released when rank 0 ends the job itself (a hung rank other than 0);
 //     when the launcher ends rank 0 (after another rank died, or called MPI_Abort), released by

@@ -1,4 +1,4 @@
-// Randomized resharding (issue 5, items 5-6; invariants I1, I4, I5): random models (0-d,
+// Randomized resharding (invariants I1, I4, I5): random models (0-d,
 // one-element, empty, prime and 4-d shapes, every dtype, dense and lazy), random meshes and
 // placements (PartitionSpec with nested axes, DTensor, flat, replicated; uneven and empty
 // shards), random chunkings and padding bounds. Each case resharded along a chain

@@ -116,8 +116,7 @@ TEST(VerifyRanksCli, FlippedElementNamesRankAndTensor) {
                        "deviates from the majority {0, 1, 2}"),
             std::string::npos)
       << p.out;
-  // --json honours --problems-only too: only bias is listed; the summary counts every tensor
-  // (issue: the JSON listed every tensor).
+  // --json honours --problems-only too: only bias is listed; the summary counts every tensor.
   p = VerifyRanks(4, "--simulate flip --simulate-rank 3 --simulate-tensor bias --problems-only --json");
   EXPECT_EQ(p.code, 7) << p.out << p.err;
   {

@@ -1,4 +1,4 @@
-// Randomized live-job verification (issue 5, items 2-4; invariants I1, I4): random models and
+// Randomized live-job verification (invariants I1, I4): random models and
 // layouts (tests/mpi/random_model.h) over an in-process world of the layout's ranks. Each rank
 // passes its shard of every tensor, sliced from the whole values, to VerifyBuffers with the
 // model's store as reference:

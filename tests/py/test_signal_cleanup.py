@@ -7,10 +7,10 @@ writer lock on SIGINT, SIGTERM, SIGHUP and SIGQUIT, then ends by that same signa
 (`reshard --layout`), each signal sent twice at random moments mid-write: the process ends by
 the signal; the checkpoint verifies with the old fingerprints (or the new ones, when the signal
 came after the rename); the lock is never left; and the folder holds exactly the files it held
-before. A split safetensors export (several files and an index) is all or nothing likewise. (Until 2026-12-02 a file another thread created by name just as the handler ran -- a
-temporary, HDF5 creating it again -- could stay; every creation of such a file is now
-registered first and waited for: signal_cleanup::BeginChange. The last two tests pin that
-moment, for a temporary and for the writer lock.)
+before. A split safetensors export (several files and an index) is all or nothing likewise. (A
+file another thread creates by name just as the handler runs -- a temporary, HDF5 creating it
+again -- is registered first and waited for: signal_cleanup::BeginChange. The last two tests
+pin that moment, for a temporary and for the writer lock.)
 """
 import hashlib
 import json
@@ -155,11 +155,11 @@ def test_a_signal_while_a_temporary_is_created_leaves_none(tmp_path):
 def test_a_signal_while_the_writer_lock_is_created_leaves_none(tmp_path):
     """The writer lock of a distributed save is registered for removal right after it is
     created (O_EXCL: a file by that name may be another writer's). A signal that comes in
-    between, on the thread creating it, used to find the lock unregistered and leave it (a
-    stale lock; the next save refused: seen once in about 40 runs of the test above on a
-    loaded machine). The shim widens that moment to 400 ms; each signal in turn is sent as soon
-    as the lock exists. The creating thread blocks the signals until the lock is registered
-    (signal_cleanup::BeginChange), so the process ends and leaves the folder as it was."""
+    between, on the thread creating it, would find the lock unregistered and leave it (a
+    stale lock; the next save refused). The shim widens that moment to 400 ms; each signal in
+    turn is sent as soon as the lock exists. The creating thread blocks the signals until the
+    lock is registered (signal_cleanup::BeginChange), so the process ends and leaves the folder
+    as it was."""
     st = tmp_path / "a.safetensors"
     write_bf16_safetensors(st, 3, [(64, 64)])
     layout = tmp_path / "L.json"

@@ -1,4 +1,4 @@
-// Stale temporaries of atomic writes (io/atomic_file.h, issue 3): the next atomic write to a
+// Stale temporaries of atomic writes (io/atomic_file.h): the next atomic write to a
 // target removes that target's temporaries whose writer process is gone on this host, and
 // nothing else -- not a live writer's, not this process's, not another host's or target's,
 // not a name that merely looks similar, not a directory or a symlink. Commit over an existing
@@ -100,7 +100,7 @@ TEST_F(AtomicTemps, NextWriteRemovesOnlyStaleTemporariesOfItsTarget) {
 }
 
 // A file name near NAME_MAX (255 bytes) still gets a temporary: "<name>.tmp-..." would be too
-// long (issue: names over about 200 bytes failed with "File name too long"), so the name's part
+// long (names over about 200 bytes would fail with "File name too long"), so the name's part
 // is cut and ends in "~" and the hash of the whole name. Names that differ only past the cut get
 // different temporaries, and the stale ones of a long name are found and removed as any other's.
 // A writer lock is held while a live process holds its OFD lock -- whatever process, this
@@ -313,7 +313,8 @@ TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
   ASSERT_TRUE(write(dir_ + "/vol/ckpt/model.h5", "newest").ok());
   EXPECT_EQ(fs::status(dir_ + "/vol/ckpt/model.h5").permissions() & fs::perms::mask, fs::perms(0640));
   // A read-only checkpoint (0444) is replaced read-only, but its temporary stays writable by its
-  // owner until Commit: HDF5 reopens it by name to write (a non-root owner was refused).
+  // owner until Commit: HDF5 reopens it by name to write (read-only, it would refuse a non-root
+  // owner).
   {
     const std::string ro = dir_ + "/vol/ckpt/model.h5";
     ::chmod(ro.c_str(), 0444);

@@ -71,7 +71,7 @@ TEST(GpuSelect, RecordedMpiAnswerWinsOverTheEnvironment) {
 }
 
 TEST(GpuSelect, DeviceIsLocalRankModuloDevices) {
-  // 8 ranks on a node with 8 GPUs: one each (the old code gave every rank GPU 0).
+  // 8 ranks on a node with 8 GPUs: one each (not all on GPU 0).
   for (int r = 0; r < 8; ++r) EXPECT_EQ(*DeviceForLocalRank(r, 8), r);
   // 8 ranks on 4 GPUs: two per GPU, round robin.
   EXPECT_EQ(*DeviceForLocalRank(5, 4), 1);

@@ -77,9 +77,9 @@ const DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16,
                             DType::kU16, DType::kU32, DType::kU64,  DType::kI8,  DType::kI16,
                             DType::kI32, DType::kI64, DType::kBool};
 
-// A tensor of more than kAddressedChunks chunks is read through HDF5's own chunk lookup (issue:
-// locating each chunk by coordinate walked the chunk index from its start, so a read took time
-// quadratic in the chunk count -- 16,000 chunks 8 s, 530,000 chunks hours). Both paths read
+// A tensor of more than kAddressedChunks chunks is read through HDF5's own chunk lookup
+// (locating each chunk by coordinate walks the chunk index from its start, so a read would take
+// time quadratic in the chunk count -- 16,000 chunks 8 s, 530,000 chunks hours). Both paths read
 // the same bytes: random boxes and flat ranges of a 20,000-chunk tensor bit-exact, with one
 // thread and two, Verify and ProveStored agreeing with the record, a flipped byte named with its
 // chunk, and the whole read well under the old time (which grew as chunks^2: ~12 s here).

@@ -1,4 +1,4 @@
-// The C++ library walk-through of README.md ("Using it from C++"), compiled and run: a job
+// The C++ library walk-through of docs/LIBRARY.md, compiled and run: a job
 // describes a model lazily, materializes its rank's shard, checks the ranks agree, saves a
 // distributed checkpoint from its buffers, reads a box of it back under no layout at all, and
 // writes a one-file store from memory. One process here (CreateSelfCollective); under mpirun
@@ -25,11 +25,11 @@
 namespace seedstore {
 namespace {
 
-TEST(LibraryExample, TheReadmeWalkThroughRuns) {
+TEST(LibraryExample, TheWalkThroughRuns) {
   testutil::TempDir dir("seedstore-example");
   const std::string ckpt = dir / "ckpt.h5", single = dir / "model.h5";
 
-  // --- README: begin ---
+  // --- docs/LIBRARY.md: begin ---
   // A model, described lazily: seed, init rule, shape, dtype. (`ckpt`, `single`: file paths.)
   auto spec = ModelSpec::Parse(R"({"seedstore": 1, "seed": 0, "tensors": [
       {"name": "w", "shape": [64, 48], "dtype": "bfloat16",
@@ -64,7 +64,7 @@ TEST(LibraryExample, TheReadmeWalkThroughRuns) {
   auto writer = StoreWriter::Create(single, /*root_seed=*/0);
   Status added = (*writer)->AddDense("w", shape, DType::kBF16, static_cast<const void*>(w.data()));
   Status committed = (*writer)->Commit();
-  // --- README: end ---
+  // --- docs/LIBRARY.md: end ---
 
   ASSERT_TRUE(spec.ok() && model.ok() && layout.ok() && shard.ok()) << spec.status().ToString();
   ASSERT_TRUE(read.ok()) << read.ToString();
@@ -82,8 +82,9 @@ TEST(LibraryExample, TheReadmeWalkThroughRuns) {
   EXPECT_EQ((*store)->tensors()[0].fingerprint, *lazy_fp);
 }
 
-// README.md shows exactly the code between the markers above (less 2 spaces of indent).
-TEST(LibraryExample, TheReadmeShowsThisCode) {
+// docs/LIBRARY.md shows exactly the code between the markers above (less 2 spaces of
+// indent).
+TEST(LibraryExample, DocsLibraryMdShowsThisCode) {
   const char* root = std::getenv("SEEDSTORE_SOURCE_DIR");
   if (!root) GTEST_SKIP() << "SEEDSTORE_SOURCE_DIR is not set (ctest sets it)";
   auto slurp = [](const std::string& path) {
@@ -91,15 +92,16 @@ TEST(LibraryExample, TheReadmeShowsThisCode) {
     return std::string(std::istreambuf_iterator<char>(f), {});
   };
   const std::string me = slurp(std::string(root) + "/tests/unit/test_library_example.cc");
-  const std::string readme = slurp(std::string(root) + "/README.md");
-  const std::string begin = "  // --- README: begin ---\n", end = "  // --- README: end ---";
+  const std::string readme = slurp(std::string(root) + "/docs/LIBRARY.md");
+  const std::string begin = "  // --- docs/LIBRARY.md: begin ---\n";
+  const std::string end = "  // --- docs/LIBRARY.md: end ---";
   const size_t a = me.find(begin), b = me.find(end);
   ASSERT_TRUE(a != std::string::npos && b != std::string::npos && a < b);
   std::string code, line;
   std::istringstream in(me.substr(a + begin.size(), b - a - begin.size()));
   while (std::getline(in, line)) code += (line.rfind("  ", 0) == 0 ? line.substr(2) : line) + "\n";
   EXPECT_NE(readme.find("```cpp\n" + code + "```"), std::string::npos)
-      << "README.md's \"Using it from C++\" block differs from this test's code:\n" << code;
+      << "docs/LIBRARY.md's ```cpp block differs from this test's code:\n" << code;
 }
 
 }  // namespace

@@ -262,8 +262,8 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
 }
 
 // Tensors' bytes must not overlap: each tensor, in offset order, starts at or after the end of
-// every earlier one -- also when an empty tensor lies between two that overlap (which once hid
-// the overlap: only neighbours were compared). Gaps and empty tensors at a boundary are fine.
+// every earlier one -- also when an empty tensor lies between two that overlap (comparing only
+// neighbours would miss that overlap). Gaps and empty tensors at a boundary are fine.
 TEST(SafetensorsFile, OverlapsAreRefusedEvenBehindAnEmptyTensor) {
   testutil::TempDir dir("seedstore-stfile");
   const std::string data(100, '\x5a');
@@ -462,8 +462,8 @@ TEST(SafetensorsCatalog, ARanksShardFileHoldsPiecesInTheGlobalFrame) {
 }
 
 // --max-shard-size: the whole text is a decimal number (an integer, a fraction, an exponent)
-// and an optional unit, or it is refused naming the text (issue: "1.5.5" was read as 1.5,
-// since std::stod stops early, and "1e3" was refused as the unit 'e3').
+// and an optional unit, or it is refused naming the text ("1.5.5" is not 1.5, though
+// std::stod stops early there, and "1e3" is a number, not the unit 'e3').
 TEST(ParseByteSize, TheWholeTextIsANumberAndAnOptionalUnit) {
   const std::pair<const char*, uint64_t> good[] = {
       {"1", 1},         {"1048576", 1048576},        {"5GB", 5000000000},   {"5gb", 5000000000},

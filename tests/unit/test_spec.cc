@@ -255,8 +255,8 @@ TEST(Spec, PhiloxHalfPrecisionHasFullResolution) {
   }
 }
 
-// JSON nested 100,000 deep (200 KB) used to crash every reader: error messages printed the
-// value with nlohmann's dump, which recurses once per level. Now every document is refused
+// JSON nested 100,000 deep (200 KB) would crash a reader whose error message printed the
+// value with nlohmann's dump, which recurses once per level. Every document is refused
 // before parsing (store/json_text.h) -- specs, --init values, layouts, safetensors headers --
 // and values shown in messages are bounded previews.
 TEST(Spec, DeeplyNestedJsonIsRefusedNotACrash) {
@@ -336,6 +336,31 @@ TEST(Spec, ARepeatedKeyIsRefusedNamingItAndWhere) {
   EXPECT_FALSE(ParseJson(R"({"a": 1, "A": 1, "a\u0000": 1})", &err).is_discarded()) << err;
   EXPECT_TRUE(ParseJson(R"({"a": 1, "\u0061": 2})", &err).is_discarded());
   EXPECT_EQ(err, "malformed JSON: duplicate key \"a\" in the top-level object");
+}
+
+}  // namespace
+}  // namespace seedstore
+
+namespace seedstore {
+namespace {
+
+// A spec built as JSON in code holds its integers as signed; a shape of non-negative signed
+// integers is the same spec as the one parsed from text, and a negative extent is named.
+TEST(Spec, ShapeBuiltInCodeWithSignedIntegers) {
+  nlohmann::json t = {{"name", "w"}, {"shape", {int64_t{3}, int64_t{5}}}, {"dtype", "float32"},
+                      {"init", {{"dist", "normal"}}}};
+  nlohmann::json j = {{"seedstore", 1}, {"seed", 2}, {"tensors", {t}}};
+  auto a = ModelSpec::FromJson(j, "<code>");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = ModelSpec::Parse(R"({"seedstore": 1, "seed": 2, "tensors": [{"name": "w", "shape": [3, 5],
+      "dtype": "float32", "init": {"dist": "normal"}}]})", "<text>");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(a->tensors[0].shape, b->tensors[0].shape);
+  j["tensors"][0]["shape"][1] = int64_t{-5};
+  auto bad = ModelSpec::FromJson(j, "<code>");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("shape[1]: expected a non-negative integer, got -5"), std::string::npos)
+      << bad.status().ToString();
 }
 
 }  // namespace

@@ -1,0 +1,619 @@
+"""seedstore.torch: PyTorch integration.
+
+    seedstore.torch.init_module_(module, source)   # fill a meta-built, parallelized module
+    seedstore.torch.verify_replicas(module, source=None, group=None)  # live replica check
+
+A module's parameters and buffers are matched to the source's tensors by their
+fully-qualified names (`name_map` renames). A DTensor's placement on its DeviceMesh --
+Shard(d), Replicate(), and the _StridedShard FSDP2 puts over a TP-sharded dim -- is turned
+into the library's layout notation (a mesh and DTensor placements, docs/LAYOUT.md), and the
+library computes the region each rank holds: each rank generates only its local shard, bit for
+bit the slice of the whole tensor (invariant I1). Plain tensors are whole tensors, replicated.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+import torch.distributed as dist
+
+import seedstore as _ss
+from seedstore import _core
+
+__all__ = ["init_module_", "verify_replicas", "InitReport", "ReplicaReport", "layout_of", "Reader",
+           "Writer"]
+
+NameMap = Union[None, Dict[str, str], Callable[[str], Optional[str]]]
+
+_TORCH_DTYPES = {
+    torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
+    torch.float16: "float16", torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16",
+    torch.int32: "int32", torch.int64: "int64", torch.bool: "bool",
+}
+for _n in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _n):
+        _TORCH_DTYPES[getattr(torch, _n)] = _n
+
+
+def _err(cls, code: str, msg: str):
+    return cls(f"{code}: {msg}")
+
+
+def _glob_literal(name: str) -> str:
+    """`name` as a glob matching exactly itself (fnmatch's *, ? and [ bracketed)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without DTensor
+        return False
+    return isinstance(t, DTensor)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The rank's local shard (same storage), detached."""
+    if _is_dtensor(t):
+        t = t.to_local()
+    return t.detach()
+
+
+@dataclass
+class _MeshPlacement:
+    """A DTensor's placement in the library's notation: mesh axes (reordered for
+    _StridedShard), their sizes, the rank at each row-major position, one DTensor entry per
+    axis. `ranks` holds the layout's rank at each position of the mesh in its own axis order
+    `mesh_axes`; `nest` lists, per sharded dim, the axes sharding it outermost first."""
+    axes: List[str]
+    shape: List[int]
+    devices: List[int]  # group ranks, row-major over `axes`
+    entries: List[str]
+    mesh_axes: List[str] = field(default_factory=list)
+    ranks: Any = None
+    nest: Dict[int, List[str]] = field(default_factory=dict)
+
+    def mesh_json(self) -> dict:
+        return {"axes": self.axes, "shape": self.shape, "devices": self.devices}
+
+    def key(self) -> str:
+        return json.dumps(self.mesh_json(), sort_keys=True)
+
+    def reordered(self, axes: List[str]) -> Optional["_MeshPlacement"]:
+        """The same placement over the same mesh with its axes in order `axes`, when that
+        order keeps every dim's nesting (else None)."""
+        if sorted(axes) != sorted(self.mesh_axes) or self.ranks is None:
+            return None
+        for order in self.nest.values():
+            if [a for a in axes if a in order] != order:
+                return None
+        by = dict(zip(self.axes, self.entries))
+        sizes = dict(zip(self.axes, self.shape))
+        perm = self.ranks.permute(*[self.mesh_axes.index(a) for a in axes]).reshape(-1).tolist()
+        return _MeshPlacement(axes=list(axes), shape=[sizes[a] for a in axes], devices=perm,
+                              entries=[by[a] for a in axes], mesh_axes=self.mesh_axes,
+                              ranks=self.ranks, nest=self.nest)
+
+
+def _on_root_mesh(name: str, t: torch.Tensor, world: int):
+    """DTensor `t`'s mesh and placements, lifted to its root mesh when its own mesh is a
+    smaller named sub-mesh (e.g. FSDP's "dp" of a ("dp", "tp") mesh): Replicate() on the root
+    axes it does not use."""
+    from torch.distributed.tensor import Replicate
+    mesh, placements = t.device_mesh, list(t.placements)
+    if mesh.size() == world or not hasattr(mesh, "_get_root_mesh"):
+        return mesh, placements
+    root = mesh._get_root_mesh()
+    names, root_names = list(mesh.mesh_dim_names or []), list(root.mesh_dim_names or [])
+    if root is mesh or not names or any(n not in root_names for n in names):
+        raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                   f"verify_replicas: tensor '{name}': its DeviceMesh {mesh} spans {mesh.size()} of "
+                   f"the group's {world} ranks and is no named sub-mesh of a mesh spanning them: pass "
+                   "the group its mesh spans")
+    lifted = [placements[names.index(n)] if n in names else Replicate() for n in root_names]
+    return root, lifted
+
+
+def _mesh_placement(name: str, t: torch.Tensor, to_rank: Callable[[int], int],
+                    world: Optional[int] = None) -> _MeshPlacement:
+    """The placement of DTensor `t` over its mesh (its root mesh, when `world` is given and
+    the mesh is a sub-mesh of fewer ranks); `to_rank` maps a global rank to the rank numbering
+    of the layout (the group's). Unsupported placements (Partial, a _StridedShard whose split
+    factor is not the later axes sharding its dim) are named."""
+    if world is None:
+        mesh, placements = t.device_mesh, list(t.placements)
+    else:
+        mesh, placements = _on_root_mesh(name, t, world)
+    names = list(mesh.mesh_dim_names or [f"d{i}" for i in range(mesh.ndim)])
+    sizes = list(mesh.shape)
+    ranks = mesh.mesh  # tensor of global ranks, shape = sizes
+    entries: List[str] = []
+    order = list(range(mesh.ndim))
+    ndim = t.dim()
+    def strided(p) -> bool:
+        return type(p).__name__ == "_StridedShard" and hasattr(p, "split_factor")
+
+    def sharded(p) -> bool:
+        return p.is_shard() or strided(p)
+
+    for a, p in enumerate(placements):
+        if p.is_replicate():
+            entries.append("Replicate()")
+            continue
+        if not sharded(p):
+            raise _err(_ss.UnsupportedError, "UNSUPPORTED",
+                       f"tensor '{name}': placement {p} on mesh axis '{names[a]}' is not a shard or "
+                       "a replica (Partial values are not a tensor's elements)")
+        d = p.dim % ndim if ndim else 0
+        entries.append(f"Shard({d})")
+        if strided(p):
+            sf = p.split_factor
+            # FSDP2 over a TP-sharded dim: the later axes sharding dim d chunk first, then this
+            # axis chunks each of their pieces -- nesting with those axes outermost.
+            later = [b for b in range(a + 1, mesh.ndim)
+                     if sharded(placements[b]) and placements[b].dim % ndim == d]
+            prod = 1
+            for b in later:
+                prod *= sizes[b]
+            if not later or prod != sf:
+                raise _err(_ss.UnsupportedError, "UNSUPPORTED",
+                           f"tensor '{name}': {p} on mesh axis '{names[a]}': split factor {sf} is not "
+                           f"the product of the later mesh axes sharding dim {d} ({prod})")
+            order.remove(a)
+            order.insert(order.index(later[-1]) + 1, a)
+    mapped = torch.tensor([to_rank(g) for g in ranks.reshape(-1).tolist()]).reshape(ranks.shape)
+    nest: Dict[int, List[str]] = {}
+    for a in order:
+        e = entries[a]
+        if e.startswith("Shard("):
+            nest.setdefault(int(e[6:-1]), []).append(names[a])
+    return _MeshPlacement(axes=[names[a] for a in order], shape=[sizes[a] for a in order],
+                          devices=mapped.permute(*order).reshape(-1).tolist(),
+                          entries=[entries[a] for a in order], mesh_axes=names, ranks=mapped,
+                          nest=nest)
+
+
+def _dense_ranks(devs: List[int], name: str) -> List[int]:
+    if sorted(devs) != list(range(len(devs))):
+        raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                   f"tensor '{name}': its DeviceMesh ranks {sorted(devs)} are not the ranks 0..n-1 "
+                   "of the group")
+    return devs
+
+
+def layout_of(name: str, t: torch.Tensor, group=None) -> Tuple[_ss.Layout, int]:
+    """The library Layout placing tensor `name` as `t` is placed, and this process's rank in
+    it: a DTensor's mesh and placements (ranks numbered in `group`, default: the world; for
+    init, the mesh's own ranks), or, for a plain tensor, one rank holding it whole."""
+    if not _is_dtensor(t):
+        return _ss.Layout.replicated(1), 0
+    mesh_ranks = sorted(t.device_mesh.mesh.reshape(-1).tolist())
+    if group is None:
+        index = {g: i for i, g in enumerate(mesh_ranks)}
+        to_rank = index.__getitem__
+        me = index[dist.get_rank()]
+    else:
+        to_rank = lambda g: dist.get_group_rank(group, g)  # noqa: E731
+        me = dist.get_rank(group)
+    mp = _mesh_placement(name, t, to_rank)
+    _dense_ranks(mp.devices, name)
+    layout = _ss.Layout({"mesh": mp.mesh_json(),
+                         "placements": [{"match": _glob_literal(name), "dtensor": mp.entries}]})
+    return layout, me
+
+
+def _named_tensors(module: torch.nn.Module):
+    seen = set()
+    for kind, it in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+        for n, t in it:
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            yield kind, n, t
+
+
+def _map_name(name_map: NameMap, n: str) -> Optional[str]:
+    if name_map is None:
+        return n
+    if callable(name_map):
+        return name_map(n)
+    return name_map.get(n, n)
+
+
+@dataclass
+class InitReport:
+    """What init_module_ filled (module name -> source name) and what it left (names)."""
+    initialized: Dict[str, str] = field(default_factory=dict)
+    unmatched: List[str] = field(default_factory=list)
+
+
+def _default_device(module: torch.nn.Module) -> torch.device:
+    for _, _, t in _named_tensors(module):
+        if _is_dtensor(t):
+            dt = t.device_mesh.device_type
+            if dt == "cuda":
+                return torch.device("cuda", torch.cuda.current_device())
+            return torch.device(dt)
+    if _ss.CUDA_BUILT and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_module_(module: torch.nn.Module, source: Any, *, device=None, strict: bool = True,
+                 name_map: NameMap = None, threads: int = 0) -> InitReport:
+    """Fills every parameter and buffer of `module` from `source` (anything seedstore.open
+    takes), in place: each rank generates (lazy) or reads (dense) only its local shard of
+    each DTensor, plain tensors whole. A module on the meta device is first given storage with
+    `module.to_empty(device)` (default: the DTensors' mesh device type, else CUDA when
+    available and built, else CPU).
+
+    Everything is checked before a value is written: a tensor the source lacks (strict: every
+    parameter and buffer must match; strict=False: they are left as they are and listed in
+    InitReport.unmatched), a global shape or dtype that differs from the source's, an
+    unsupported placement -- each raises an Error naming the tensors.
+    """
+    cat = _ss.open(source)
+    plan = []
+    unmatched, problems = [], []
+    for kind, n, t in _named_tensors(module):
+        src = _map_name(name_map, n)
+        if src is None or src not in cat:
+            unmatched.append(n)
+            continue
+        info = cat[src]
+        shape = tuple(t.shape)
+        dtype = _TORCH_DTYPES.get(t.dtype, str(t.dtype))
+        if shape != tuple(info.shape):
+            problems.append(f"{kind} '{n}' has shape {list(shape)}, source tensor '{src}' {list(info.shape)}")
+        elif dtype != info.dtype:
+            problems.append(f"{kind} '{n}' has dtype {dtype}, source tensor '{src}' {info.dtype}")
+        else:
+            plan.append((n, src, t))
+    if problems:
+        raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                   f"init_module_ from '{cat.origin}': " + "; ".join(problems))
+    if unmatched and strict:
+        raise _err(_ss.NotFoundError, "NOT_FOUND",
+                   f"init_module_: source '{cat.origin}' has no tensor for {len(unmatched)} of the "
+                   f"module's tensors: " + ", ".join(f"'{u}'" for u in unmatched) +
+                   " (name_map= renames; strict=False leaves them as they are)")
+    regions = []
+    for n, src, t in plan:
+        layout, me = layout_of(src, t)
+        regions.append(layout.shard(src, list(t.shape), me).region)
+    if any(t.is_meta for _, _, t in _named_tensors(module)):
+        module.to_empty(device=device if device is not None else _default_device(module))
+        by_name = {n: t for _, n, t in _named_tensors(module)}
+        plan = [(n, src, by_name[n]) for n, src, _ in plan]
+    report = InitReport(unmatched=unmatched)
+    with torch.no_grad():
+        for (n, src, t), region in zip(plan, regions):
+            local = _local(t)
+            if tuple(local.shape) != tuple(region.local_shape):
+                raise _err(_ss.InternalError, "INTERNAL",
+                           f"init_module_: tensor '{n}': local shard {list(local.shape)} is not the "
+                           f"region {region} the layout gives ({list(region.local_shape)})")
+            cat.materialize(src, local, region, threads=threads)
+            report.initialized[n] = src
+    return report
+
+
+class _TorchExchange:
+    """The library's Exchange over torch.distributed: all-gathers of equal-sized byte blocks
+    and barriers on `group` (gloo: CPU tensors; NCCL: the current CUDA device)."""
+
+    def __init__(self, group):
+        self.group = group
+        backend = dist.get_backend(group)
+        self.device = (torch.device("cuda", torch.cuda.current_device())
+                       if backend == "nccl" else torch.device("cpu"))
+
+    def rank(self) -> int:
+        return dist.get_rank(self.group)
+
+    def size(self) -> int:
+        return dist.get_world_size(self.group)
+
+    def all_gather(self, data: bytes) -> bytes:
+        n = len(data)
+        mine = torch.frombuffer(bytearray(data), dtype=torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
+        mine = mine.to(self.device)
+        outs = [torch.empty(n, dtype=torch.uint8, device=self.device) for _ in range(self.size())]
+        dist.all_gather(outs, mine, group=self.group)
+        return b"".join(o.cpu().numpy().tobytes() for o in outs)
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)
+
+
+class ReplicaReport:
+    """verify_replicas' verdict, the same on every rank. `tensors`: one dict per tensor (the
+    library's JSON: name, ok, replicas 'agree'/'mismatch'/'tie'/'incomplete', composition
+    'ok'/'mismatch'/'not_checked'/'undetermined', composed and expected fingerprints,
+    problems with their region, replicas, votes, deviating / off_spec / failed ranks)."""
+
+    def __init__(self, reports):
+        self._reports = reports
+        self.tensors: List[dict] = []
+        for r in reports:
+            self.tensors.extend(json.loads(r.to_json())["tensors"])
+        self.ok: bool = all(r.ok for r in reports)
+
+    def __getitem__(self, name: str) -> dict:
+        for t in self.tensors:
+            if t["name"] == name:
+                return t
+        raise KeyError(name)
+
+    @property
+    def disagreeing(self) -> Dict[str, List[int]]:
+        """Tensor -> ranks whose shard differs from its replicas' majority or from the source
+        (deviating, off-spec or failed), for every tensor with such ranks."""
+        out = {}
+        for t in self.tensors:
+            ranks = set()
+            for g in t["problems"]:
+                ranks.update(g["deviating"], g["off_spec"], g["failed"])
+            if ranks:
+                out[t["name"]] = sorted(ranks)
+        return out
+
+    @property
+    def ties(self) -> List[str]:
+        """Tensors whose replicas split with no majority (every value named in `votes`)."""
+        return [t["name"] for t in self.tensors if t["replicas"] == "tie"]
+
+    def table(self, problems_only: bool = False) -> str:
+        return "\n".join(r.table(problems_only) for r in self._reports)
+
+    def raise_if_failed(self) -> None:
+        """MismatchError (or the failure's own error) naming the first problem tensors."""
+        for r in self._reports:
+            r.raise_if_failed()
+
+    def __repr__(self) -> str:
+        return f"ReplicaReport(ok={self.ok}, {len(self.tensors)} tensors, disagreeing={self.disagreeing})"
+
+
+def _layout_groups(named, name_map: NameMap, group, world: int, what: str):
+    """Tensors `named` ((name, tensor) pairs) as few library layouts over the group as their placements allow
+    (one, unless two tensors nest the same mesh axes in opposite orders): a list of
+    (Layout, [(name, global shape, local shard)]) -- plain tensors, unmatched by any rule,
+    replicated over the first -- and whether any shard is on CUDA."""
+    placed: List[Tuple[_MeshPlacement, list, list]] = []
+    plain = []
+    cuda = False
+    for n, t in named:
+        name = _map_name(name_map, n)
+        if name is None:
+            continue
+        local = _local(t)
+        cuda = cuda or local.is_cuda
+        if not _is_dtensor(t):
+            plain.append((name, list(t.shape), local))
+            continue
+        mp = _mesh_placement(name, t, lambda g: dist.get_group_rank(group, g), world)
+        if len(mp.devices) != world:
+            raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                       f"{what}: tensor '{n}': its DeviceMesh has {len(mp.devices)} ranks, "
+                       f"the group {world}: pass the group its mesh spans")
+        _dense_ranks(mp.devices, n)
+        for g in placed:
+            fit = mp.reordered(g[0].axes)
+            if fit is not None and fit.devices == g[0].devices:
+                mp = fit
+                break
+        else:
+            g = (mp, [], [])
+            placed.append(g)
+        g[1].append({"match": _glob_literal(name), "dtensor": mp.entries})
+        g[2].append((name, list(t.shape), local))
+    if not placed:
+        placed.append((_MeshPlacement(["data"], [world], list(range(world)), []), [], []))
+    out = []
+    for i, (mp, rules, params) in enumerate(placed):
+        layout = _ss.Layout({"mesh": mp.mesh_json(), "placements": rules})
+        out.append((layout, params + plain if i == 0 else params))
+    return out, cuda
+
+
+def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
+                    name_map: NameMap = None, threads: int = 0,
+                    raise_on_failure: bool = False) -> ReplicaReport:
+    """In a live job, checks that the ranks of `group` (default: the world) hold one model:
+    each rank fingerprints its local shard of every parameter and buffer and the ranks exchange
+    16 bytes (+1 flag byte) per shard. Per tensor the report says whether the replicas of each
+    region agree, naming the ranks that differ from the majority (a tie blames nobody and lists
+    the votes), and -- with `source` (anything seedstore.open takes) -- whether the shards
+    compose to the source's fingerprint, naming off-spec ranks. Every rank must call it with
+    the same module structure. Errors: InvalidArgumentError when ranks pass different tensors
+    or a DTensor's mesh is not the group; IoError from the exchange. With raise_on_failure a
+    failed verdict raises MismatchError."""
+    if group is None:
+        group = dist.group.WORLD
+    ex = _TorchExchange(group)
+    world = ex.size()
+    ref = _ss.open(source)._c if source is not None else None
+    groups, cuda = _layout_groups(((n, t) for _, n, t in _named_tensors(module)), name_map, group,
+                                  world, "verify_replicas")
+    if cuda:
+        torch.cuda.current_stream().synchronize()
+    reports = []
+    for layout, params in groups:
+        reports.append(_core.verify_buffers(ex, params, layout._l, ref, threads))
+    report = ReplicaReport(reports)
+    if raise_on_failure:
+        report.raise_if_failed()
+    return report
+
+
+_DTYPES_BY_NAME = {v: k for k, v in _TORCH_DTYPES.items()}
+
+
+try:
+    from torch.distributed.checkpoint import StorageReader as _StorageReader
+except ImportError:  # pragma: no cover - torch without DCP
+    _StorageReader = object
+
+
+class Reader(_StorageReader):
+    """A torch.distributed.checkpoint StorageReader over any seedstore source: a store, a
+    distributed save, a spec, safetensors or an HF index.
+
+        dcp.load(state_dict, storage_reader=seedstore.torch.Reader(path))
+
+    loads it into any sharding of `state_dict` (DTensors of FSDP2 / TP, plain tensors): the
+    planner asks for each local shard's box of the global tensor, which is generated in place
+    (lazy tensors) or read (dense ones) -- no rank reads or generates more than its shards.
+    Each source tensor is presented to DCP as one chunk covering it (the library serves any box
+    of it, whatever layout it was saved under). Only tensors: a non-tensor entry of the state
+    dict is not in the checkpoint. `name_map` renames state-dict keys to source names."""
+
+    def __init__(self, source: Any, *, name_map: NameMap = None, threads: int = 0):
+        super().__init__()
+        self._source = source
+        self._cat = _ss.open(source)
+        self._name_map = name_map
+        self._threads = threads
+
+    def _src(self, fqn: str) -> str:
+        n = _map_name(self._name_map, fqn)
+        return fqn if n is None else n
+
+    def reset(self, checkpoint_id=None) -> None:
+        if checkpoint_id is not None and str(checkpoint_id) != str(self._source):
+            self._source = checkpoint_id
+            self._cat = _ss.open(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        try:
+            _ss.open(checkpoint_id)
+            return True
+        except (_ss.Error, TypeError):
+            return False
+
+    def read_metadata(self):
+        from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata,
+                                                           TensorProperties, TensorStorageMetadata)
+        md = {}
+        inverse = {}
+        if isinstance(self._name_map, dict):
+            inverse = {v: k for k, v in self._name_map.items()}
+        for t in self._cat.tensors:
+            dtype = _DTYPES_BY_NAME.get(t.dtype)
+            if dtype is None:
+                continue  # a dtype torch has no type for: not offered
+            size = torch.Size(t.shape)
+            md[inverse.get(t.name, t.name)] = TensorStorageMetadata(
+                properties=TensorProperties(dtype=dtype), size=size,
+                chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(size)), sizes=size)])
+        return Metadata(state_dict_metadata=md)
+
+    def set_up_storage_reader(self, metadata, is_coordinator: bool) -> None:
+        pass
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def read_data(self, plan, planner):
+        from torch.distributed.checkpoint.planner import LoadItemType
+        from torch.futures import Future
+        for item in plan.items:
+            if item.type == LoadItemType.BYTE_IO:
+                raise _err(_ss.UnsupportedError, "UNSUPPORTED",
+                           f"seedstore.torch.Reader: '{item.dest_index.fqn}' is not a tensor; a seedstore "
+                           "source holds tensors only")
+            name = self._src(item.storage_index.fqn)
+            start = [o + s for o, s in zip(item.storage_index.offset or [0] * len(item.lengths),
+                                           item.storage_offsets)]
+            box = [(a, a + n) for a, n in zip(start, item.lengths)]
+            target = planner.resolve_tensor(item).detach()
+            if target.is_contiguous():
+                self._cat.materialize(name, target, box, threads=self._threads)
+            else:  # a strided view of the destination: through one contiguous buffer
+                tmp = torch.empty(target.shape, dtype=target.dtype, device=target.device)
+                self._cat.materialize(name, tmp, box, threads=self._threads)
+                target.copy_(tmp)
+            planner.commit_tensor(item, target)
+        fut = Future()
+        fut.set_result(None)
+        return fut
+
+
+try:
+    from torch.distributed.checkpoint import StorageWriter as _StorageWriter
+except ImportError:  # pragma: no cover - torch without DCP
+    _StorageWriter = object
+
+
+class Writer(_StorageWriter):
+    """A torch.distributed.checkpoint StorageWriter that writes a seedstore distributed save:
+
+        dcp.save(state_dict, storage_writer=seedstore.torch.Writer("ckpt.h5"))
+
+    Every rank writes its own shards (replica 0 of each region) into its rank file, in
+    parallel, from the state dict's memory (io/dist_store.h SaveBuffers), and the save is proven
+    against the shards' fingerprints before dcp.save returns; `seedstore verify ckpt.h5`
+    checks it and Reader (or any seedstore command) reads it under any layout. The state dict's
+    DTensor placements become the save's layout. Tensors in host memory only; an entry that is
+    not a tensor is refused by name. DCP's own .metadata file is not written: the save's
+    master file is its index."""
+
+    def __init__(self, path: Any, *, group=None, threads: int = 0):
+        super().__init__()
+        self.path = str(path)
+        self.group = group
+        self.threads = threads
+        self.table = ""
+
+    def reset(self, checkpoint_id=None) -> None:
+        if checkpoint_id is not None:
+            self.path = str(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return isinstance(checkpoint_id, (str, bytes)) or hasattr(checkpoint_id, "__fspath__")
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
+        pass
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def write_data(self, plan, planner):
+        from torch.distributed.checkpoint.storage import WriteResult
+        from torch.futures import Future
+        state = getattr(planner, "state_dict", None)
+        if state is None:
+            raise _err(_ss.UnsupportedError, "UNSUPPORTED",
+                       f"seedstore.torch.Writer: planner {type(planner).__name__} keeps no state_dict")
+        bad = [k for k, v in state.items() if not isinstance(v, torch.Tensor)]
+        if bad:
+            raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                       "seedstore.torch.Writer: a seedstore save holds tensors only; not tensors: " +
+                       ", ".join(f"'{k}'" for k in bad))
+        group = self.group if self.group is not None else dist.group.WORLD
+        ex = _TorchExchange(group)
+        groups, _ = _layout_groups(sorted(state.items()), None, group, ex.size(), "seedstore.torch.Writer")
+        if len(groups) != 1:
+            raise _err(_ss.UnsupportedError, "UNSUPPORTED",
+                       "seedstore.torch.Writer: the state dict's DTensors nest the same mesh axes in "
+                       "opposite orders, which one layout cannot place")
+        layout, params = groups[0]
+        self.table = _core.save_buffers(ex, params, layout._l, self.path, self.threads)
+        results = [WriteResult(index=item.index, size_in_bytes=0, storage_data=None) for item in plan.items]
+        fut = Future()
+        fut.set_result(results)
+        return fut
+
+    def finish(self, metadata, results) -> None:
+        pass

@@ -1,0 +1,61 @@
+"""seedstore.jax.load on 8 emulated CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=8):
+the mesh scenario of jax#21232 -- DP x FSDP x TP = 2x4x1, 1x4x2, 2x2x2 -- gives, on every mesh,
+arrays whose every device shard equals the slice of jax.random's whole tensor under the same key,
+bit for bit."""
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import seedstore  # noqa: E402
+import seedstore.jax as ssj  # noqa: E402
+
+SPEC = {"seedstore": 1, "seed": 0, "tensors": [
+    {"name": "act", "shape": [16, 24, 40], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.05},
+     "key": {"seed": 43}},
+    {"name": "w", "shape": [40, 24], "dtype": "float32", "init": {"dist": "uniform", "minval": -1, "maxval": 1},
+     "key": {"seed": 7}},
+    {"name": "norm", "shape": [40], "dtype": "float32", "init": {"dist": "truncated_normal"}, "key": {"seed": 9}},
+    {"name": "s", "shape": [], "dtype": "float32", "init": {"dist": "normal"}, "key": {"seed": 1}}]}
+
+
+def reference():
+    return {
+        "act": jax.random.normal(jax.random.key(43), (16, 24, 40), jnp.bfloat16) * jnp.asarray(0.05, jnp.bfloat16),
+        "w": jax.random.uniform(jax.random.key(7), (40, 24), jnp.float32, -1, 1),
+        "norm": jax.random.truncated_normal(jax.random.key(9), -2.0, 2.0, (40,), jnp.float32),
+        "s": jax.random.normal(jax.random.key(1), (), jnp.float32)}
+
+
+@pytest.mark.parametrize("mesh_shape", [(2, 4, 1), (1, 4, 2), (2, 2, 2)])
+def test_every_mesh_gives_jax_random_bit_for_bit(mesh_shape):
+    assert len(jax.devices()) == 8, jax.devices()
+    mesh = Mesh(np.array(jax.devices()).reshape(mesh_shape), ("data", "fsdp", "tensor"))
+    shardings = {"act": NamedSharding(mesh, P(("data", "fsdp"), None, "tensor")),
+                 "w": NamedSharding(mesh, P("fsdp", "tensor")),
+                 "norm": NamedSharding(mesh, P()),
+                 "s": NamedSharding(mesh, P())}
+    got = ssj.load(SPEC, shardings)
+    ref = reference()
+    for name, arr in got.items():
+        assert arr.sharding == shardings[name]
+        whole = np.asarray(ref[name])
+        assert np.asarray(arr).tobytes() == whole.tobytes(), (mesh_shape, name)
+        for shard in arr.addressable_shards:  # each device holds exactly its slice
+            assert np.asarray(shard.data).tobytes() == np.ascontiguousarray(whole[shard.index]).tobytes()
+        assert seedstore.fingerprint(np.asarray(arr), name) == seedstore.open(SPEC).fingerprint(name)
+
+
+def test_one_sharding_for_all_and_missing_tensors_named():
+    mesh = Mesh(np.array(jax.devices()).reshape(8), ("d",))
+    got = ssj.load(SPEC, NamedSharding(mesh, P()), names=["w", "s"])
+    assert sorted(got) == ["s", "w"]
+    with pytest.raises(seedstore.NotFoundError, match="'nope'"):
+        ssj.load(SPEC, {"nope": NamedSharding(mesh, P())})
