@@ -203,9 +203,11 @@ int RecordTestExit(int code) {
   const char* file = std::getenv("SEEDSTORE_TEST_EXIT_FILE");
   if (!file) return code;
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (FILE* f = std::fopen((std::string(file) + "." + (rank ? rank : "0")).c_str(), "w")) {
+  // Written whole or not at all (the launcher may kill this process meanwhile).
+  const std::string name = std::string(file) + "." + (rank ? rank : "0"), temp = name + ".tmp";
+  if (FILE* f = std::fopen(temp.c_str(), "w")) {
     std::fprintf(f, "%d\n", code);
-    std::fclose(f);
+    if (std::fclose(f) == 0) std::rename(temp.c_str(), name.c_str());
   }
   return code;
 }
