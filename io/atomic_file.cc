@@ -375,32 +375,32 @@ std::string HostName() {
   return host;
 }
 
-std::string DeadHolder(const std::string& holder) {
-  const std::string on = " on ";
-  const auto at = holder.find(on);
-  if (holder.rfind("pid ", 0) != 0 || at == std::string::npos) return "";
-  const std::string digits = holder.substr(4, at - 4);
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
-    return "";
-  const long pid = std::stol(digits);
-  if (pid <= 0 || holder.substr(at + on.size()) != HostName()) return "";
-  return ProcessIsGone(static_cast<pid_t>(pid)) ? holder : "";
+bool WriterLockHeld(const std::string& lock, std::string* holder) {
+  holder->clear();
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[256] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n > 0) holder->assign(buf, static_cast<size_t>(n));
+  while (!holder->empty() && (holder->back() == '\n' || holder->back() == ' ')) holder->pop_back();
+  struct flock fl = {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  // Asks whether a write lock could be taken; the answer names a conflicting lock if one is
+  // held. A file system without OFD locks (EINVAL): held, as the lock file says.
+  const bool held = ::fcntl(fd, F_OFD_GETLK, &fl) != 0 ? true : fl.l_type != F_UNLCK;
+  ::close(fd);
+  return held;
 }
 
 Status CheckNoOtherWriter(const std::string& path) {
   const std::string lock = path + ".lock";
-  FILE* f = std::fopen(lock.c_str(), "r");
-  if (!f) return Status::Ok();
-  char buf[256] = {};
-  std::string holder(buf, std::fread(buf, 1, sizeof buf - 1, f));
-  std::fclose(f);
-  while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+  std::string holder;
+  if (!WriterLockHeld(lock, &holder)) return Status::Ok();  // none, or an interrupted save's
   if (holder == "pid " + std::to_string(::getpid()) + " on " + HostName()) return Status::Ok();
-  if (!DeadHolder(holder).empty()) return Status::Ok();  // an interrupted save's: nobody writes
   return IoError("writer-locked: '" + path + "' is being written as a distributed save by another writer (" +
                  (holder.empty() ? std::string("lock file") : holder) + "; lock file '" + lock +
-                 "'): this write is refused and nothing was replaced. Remove the lock file only if that "
-                 "writer is dead");
+                 "'): this write is refused and nothing was replaced");
 }
 
 bool ProcessIsGone(pid_t pid) {

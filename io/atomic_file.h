@@ -39,7 +39,8 @@ Result<std::string> ResolveSymlinks(const std::string& path);
 /// handler, installed by InstallSignalCleanup() (the command line does; a library user may),
 /// removes them and then ends the process by the same signal, as if there were no handler.
 /// SIGKILL cannot be caught: the temporaries it leaves are removed by the next writer (rules
-/// above); a lock it leaves is named to the next writer (io/dist_store.cc, writer-lock-stale).
+/// above); a lock file it leaves is no longer held (WriterLockHeld), and the next writer takes
+/// it over.
 /// Register copies `path` into one of 1024 fixed slots (none free, or a path of 4096 bytes or
 /// more: returns -1 and the file is simply not removed on a signal); Unregister(slot) frees it
 /// (-1: nothing). Both are thread-safe and safe against the handler running at any moment.
@@ -147,12 +148,15 @@ bool ProcessIsGone(pid_t pid);
 
 /// This host's name (gethostname), as writer locks record it.
 std::string HostName();
-/// A distributed save's writer-lock holder "pid <pid> on <host>" (io/dist_store.cc) when that
-/// host is this one and process <pid> is gone; "" otherwise (alive, elsewhere, unreadable).
-std::string DeadHolder(const std::string& holder);
+/// Reads a distributed save's writer lock file `lock` ("<path>.lock", io/dist_store.cc):
+/// whether a live process holds it -- its writer keeps a write lock (fcntl F_OFD_SETLK) on it,
+/// which the kernel drops when that process ends, however it ends (SIGKILL included) -- and,
+/// in `holder`, the "pid <pid> on <host>" it records. false when it does not exist or nobody
+/// holds it (a killed writer left it: the next writer takes it over).
+bool WriterLockHeld(const std::string& lock, std::string* holder);
 /// Whether another writer holds the writer lock "<path>.lock" of a distributed save at `path`:
 /// kIo "writer-locked: ..." naming the holder when the lock exists and is not this process's
-/// and its holder is not gone (DeadHolder); OK otherwise. AtomicFile checks it when it creates
+/// and a live process holds it (WriterLockHeld); OK otherwise. AtomicFile checks it when it creates
 /// a temporary and again before it renames it, so that a one-file writer (import, init,
 /// export) never replaces a save that another process is writing.
 Status CheckNoOtherWriter(const std::string& path);

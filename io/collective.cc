@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "io/device.h"
@@ -131,6 +132,34 @@ void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step) {
   std::_Exit(3);
 }
 
+void TestFaultPoint(int rank, const char* step) {
+  static const char* spec = std::getenv("SEEDSTORE_TEST_FAULT");
+  if (!spec) return;
+  const std::string s = spec;
+  const size_t a = s.find(':'), b = a == std::string::npos ? a : s.find(':', a + 1);
+  if (b == std::string::npos || s.substr(0, a) != std::to_string(rank) || s.substr(a + 1, b - a - 1) != step)
+    return;
+  const std::string action = s.substr(b + 1);
+  std::fprintf(stderr, "seedstore: rank %d: test fault %s at step '%s' (pid %d)\n", rank, action.c_str(), step,
+               static_cast<int>(::getpid()));
+  std::fflush(stderr);
+  if (action == "stop") {
+    ::raise(SIGSTOP);
+  } else if (action.rfind("stopafter=", 0) == 0) {  // whatever the process is doing then
+    const double s = std::atof(action.c_str() + 10);
+    std::thread([s] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(s));
+      ::raise(SIGSTOP);
+    }).detach();
+  } else if (action == "kill") {
+    ::raise(SIGKILL);
+  } else if (action == "exit") {
+    std::_Exit(3);
+  } else if (action.rfind("sleep=", 0) == 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(action.c_str() + 6)));
+  }
+}
+
 namespace {
 
 // Fingerprint of a region of a lazy tensor, on the CPU or (when asked and built) the GPU.
@@ -206,6 +235,7 @@ Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const
   const double t0 = Now();
   const auto& recs = catalog.tensors();
   const int me = comm.rank();
+  TestFaultPoint(me, "verify");
   std::vector<LocalShard> shards(recs.size());
   for (size_t i = 0; i < recs.size(); ++i) {
     shards[i].name = recs[i].name;

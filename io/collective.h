@@ -5,8 +5,14 @@
 // Fault handling. MPI cannot time out a collective, so with a timeout every operation is
 // started non-blocking (MPI_Iallgather, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) and polled
 // against a deadline; every rank also posts a 4-byte "arrived" message to rank 0 (and rank 0
-// one to rank 1), so that on a timeout rank 0 names the ranks that never reached the step
-// (rank 1 names rank 0 when rank 0 is the one missing). A timed-out collective returns
+// one to rank 1), and while it waits sends a heartbeat every min(0.1, timeout / 10) s to rank
+// 0 (rank 0 to rank 1). On a timeout rank 0 names the ranks it has not heard from for half the
+// timeout -- stalled before the step, or in it (a SIGSTOP mid-step) -- and not those that wait,
+// alive, in an earlier step for the stalled one (when every missing rank is alive: those);
+// rank 1 names rank 0 likewise when rank 0 is the one missing or silent. Rank 1's deadline is
+// later than rank 0's and the others' later still, so the rank that names the culprit reports
+// before anyone ends the job. A rank that itself did not run for a while (stopped, then
+// continued) listens afresh before it blames anyone. A timed-out collective returns
 // kIo and leaves the communicator unusable (a started MPI operation cannot be cancelled): the
 // caller prints its message and calls Abort(), which ends the whole job (MPI_Abort) instead of
 // hanging. A rank that dies is normally reaped by mpirun at once; the deadline is the backstop.
@@ -118,6 +124,18 @@ Result<Simulate> ParseSimulate(std::string_view s);
 /// forever, exits with status 3 (no cleanup, no MPI_Finalize) or raises SIGKILL. Any other
 /// case returns at once.
 void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step);
+
+/// Test-only fault injection at named steps of a distributed save (tests/py/test_fault_matrix.py).
+/// When the environment variable SEEDSTORE_TEST_FAULT is "RANK:STEP:ACTION" and `rank` and
+/// `step` match, prints "seedstore: rank R: test fault ACTION at step 'STEP' (pid N)" to stderr,
+/// then ACTION: "stop" raises SIGSTOP on this process (it continues when sent SIGCONT),
+/// "stopafter=S" raises it S seconds later, from another thread, whatever the process is doing,
+/// "kill" raises SIGKILL, "exit" ends it with status 3 (no cleanup), "sleep=S" sleeps S
+/// seconds and returns. Unset, malformed, or another rank or step: returns at once. The steps
+/// of Reshard/SaveBuffers (io/dist_store.h) are "lock", "plan", "source-fingerprints",
+/// "rank-files", "master", "prove", "before-rename", "after-rename" and "done"; VerifyCatalog's
+/// (verify-ranks) is "verify", at its start.
+void TestFaultPoint(int rank, const char* step);
 
 struct VerifyOptions {
   CpuOptions cpu;

@@ -38,6 +38,7 @@ std::string MpiError(int rc) {
   } while (0)
 
 constexpr int kArriveTag = 7301;
+constexpr int kAliveTag = 7302;
 
 std::string RankList(const std::vector<int>& r) {
   std::string s;
@@ -84,6 +85,11 @@ class MpiCollective final : public Collective {
 
   ~MpiCollective() override {
     if (broken_) return;  // operations are still pending: finalizing would hang
+    if (alive_recv_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&alive_recv_);
+      MPI_Wait(&alive_recv_, MPI_STATUS_IGNORE);
+    }
+    if (alive_send_ != MPI_REQUEST_NULL) MPI_Wait(&alive_send_, MPI_STATUS_IGNORE);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
     if (arrive_comm_ != MPI_COMM_NULL) MPI_Comm_free(&arrive_comm_);
     int finalized = 0;
@@ -168,8 +174,15 @@ class MpiCollective final : public Collective {
   Status RunWithDeadline(const char* what, Start start) {
     const double t0 = Now();
     const double timeout = options_.timeout_s;
-    // Rank 0 blames; the others wait a little longer so that rank 0's message comes first.
-    const double deadline = t0 + timeout + (rank_ == 0 ? 0.0 : std::min(2.0, 0.5 * timeout));
+    // Rank 0 blames; rank 1 waits a little longer (it names rank 0 when rank 0 is the one
+    // missing), the others longer still, so that the rank that names the culprit reports, and
+    // ends the job, first.
+    const double grace = std::min(2.0, 0.5 * timeout);
+    double deadline = t0 + timeout + (rank_ == 0 ? 0.0 : rank_ == 1 ? grace : 2 * grace);
+    // Heartbeats while waiting: every rank tells rank 0 (and rank 0 tells rank 1) that it is
+    // alive, so that a rank stuck in an earlier step waiting for a stalled one is not blamed,
+    // and a rank that arrived and then stalled (SIGSTOP mid-step) is.
+    const double beat = std::min(0.1, timeout / 10), silent_after = 0.5 * timeout;
     ++seq_;
     // [0] = the collective, then arrivals: rank 0 receives every other rank's, and sends its
     // own to rank 1, so that a hung or dead rank 0 is named too (by rank 1).
@@ -201,6 +214,7 @@ class MpiCollective final : public Collective {
     }
     SEEDSTORE_MPI_CHECK(start(&reqs[0]), what);
     std::vector<int> done(reqs.size(), 0);
+    double last_poll = t0;
     size_t remaining = reqs.size();
     double sleep_s = 0;
     for (;;) {
@@ -215,6 +229,11 @@ class MpiCollective final : public Collective {
       }
       if (remaining == 0) return Status::Ok();
       const double now = Now();
+      // This process itself did not run for a while (stopped, descheduled): what it heard is
+      // stale, so it listens afresh before it blames anyone.
+      if (now - last_poll > std::max(10 * beat, 0.25 * timeout)) deadline = std::max(deadline, now + silent_after);
+      last_poll = now;
+      SEEDSTORE_RETURN_IF_ERROR(Heartbeat(now, beat, what));
       if (now > deadline) break;
       // Spin for the first millisecond, then back off up to 2 ms between polls.
       if (now - t0 > 1e-3) {
@@ -225,26 +244,77 @@ class MpiCollective final : public Collective {
     broken_ = true;
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f", timeout);
+    const double now = Now();
     if (rank_ == 0) {
-      std::vector<int> missing;
-      for (int r = 1; r < size_; ++r)
+      // Blamed: the ranks silent for the last silent_after seconds (stalled before the step, or
+      // in it); a rank that is missing but alive waits for a stalled one. When every missing
+      // rank is alive (far slower, say), those.
+      std::vector<int> missing, silent, stalled_in_step;
+      for (int r = 1; r < size_; ++r) {
+        const bool quiet = heard_[r] < now - silent_after;
         if (!done[r]) missing.push_back(r);
+        if (quiet) (done[r] ? stalled_in_step : silent).push_back(r);
+      }
+      if (!silent.empty() || !stalled_in_step.empty()) {
+        std::string m;
+        if (!silent.empty())
+          m = std::string(silent.size() == 1 ? "rank " : "ranks ") + RankList(silent) + " did not reach step '" +
+              what + "' within " + secs + " s (--timeout)";
+        if (!stalled_in_step.empty())
+          m += std::string(m.empty() ? "" : "; ") + (stalled_in_step.size() == 1 ? "rank " : "ranks ") +
+               RankList(stalled_in_step) + " reached step '" + what + "' and then stopped responding for " + secs +
+               " s (--timeout)";
+        return IoError(m + ": hung, dead or far slower than the others");
+      }
       if (!missing.empty())
         return IoError(std::string(missing.size() == 1 ? "rank " : "ranks ") +
                        RankList(missing) + " did not reach step '" + what + "' within " + secs +
                        " s (--timeout): hung, dead or far slower than the others");
     }
-    if (rank_ == 1 && !done[2])
-      return IoError(std::string("rank 0 did not reach step '") + what + "' within " + secs +
-                     " s (--timeout): hung, dead or far slower than the others (seen by rank 1)");
+    if (rank_ == 1 && (!done[2] || heard_[0] < now - silent_after))
+      return IoError(std::string("rank 0 ") + (done[2] ? "reached step '" + std::string(what) + "' and then stopped responding for "
+                                                       : "did not reach step '" + std::string(what) + "' within ") +
+                     secs + " s (--timeout): hung, dead or far slower than the others (seen by rank 1)");
     return IoError("rank " + std::to_string(rank_) + ": step '" + what +
                    "' did not complete within " + secs +
                    " s (--timeout): another rank is hung or dead" +
                    (rank_ == 0 ? "" : " (rank 0 names it unless it is rank 0)"));
   }
 
+  // Sends this rank's heartbeat (every `beat` s; ranks >= 1 to rank 0, rank 0 to rank 1) and
+  // records those received (rank 0: from every rank; rank 1: from rank 0) in heard_.
+  Status Heartbeat(double now, double beat, const char* what) {
+    if (size_ < 2) return Status::Ok();
+    if (heard_.empty()) heard_.assign(size_, -1e300);
+    if (now - last_beat_ >= beat) {
+      int flag = 1;
+      if (alive_send_ != MPI_REQUEST_NULL) SEEDSTORE_MPI_CHECK(MPI_Test(&alive_send_, &flag, MPI_STATUS_IGNORE), what);
+      if (flag) {
+        SEEDSTORE_MPI_CHECK(MPI_Isend(&alive_out_, 1, MPI_INT, rank_ == 0 ? 1 : 0, kAliveTag, arrive_comm_, &alive_send_),
+                            what);
+        last_beat_ = now;
+      }
+    }
+    if (rank_ > 1) return Status::Ok();
+    for (;;) {
+      if (alive_recv_ == MPI_REQUEST_NULL)
+        SEEDSTORE_MPI_CHECK(MPI_Irecv(&alive_in_, 1, MPI_INT, rank_ == 0 ? MPI_ANY_SOURCE : 0, kAliveTag, arrive_comm_,
+                                      &alive_recv_),
+                            what);
+      int flag = 0;
+      MPI_Status st;
+      SEEDSTORE_MPI_CHECK(MPI_Test(&alive_recv_, &flag, &st), what);
+      if (!flag) return Status::Ok();
+      if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < size_) heard_[st.MPI_SOURCE] = now;
+    }
+  }
+
   bool owns_init_ = false;
   bool broken_ = false;
+  std::vector<double> heard_;  // per rank: when its last heartbeat arrived here
+  double last_beat_ = -1e300;
+  int alive_out_ = 0, alive_in_ = 0;
+  MPI_Request alive_send_ = MPI_REQUEST_NULL, alive_recv_ = MPI_REQUEST_NULL;
   uint64_t seq_ = 0;
   int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL, arrive_comm_ = MPI_COMM_NULL;

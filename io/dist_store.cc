@@ -229,73 +229,132 @@ namespace {
 
 // ---- Writer lock ------------------------------------------------------------------------
 
+// "<path>.lock": its writer holds a write lock on it (fcntl F_OFD_SETLK), which the kernel
+// drops when the writer ends however it ends, so a lock file whose writer was killed never
+// blocks the next save: it is taken over (docs/FORMAT.md 10, "Writer lock").
 class WriterLock {
  public:
   Status Acquire(const std::string& path) {
     lock_ = path + ".lock";
-    // Created and registered (Ctrl-C, preemption: no stale lock) under BeginChange, so that a
-    // signal handled meanwhile waits for the registration. Not registered before: the name
-    // may be another writer's lock, which O_EXCL leaves alone and the handler must too.
-    if (!signal_cleanup::BeginChange())
-      return IoError("cannot save to '" + path + "': the process is ending on a signal");
-    const int fd = ::open(lock_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-    const int open_errno = errno;
-    if (fd >= 0) cleanup_slot_ = signal_cleanup::Register(lock_);
-    signal_cleanup::EndChange();
-    errno = open_errno;
-    if (fd < 0 && errno != EEXIST)  // no such folder, no permission, read-only: not a writer
-      return IoError("cannot save to '" + path + "': cannot create its lock file '" + lock_ +
-                     "': " + std::strerror(errno));
-    if (fd < 0) {
-      std::string holder;
-      if (FILE* f = std::fopen(lock_.c_str(), "r")) {
-        char buf[256] = {};
-        holder = std::string(buf, std::fread(buf, 1, sizeof buf - 1, f));
-        std::fclose(f);
-        while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      // Opened, locked and registered (Ctrl-C, preemption: the handler removes it) under
+      // BeginChange, so that a signal handled meanwhile waits for the registration.
+      if (!signal_cleanup::BeginChange())
+        return IoError("cannot save to '" + path + "': the process is ending on a signal");
+      const int fd = ::open(lock_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+      if (fd < 0) {  // no such folder, no permission, read-only: not a writer
+        const std::string e = std::strerror(errno);
+        signal_cleanup::EndChange();
+        return IoError("cannot save to '" + path + "': cannot create its lock file '" + lock_ + "': " + e);
       }
-      if (const std::string dead = DeadHolder(holder); !dead.empty())
-        return IoError("writer-lock-stale: '" + path + "': lock file '" + lock_ +
-                       "' was left by a writer that is no longer running (" + dead +
-                       "): that save was interrupted and never replaced the save at '" + path +
-                       "', which is intact. Remove '" + lock_ + "' and save again");
-      return IoError("writer-locked: '" + path + "' is being written by another writer (" +
-                     (holder.empty() ? std::string("lock file") : holder) + "; lock file '" +
-                     lock_ + "'); the second writer is refused. Remove the lock file only if "
-                     "that writer is dead");
+      struct flock fl = {};
+      fl.l_type = F_WRLCK;
+      fl.l_whence = SEEK_SET;
+      if (::fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+        const int e = errno;
+        ::close(fd);
+        signal_cleanup::EndChange();
+        std::string holder;
+        (void)WriterLockHeld(lock_, &holder);
+        if (e == EAGAIN || e == EACCES)
+          return IoError("writer-locked: '" + path + "' is being written by another writer (" +
+                         (holder.empty() ? std::string("lock file") : holder) + "; lock file '" + lock_ +
+                         "', held by a running process); the second writer is refused");
+        return IoError("cannot save to '" + path + "': cannot lock '" + lock_ + "': " + std::strerror(e));
+      }
+      // The file locked must still be the one at the name: a writer releasing its lock
+      // removes the name first, and a new writer may have created another since.
+      struct stat at_fd, at_name;
+      if (::fstat(fd, &at_fd) != 0 || ::stat(lock_.c_str(), &at_name) != 0 || at_fd.st_ino != at_name.st_ino ||
+          at_fd.st_dev != at_name.st_dev) {
+        ::close(fd);
+        signal_cleanup::EndChange();
+        continue;
+      }
+      char buf[256] = {};
+      std::string left(buf, static_cast<size_t>(std::max<ssize_t>(0, ::pread(fd, buf, sizeof buf - 1, 0))));
+      while (!left.empty() && (left.back() == '\n' || left.back() == ' ')) left.pop_back();
+      const std::string who = "pid " + std::to_string(::getpid()) + " on " + HostName() + "\n";
+      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) < 0) { /* informative only */ }
+      cleanup_slot_ = signal_cleanup::Register(lock_);
+      signal_cleanup::EndChange();
+      fd_ = fd;
+      if (!left.empty())  // a writer that ended without releasing it (killed, or its job ended)
+        std::fprintf(stderr,
+                     "seedstore: note: '%s' was left by a writer that no longer runs (%s): its save "
+                     "was interrupted. '%s' holds the last save that was committed there; this save "
+                     "replaces it and then removes what the interrupted one left\n",
+                     lock_.c_str(), left.c_str(), path.c_str());
+      return Status::Ok();
     }
-    const std::string who = "pid " + std::to_string(::getpid()) + " on " + HostName() + "\n";
-    if (::write(fd, who.data(), who.size()) < 0) { /* informative only */ }
-    ::close(fd);
-    held_ = true;
-    return Status::Ok();
+    return IoError("cannot save to '" + path + "': its lock file '" + lock_ +
+                   "' keeps being replaced by other writers");
   }
   ~WriterLock() {
-    if (held_) ::unlink(lock_.c_str());
+    if (fd_ >= 0) {
+      ::unlink(lock_.c_str());  // the name first, then the lock (see Acquire)
+      ::close(fd_);
+    }
     signal_cleanup::Unregister(cleanup_slot_);
   }
 
  private:
   std::string lock_;
-  bool held_ = false;
+  int fd_ = -1;
   int cleanup_slot_ = -1;
 };
+
+// The commit protocol's files of save `id` at `path`: "<path>.<8 hex>.<kind>", kind "new" (the
+// staged master or store), "commit" (its gate) or "veto" (docs/FORMAT.md 10).
+std::string ProtocolName(const std::string& path, uint32_t id, const char* kind) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ".%08x.%s", id, kind);
+  return path + buf;
+}
+// `rest`, a name after "<path>.": "<8 hex>.<kind>" with kind new, commit or veto; or a staged
+// file's temporary, "<8 hex>.new.tmp-..." (kind "new.tmp").
+bool ParseProtocolName(const std::string& rest, uint32_t* id, std::string* kind) {
+  if (rest.size() < 10 || rest[8] != '.' || rest.substr(0, 8).find_first_not_of("0123456789abcdef") != std::string::npos)
+    return false;
+  const std::string k = rest.substr(9);
+  if (k == "new" || k == "commit" || k == "veto") {
+    *kind = k;
+  } else if (k.rfind("new.tmp-", 0) == 0) {
+    *kind = "new.tmp";
+  } else {
+    return false;
+  }
+  *id = static_cast<uint32_t>(std::stoul(rest.substr(0, 8), nullptr, 16));
+  return true;
+}
 
 // Removes the pieces of every save at `path` but save `keep` (of all saves when keep < 0):
 // the files "<path>.<8 hex>.rank<r>.h5" in its folder -- the replaced save's, and those an
 // interrupted save left (a rank killed or hung mid-save) -- plus the stale temporaries of any
-// such piece (the rule of io/atomic_file.h: their writer is gone). Only the writer holding
-// the lock calls it, after its own master is in place, so no live save at `path` owns them.
+// such piece (the rule of io/atomic_file.h: their writer is gone), and the commit-protocol
+// files of other saves (ProtocolName). Only the writer holding the lock calls it, after its
+// own commit is durable (CommitStaged), so no live save at `path` owns them.
 // A piece another distributed save's master in the folder names is kept: a master renamed
 // (`mv P Q`) keeps reading its rank files by their old names, and removing them lost Q.
 void RemoveOtherPieces(const std::string& path, int64_t keep) {
   const std::string dir = DirOf(path), prefix = BaseOf(path) + ".";
   DIR* d = ::opendir(dir.empty() ? "." : dir.c_str());
   if (!d) return;
-  std::vector<std::string> pieces, with_temps;
+  std::vector<std::string> pieces, with_temps, protocol;
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    // A commit-protocol file of another save (CommitStaged), or a staged file's temporary.
+    uint32_t other_id = 0;
+    std::string kind;
+    if (ParseProtocolName(name.substr(prefix.size()), &other_id, &kind)) {
+      if (kind == "new.tmp") {
+        with_temps.push_back(ProtocolName(path, other_id, "new"));
+      } else if (keep < 0 || other_id != static_cast<uint32_t>(keep)) {
+        protocol.push_back(dir + name);
+      }
+      continue;
+    }
     // A piece, or its temporary (the piece's name, then ".tmp-...").
     const size_t temp = name.find(".h5.tmp-", prefix.size());
     std::string save;
@@ -334,7 +393,73 @@ void RemoveOtherPieces(const std::string& path, int64_t keep) {
   }
   for (const std::string& p : pieces)
     if (!named_elsewhere.count(BaseOf(p))) ::unlink(p.c_str());
+  for (const std::string& p : protocol) ::unlink(p.c_str());
   for (const std::string& p : with_temps) AtomicFile::RemoveStaleTemporaries(p);
+}
+
+// ---- Commit protocol (docs/FORMAT.md 10, "Commit protocol") --------------------------------
+//
+// Save `id` at `path` stages its master (or consolidated store) complete, sealed and durable
+// as "<path>.<id>.new", hard-links it as the gate "<path>.<id>.commit", proves it, and rank 0
+// commits by renaming the gate over `path`. A rank that gives up first vetoes: it creates
+// "<path>.<id>.veto" and removes the gate. Whichever comes first wins, and afterwards every
+// rank can tell which did: committed iff `path` is the staged file (same inode).
+
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat x, y;
+  return ::stat(a.c_str(), &x) == 0 && ::stat(b.c_str(), &y) == 0 && x.st_ino == y.st_ino && x.st_dev == y.st_dev;
+}
+
+// fsync of `path` (a file or, with `dir`, a folder); errors ignored: the caller's rename or
+// write has happened, and a failed fsync leaves nothing to undo.
+void SyncPath(const std::string& path, bool dir) {
+  const int fd = ::open(path.empty() ? "." : path.c_str(), O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+// Rank 0's commit point: unless a rank has vetoed, renames the gate over `path` (inside a
+// signal_cleanup bracket, so that a signal cannot remove the staged file between the rename
+// and releasing `registered`), then makes the rename durable (fsync of the folder; the staged
+// file is durable already). *committed: the rename happened.
+Status CommitStaged(const std::string& path, uint32_t id, signal_cleanup::Scope* registered, bool* committed) {
+  const std::string gate = ProtocolName(path, id, "commit"), veto = ProtocolName(path, id, "veto");
+  if (!signal_cleanup::BeginChange())
+    return IoError("save: '" + path + "' not replaced: the process is ending on a signal");
+  struct stat vs;
+  if (::stat(veto.c_str(), &vs) == 0) {
+    signal_cleanup::EndChange();
+    return IoError("save: '" + path + "' not replaced: another rank gave up (see its message) and vetoed the commit");
+  }
+  if (::rename(gate.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    signal_cleanup::EndChange();
+    if (e == ENOENT)
+      return IoError("save: '" + path + "' not replaced: another rank gave up (see its message) and vetoed the commit");
+    return IoError("save: rename '" + gate + "' -> '" + path + "' failed: " + std::strerror(e));
+  }
+  *committed = true;
+  registered->Release();
+  signal_cleanup::EndChange();
+  TestFaultPoint(0, "after-rename");
+  SyncPath(DirOf(path), true);
+  return Status::Ok();
+}
+
+// A rank that gives up (a timeout, an error) before it knows the outcome: forbids the commit
+// from now on -- the veto file makes rank 0's check fail, removing the gate makes its rename
+// fail -- and tells whether rank 0 committed before that (then `path` is made durable here
+// too). Final either way: after it, the outcome can no longer change.
+bool VetoCommit(const std::string& path, uint32_t id) {
+  const std::string gate = ProtocolName(path, id, "commit"), veto = ProtocolName(path, id, "veto");
+  const int fd = ::open(veto.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+  (void)::unlink(gate.c_str());
+  if (!SameFile(path, ProtocolName(path, id, "new"))) return false;
+  SyncPath(path, false);
+  SyncPath(DirOf(path), true);
+  return true;
 }
 
 // Every rank learns whether any rank failed; the failing rank keeps its own message.
@@ -2353,12 +2478,14 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   rep.consolidated = o.consolidate;
   rep.full_proof = o.full_proof;
   for (const TensorRecord& t : ts) SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(src, t, "reshard"));
-  // The names next to the master -- its lock and, unless consolidated, its rank files -- must
-  // fit NAME_MAX: found out at the last rename, all the work would be lost.
-  const std::string longest = o.consolidate ? path + ".lock" : RankFileName(path, 0xffffffffu, world - 1);
+  // The names next to the master -- its lock, the commit protocol's files and, unless
+  // consolidated, its rank files -- must fit NAME_MAX: found out at the last rename, all the
+  // work would be lost.
+  const std::string longest =
+      o.consolidate ? ProtocolName(path, 0xffffffffu, "commit") : RankFileName(path, 0xffffffffu, world - 1);
   if (BaseOf(longest).size() > NAME_MAX)
     return InvalidArgument("save: '" + requested + "': the name is too long for its " +
-                           (o.consolidate ? "lock file ('" : "rank files (as '") + BaseOf(longest) +
+                           (o.consolidate ? "commit files (as '" : "rank files (as '") + BaseOf(longest) +
                            "', " + std::to_string(BaseOf(longest).size()) + " bytes; a file name has at most " +
                            std::to_string(NAME_MAX) + "): give a shorter name");
   uint64_t seed;
@@ -2367,6 +2494,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
 
   WriterLock lock;
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm, me == 0 ? lock.Acquire(path) : Status::Ok(), "lock"));
+  TestFaultPoint(me, "lock");
 
   Plan plan;
   if (!o.consolidate) {
@@ -2382,6 +2510,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     plan.stored.resize(n);
   }
   NumberPieces(&plan);
+  TestFaultPoint(me, "plan");
   // Save id: rank 0 draws it, the sum spreads it.
   uint64_t id64 = 0;
   if (me == 0) id64 = std::random_device{}() ^ static_cast<uint32_t>(::getpid() * 2654435761u);
@@ -2418,20 +2547,57 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   }
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "source fingerprints"));
   SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(sfp.data(), sfp.size(), "source fingerprints"));
+  TestFaultPoint(me, "source-fingerprints");
   std::vector<Fingerprint> src_fp(n);
   for (size_t i = 0; i < n; ++i) src_fp[i] = Fingerprint{sfp[2 * i], sfp[2 * i + 1]};
 
-  // Write.
+  // Write. Until the commit point (CommitStaged) the save already at `path` is untouched;
+  // the files of this save are removed on failure only while they can never be committed
+  // (docs/FORMAT.md 10, "Commit protocol").
   uint64_t bytes = 0;
   std::vector<uint64_t> counts(kCounts * n, 0);  // per tensor: chunks copied, encoded; bytes stored
   std::vector<uint64_t> piece_fps;               // per piece: lane0, lane1 (distributed saves)
+  const std::string staged = ProtocolName(path, id, "new"), gate = ProtocolName(path, id, "commit");
+  const std::vector<int> mine = o.consolidate ? std::vector<int>{} : RanksWrittenBy(me, np, layout.world_size());
+  // Rank 0 knows when its commit happens: until then a signal removes its files (after that
+  // they may be the save's). The others do not, so theirs stay on a signal, as on SIGKILL, for
+  // the next save to remove.
+  signal_cleanup::Scope registered;
+  if (me == 0) {
+    for (int r : mine) registered.Add(RankFileName(path, id, r));
+    registered.Add(staged);
+    registered.Add(gate);
+  }
+  bool committed = false;  // rank 0: it renamed the gate over `path`; the others: they learned so
+  auto drop_mine = [&] {
+    for (int r : mine) ::unlink(RankFileName(path, id, r).c_str());
+    if (me == 0) {
+      ::unlink(gate.c_str());
+      ::unlink(staged.c_str());
+    }
+  };
+  // Every failure after the save id is drawn ends here. A rank other than 0 that does not know
+  // the outcome vetoes the commit first (VetoCommit), which makes the outcome final and tells
+  // it; it removes its new files only when the save was not committed.
+  auto give_up = [&](const Status& why) -> Result<ReshardReport> {
+    if (me != 0 && !committed) committed = VetoCommit(path, id);
+    if (!committed) {
+      drop_mine();
+      return why;
+    }
+    std::fprintf(stderr,
+                 "seedstore: %s\nseedstore: rank %d: the save was committed before that: '%s' "
+                 "holds the new save, proven before its commit\n",
+                 why.message().c_str(), me, path.c_str());
+    rep.committed = true;
+    return rep;
+  };
   if (o.consolidate) {
     if (me == 0) {
       st = [&]() -> Status {
-        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, seed, gen, o.write));
+        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(staged, seed, gen, o.write));
         // Dense tensors go through AddPiece for every kind of source: chunks are copied as
-        // stored only after their checksums verify, so a corrupt source fails here, before
-        // Commit() could replace what is at `path`.
+        // stored only after their checksums verify, so a corrupt source fails here.
         for (size_t i = 0; i < n; ++i) {
           if (ts[i].lazy) {
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
@@ -2444,29 +2610,14 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
             bytes += ts[i].NumBytes();
           }
         }
-        SEEDSTORE_RETURN_IF_ERROR(w->Commit());
-        RemoveOtherPieces(path, -1);  // the replaced save's pieces, an interrupted save's
-        return Status::Ok();
+        return w->Commit();
       }();
     }
   } else {
-    // On any failure each process removes the new rank files it wrote: the save already at
-    // `path` stays as it was, and no stray pieces remain.
-    auto drop_mine = [&] {
-      for (int r : RanksWrittenBy(me, np, layout.world_size())) ::unlink(RankFileName(path, id, r).c_str());
-    };
     // This process's rank files (a contiguous block of ranks, so that its pieces of a flat
     // tensor are neighbours), in groups written at once (WriteRankFiles), several groups at a
     // time: their chunk reads, hashing and fsyncs overlap (HDF5 calls themselves take turns
     // under the store's lock).
-    const std::vector<int> mine = RanksWrittenBy(me, np, layout.world_size());
-    // One process writing the whole save: until just before its master is renamed over
-    // `path`, a signal removes the rank files too (after that they may be the save's). With
-    // several processes no rank knows when the master lands, so theirs stay on a signal, as
-    // on SIGKILL, for the next save to remove.
-    signal_cleanup::Scope pieces;
-    if (np == 1)
-      for (int r : mine) pieces.Add(RankFileName(path, id, r));
     const int threads = ThreadCount(o.cpu.threads, mine.size());
     const size_t groups = std::min(mine.size(), std::max<size_t>(threads, (mine.size() + kMaxOpenRankFiles - 1) /
                                                                               kMaxOpenRankFiles));
@@ -2486,52 +2637,42 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       for (size_t c = 0; c < counts.size(); ++c) counts[c] += file_counts[k][c];
     }
     SimulateFault(o.simulate, o.simulate_rank, me, "write rank files");
+    TestFaultPoint(me, "rank-files");
     Status a = Agree(comm, st, "write rank files");
     // The index records each tensor's chunks and bytes over all its pieces (inspect shows
     // them without opening a rank file).
     if (a.ok()) a = comm.AllReduceSum(counts.data(), counts.size(), "chunk counts");
     if (a.ok()) a = comm.AllReduceSum(piece_fps.data(), piece_fps.size(), "piece fingerprints");
-    if (!a.ok()) {
-      drop_mine();
-      return a;
-    }
+    if (!a.ok()) return give_up(a);
     if (me == 0) {
       st = [&]() -> Status {
         // One temporary, one rename: the index and virtual datasets are added to the
         // writer's closed temporary, and it is sealed, before it is made durable and renamed
-        // over `path`.
+        // to the staged name.
         WriteOptions mo = o.write;
         mo.user_block = kSealBytes;
-        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, seed, gen, mo));
+        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(staged, seed, gen, mo));
         for (size_t i = 0; i < n; ++i)
           if (ts[i].lazy)
             SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
         return w->Commit([&](const std::string& temp) {
           SEEDSTORE_RETURN_IF_ERROR(
               AddDistributedObjects(temp, src, plan, layout, id, path, src_fp, counts, piece_fps));
-          SEEDSTORE_RETURN_IF_ERROR(SealMaster(temp));
-          // Made durable here, so that between releasing the rank files and the rename there
-          // is no fsync left to wait for (Commit's own then finds nothing to write).
-          if (const int fd = ::open(temp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-            (void)::fsync(fd);
-            ::close(fd);
-          }
-          pieces.Release();
-          return Status::Ok();
+          return SealMaster(temp);
         });
       }();
-      if (st.ok()) RemoveOtherPieces(path, id);  // the replaced save's, an interrupted save's
-    }
-    if (Status a = Agree(comm, st, "write master"); !a.ok()) {
-      drop_mine();
-      return a;
     }
   }
-  if (o.consolidate) {
-    SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "write master"));
-    SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(counts.data(), counts.size(), "chunk counts"));
+  // Staged: complete, sealed (a master) and durable. The gate is its second name.
+  if (me == 0) {
+    if (st.ok() && ::link(staged.c_str(), gate.c_str()) != 0)
+      st = IoError("save: cannot link '" + staged + "' as '" + gate + "': " + std::strerror(errno));
   }
-  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&bytes, 1, "bytes"));
+  TestFaultPoint(me, "master");
+  if (Status a = Agree(comm, st, "write master"); !a.ok()) return give_up(a);
+  if (o.consolidate)
+    if (Status a = comm.AllReduceSum(counts.data(), counts.size(), "chunk counts"); !a.ok()) return give_up(a);
+  if (Status a = comm.AllReduceSum(&bytes, 1, "bytes"); !a.ok()) return give_up(a);
   rep.bytes = bytes;
   const double t1 = Now();
   rep.write_s = t1 - t0;
@@ -2541,11 +2682,11 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   std::vector<uint64_t> ofp(2 * n, 0);
   std::unique_ptr<Catalog> out;
   if (o.consolidate) {
-    auto s = H5Store::Open(path);
+    auto s = H5Store::Open(staged);
     st = s.status();
     if (s.ok()) out = std::move(*s);
   } else {
-    auto s = DistCatalog::Open(path);
+    auto s = DistCatalog::Open(staged);
     st = s.status();
     if (s.ok()) out = std::move(*s);
   }
@@ -2574,8 +2715,8 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       }
     }
   }
-  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "prove: chunk grids"));
-  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(ref.data(), ref.size(), "prove: chunk grids"));
+  if (Status e = Agree(comm, st, "prove: chunk grids"); !e.ok()) return give_up(e);
+  if (Status e = comm.AllReduceSum(ref.data(), ref.size(), "prove: chunk grids"); !e.ok()) return give_up(e);
   for (size_t i = 0; i < n; ++i) {
     if (!try_cells || plan.shards[i].empty() || ref[i * gw] != 0) {
       off[i] = 1;
@@ -2585,7 +2726,7 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     for (size_t k = 0; k < plan.shards[i].size(); ++k)
       if (WriterOf(plan.shards[i][k].replicas[0], np, world) == me && mine_grid[i][k] != c0) ++off[i];
   }
-  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(off.data(), off.size(), "prove: chunk grids"));
+  if (Status e = comm.AllReduceSum(off.data(), off.size(), "prove: chunk grids"); !e.ok()) return give_up(e);
   for (size_t i = 0; i < n && st.ok(); ++i) {
     const TensorRecord& t = out->tensors()[i];
     if (t.name != ts[i].name || t.shape != ts[i].shape || t.dtype != ts[i].dtype) {
@@ -2623,8 +2764,8 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
       ofp[2 * i + 1] += f->lane1;
     }
   }
-  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "prove"));
-  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(ofp.data(), ofp.size(), "prove"));
+  if (Status e = Agree(comm, st, "prove"); !e.ok()) return give_up(e);
+  if (Status e = comm.AllReduceSum(ofp.data(), ofp.size(), "prove"); !e.ok()) return give_up(e);
   for (size_t i = 0; i < n; ++i) {
     ReshardRow row;
     row.name = ts[i].name;
@@ -2642,8 +2783,32 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
     row.output = Fingerprint{ofp[2 * i], ofp[2 * i + 1]};
     rep.rows.push_back(std::move(row));
   }
-  SEEDSTORE_RETURN_IF_ERROR(comm.Barrier("reshard done"));
+  TestFaultPoint(me, "prove");
   rep.prove_s = Now() - t1;
+  // The commit point: only a proven save is committed, so that exit 0 means proven and any
+  // failure before it leaves `path` as it was.
+  const bool proven = rep.ok();
+  TestFaultPoint(me, "before-rename");
+  if (me == 0 && proven) {
+    st = CommitStaged(path, id, &registered, &committed);
+    // Durable: the replaced save's files, and what interrupted saves left, go.
+    if (committed) RemoveOtherPieces(path, id);
+  }
+  if (me != 0) TestFaultPoint(me, "after-rename");
+  uint64_t outcome = committed ? 1 : 0;
+  if (Status a = comm.AllReduceSum(&outcome, 1, "commit"); !a.ok()) return give_up(a);
+  if (outcome == 0) {  // not proven, or rank 0 could not commit: nobody will
+    drop_mine();
+    if (!st.ok()) return st;
+    if (!proven) return rep;  // the rows name the tensors that differ (ToStatus)
+    return IoError("save: '" + path + "' not replaced: rank 0 could not commit the save (see its message)");
+  }
+  committed = true;
+  rep.committed = true;
+  TestFaultPoint(me, "done");
+  if (Status a = comm.Barrier("reshard done"); !a.ok()) return give_up(a);
+  // Every rank knows the outcome, so none will look at the staged name again.
+  if (me == 0) ::unlink(staged.c_str());
   rep.total_s = Now() - t0;
   return rep;
 }

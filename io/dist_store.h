@@ -13,12 +13,16 @@
 //                         recorded as a piece (TensorRecord::piece: fingerprints in the global
 //                         tensor's frame, so the pieces of any layout add up to the tensor's,
 //                         padding taken out)
-//   P.lock                present only while a writer is saving to P (O_EXCL); holds
-//                         "pid <pid> on <host>" of the writer's rank 0
+//   P.lock                the writer lock: rank 0 of the writer holds an OFD write lock on it
+//                         while it saves (the kernel drops it when the writer ends, however it
+//                         ends); holds "pid <pid> on <host>" of that rank 0
+//   P.<id>.new|commit|veto  the commit protocol's files of save <id> (staged master, its gate,
+//                         a veto), present while it commits or left by an interrupted save
 //
 // <id> is 8 hex digits, new for every save, so writing a save never touches the files of the
-// save it replaces until the new master has been renamed over P; then the old rank files are
-// removed. Every file is written atomically (io/atomic_file.h).
+// save it replaces until the new master has been renamed over P (the commit point, after the
+// proof); then the old rank files are removed. Every file is written atomically
+// (io/atomic_file.h). The protocol, as states and who may remove what: docs/FORMAT.md 10.
 #pragma once
 #include <functional>
 #include <memory>
@@ -239,6 +243,11 @@ struct ReshardReport {
   int writers = 1;         // processes that wrote
   bool consolidated = false;
   bool full_proof = false;  // DistSaveOptions::full_proof
+  /// Whether this save replaced what was at the path (the commit happened; it was proven
+  /// first). false with rows that differ (ToStatus): not proven, so not committed.
+  bool committed = false;
+  /// One per tensor; empty on a rank that learned of the commit only after losing contact with
+  /// the others (a timeout after rank 0 committed).
   std::vector<ReshardRow> rows;
   uint64_t bytes = 0;      // data bytes written (dense, uncompressed)
   uint64_t chunks_copied = 0, chunks_encoded = 0;  // sums of the rows'
@@ -258,14 +267,20 @@ struct ReshardReport {
 /// writes ranks [p * world / P, (p + 1) * world / P), and proves their pieces), writing up to 8
 /// rank files at once tensor by tensor, small neighbouring pieces cut from one read of the
 /// source; every process gets the same report. Rank 0 takes the writer lock
-/// "<path>.lock" (O_EXCL) first: a second writer is refused with "writer-locked" (kIo). A
-/// lock whose writer is gone (rank 0 killed, or the job ended by MPI_Abort/mpirun before rank 0
-/// released it) is not taken over: the next writer is refused with "writer-lock-stale" (kIo),
-/// naming the dead pid and saying the save at `path` is intact and the lock file may be
-/// removed. When a rank hangs or dies mid-save, the others fail within the collective timeout
-/// (rank 0 releases the lock and removes its new pieces when it gets there first; the save
-/// already at `path` is never touched before the new master is renamed over it).
-/// A fingerprint mismatch is not an error here: inspect the report (ToStatus()).
+/// "<path>.lock" first: while another live process holds it the writer is refused with
+/// "writer-locked" (kIo); a lock file whose writer is gone (killed, or its job ended) is held by
+/// nobody and is taken over, with a note on stderr. The proof runs before the commit: the new
+/// master is staged ("<path>.<id>.new", sealed and durable) and proven, and only a proven save is
+/// committed, by rank 0 renaming it over `path` (docs/FORMAT.md 10, "Commit protocol"). So an OK
+/// result with report.committed means `path` holds the new, proven save; a mismatch
+/// (report.committed false, ToStatus() kMismatch) or an error means `path` is unchanged. When a
+/// rank hangs or dies mid-save the others fail within the collective timeout; a process that
+/// gives up before it knows the outcome vetoes the commit, which makes the outcome final and
+/// tells it: not committed -- it removes its new files and returns the error; committed -- it
+/// returns OK (report.committed, rows possibly empty) and removes nothing. No process ever
+/// removes a file the committed master names; the replaced save's files are removed by rank 0
+/// once the commit is durable, or by the next save.
+/// A fingerprint mismatch is not an error here (nothing is committed): inspect the report (ToStatus()).
 ///
 /// Raw chunk copies: when `src` is a store or a distributed save, an output piece off the
 /// chunk grid of the stored source part owning its first element is first padded to that grid

@@ -2,6 +2,7 @@
 // random bytes, an owned HDF5 file handle, and rewriting a store's index the way a tampering
 // user (or a bug) would. Test code only.
 #pragma once
+#include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -155,5 +156,30 @@ inline bool FlipChunkByte(const std::string& path, const std::string& name, std:
   io.write(&c, 1);
   return static_cast<bool>(io);
 }
+
+/// A writer lock "<path>.lock" held by this process as a live writer holds it (an OFD write
+/// lock, docs/FORMAT.md 10 "Writing", step 1), recording `holder`; released (and the file
+/// left, as a killed writer leaves it) when destroyed.
+class HeldWriterLock {
+ public:
+  HeldWriterLock(const std::string& lock, const std::string& holder) {
+    fd_ = ::open(lock.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    ok_ = fd_ >= 0 && ::fcntl(fd_, F_OFD_SETLK, &fl) == 0 &&
+          ::write(fd_, (holder + "\n").data(), holder.size() + 1) == static_cast<ssize_t>(holder.size() + 1);
+  }
+  ~HeldWriterLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  HeldWriterLock(const HeldWriterLock&) = delete;
+  HeldWriterLock& operator=(const HeldWriterLock&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
 
 }  // namespace seedstore::testutil

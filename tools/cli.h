@@ -41,6 +41,14 @@ int SaveStepFailure(Collective& c, const Status& st);
 /// A multi-rank command's verdict (the same on every rank): rank 0 reports a failure as Fail
 /// does; every rank returns its exit code.
 int RankVerdict(const Status& verdict, int rank);
+/// The verdict of save-ranks or reshard on one rank (RankVerdict). When a collective broke after
+/// the commit (a rank hung or died; the save is committed all the same), this process ends here
+/// with that exit code: MPI_Finalize would wait for the missing ranks.
+int SaveVerdict(Collective& c, const Status& verdict);
+/// Tests only: when SEEDSTORE_TEST_EXIT_FILE is set, writes `code` to "<its value>.<rank>"
+/// (rank: OMPI_COMM_WORLD_RANK, else 0), so a test under mpirun sees each rank's exit code
+/// (tests/py/test_fault_matrix.py). Returns `code`.
+int RecordTestExit(int code);
 /// True when stdout is a terminal (progress output is shown only then).
 bool StdoutIsTty();
 bool StderrIsTty();

@@ -64,6 +64,7 @@ int Run(const ReshardOptions& o) {
       j["writers"] = rep->writers;
       j["consolidated"] = rep->consolidated;
       j["ok"] = rep->ok();
+      j["committed"] = rep->committed;
       j["bytes"] = rep->bytes;
       j["write_s"] = rep->write_s;
       j["prove_s"] = rep->prove_s;
@@ -92,7 +93,7 @@ int Run(const ReshardOptions& o) {
     }
     std::fflush(stdout);
   }
-  return RankVerdict(rep->ToStatus(), me);
+  return SaveVerdict(c, rep->ToStatus());
 }
 
 Register reg({"reshard",

@@ -68,7 +68,7 @@ int Run(const SaveRanksOptions& o) {
     std::printf("%s", rep->Table().c_str());
     std::fflush(stdout);
   }
-  return RankVerdict(rep->ToStatus(), me);
+  return SaveVerdict(c, rep->ToStatus());
 }
 
 Register reg({"save-ranks",

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     if (sub->parsed()) {
       g_command = std::string("seedstore ") + sub->get_name();
       try {
-        return CheckedExit(run());
+        return RecordTestExit(CheckedExit(run()));
       } catch (const std::exception& e) {
         std::fprintf(stderr, "%s: error: INTERNAL: %s\n", g_command.c_str(), e.what());
         return 8;

@@ -24,6 +24,7 @@
 #include "io/open.h"
 #include "store/spec.h"
 #include "tests/mpi/mpi_test_util.h"
+#include "tests/store_test_util.h"
 
 namespace seedstore {
 namespace {
@@ -659,20 +660,34 @@ TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
   const Fixture& f = Get();
   const std::string out = TempDir() + "/rs_lock.h5";
   ASSERT_EQ(Reshard(f.d4, "--layout " + LayoutFile(1, 2) + " -o " + out + " -q").code, 0);
-  // A writer in progress holds the lock.
-  Write("rs_lock.h5.lock", "pid 12345 on otherhost\n");
-  Proc p = Reshard(f.d4, "--layout " + LayoutFile(3, 1) + " -o " + out);
-  EXPECT_EQ(p.code, 5) << p.out << p.err;  // kIo
-  EXPECT_NE(p.err.find("writer-locked: '" + out + "' is being written by another writer (pid 12345 "
-                       "on otherhost"),
+  {
+    // A writer in progress holds the lock (this test process, as a live writer does).
+    testutil::HeldWriterLock held(out + ".lock", "pid 12345 on otherhost");
+    ASSERT_TRUE(held.ok());
+    for (const std::string& mode : {"--layout " + LayoutFile(3, 1), std::string("--consolidate")}) {
+      Proc p = Reshard(f.d4, mode + " -o " + out);
+      EXPECT_EQ(p.code, 5) << p.out << p.err;  // kIo
+      EXPECT_NE(p.err.find("writer-locked: '" + out + "' is being written by another writer (pid 12345 "
+                           "on otherhost"),
+                std::string::npos)
+          << p.err;
+      EXPECT_EQ(mpitest::ReadAll(out + ".lock"), "pid 12345 on otherhost\n");  // not taken over
+    }
+    auto d = DistCatalog::Open(out);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ((*d)->world(), 2);  // still the first save
+    ExpectSameAsSource(out);
+  }
+  // Released, its file left (as a killed writer leaves it): the next writer takes it over,
+  // saying so, and removes it when done.
+  Proc taken = Reshard(f.d4, "--layout " + LayoutFile(1, 2) + " -o " + out + " -q");
+  EXPECT_EQ(taken.code, 0) << taken.err;
+  EXPECT_NE(taken.err.find("seedstore: note: '" + out + ".lock' was left by a writer that no longer runs (pid 12345 "
+                           "on otherhost): its save was interrupted"),
             std::string::npos)
-      << p.err;
-  EXPECT_EQ(mpitest::ReadAll(out + ".lock"), "pid 12345 on otherhost\n");  // not taken over
-  auto d = DistCatalog::Open(out);
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ((*d)->world(), 2);  // still the first save
+      << taken.err;
+  EXPECT_FALSE(std::filesystem::exists(out + ".lock"));
   ExpectSameAsSource(out);
-  std::remove((out + ".lock").c_str());
   // Two real writers at once: exactly one wins, the other is refused, the result is whole.
   Proc both = Shell("(" + Bin() + " reshard " + f.d4 + " --threads 1 -q --layout " +
                     LayoutFile(3, 1) + " -o " + out + " & " + Bin() + " reshard " + f.d4 +

@@ -2,6 +2,8 @@
 they write with the real safetensors package, and the fingerprints `seedstore verify` proves."""
 import json
 import os
+import re
+import signal
 import subprocess
 
 import numpy as np
@@ -40,3 +42,25 @@ def verified_fingerprints(path):
     rep = json.loads(p.stdout)
     assert rep["ok"]
     return {t["name"]: t["fingerprint"] for t in rep["tensors"]}
+
+
+def run_with_fault(cmd, env, fault, timeout):
+    """Runs `cmd` (mpirun ... seedstore ...) with the test-only fault SEEDSTORE_TEST_FAULT=`fault`
+    ("RANK:STEP:ACTION", TestFaultPoint in io/collective.h) for at most `timeout` s, then
+    SIGKILLs the process the hook named ("(pid N)"): a stopped rank the launcher left would hold
+    the writer lock. Returns (returncode, stderr, whether it timed out)."""
+    p = subprocess.Popen(cmd, env=dict(env, SEEDSTORE_TEST_FAULT=fault), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    timed_out = False
+    try:
+        _, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        p.kill()
+        _, err = p.communicate()
+    for pid in re.findall(r"test fault \S+ at step '[^']*' \(pid (\d+)\)", err):
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return p.returncode, err, timed_out

@@ -103,6 +103,45 @@ TEST_F(AtomicTemps, NextWriteRemovesOnlyStaleTemporariesOfItsTarget) {
 // long (names over about 200 bytes would fail with "File name too long"), so the name's part
 // is cut and ends in "~" and the hash of the whole name. Names that differ only past the cut get
 // different temporaries, and the stale ones of a long name are found and removed as any other's.
+// A writer lock is held while a live process holds its OFD lock -- whatever process, this
+// one's other descriptors included -- and released however its holder ends (here: a child
+// killed with SIGKILL while holding it); the file left then blocks nobody.
+TEST_F(AtomicTemps, WriterLockIsHeldExactlyWhileItsHolderLives) {
+  const std::string save = dir_ + "/p.h5", lock = save + ".lock";
+  std::string holder;
+  EXPECT_FALSE(WriterLockHeld(lock, &holder));  // no file
+  EXPECT_TRUE(CheckNoOtherWriter(save).ok());
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t writer = fork();
+  if (writer == 0) {
+    const int fd = ::open(lock.c_str(), O_CREAT | O_RDWR, 0644);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0 || ::write(fd, "pid 77 on elsewhere\n", 20) != 20) _exit(1);
+    if (::write(ready[1], "x", 1) != 1) _exit(1);
+    for (;;) pause();
+  }
+  ASSERT_GT(writer, 0);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  EXPECT_TRUE(WriterLockHeld(lock, &holder));
+  EXPECT_EQ(holder, "pid 77 on elsewhere");
+  const Status refused = CheckNoOtherWriter(save);
+  EXPECT_EQ(refused.code(), Code::kIo);
+  EXPECT_NE(refused.message().find("writer-locked: '" + save + "'"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("pid 77 on elsewhere"), std::string::npos) << refused.message();
+  ::kill(writer, SIGKILL);
+  ASSERT_EQ(waitpid(writer, nullptr, 0), writer);
+  EXPECT_TRUE(fs::exists(lock));
+  EXPECT_FALSE(WriterLockHeld(lock, &holder));
+  EXPECT_EQ(holder, "pid 77 on elsewhere");  // what it records, for the next writer's note
+  EXPECT_TRUE(CheckNoOtherWriter(save).ok());
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
 TEST_F(AtomicTemps, LongFileNamesGetTemporariesThatFit) {
   for (const size_t len : {1u, 150u, 200u, 254u, 255u}) {
     const std::string name(len, 'n');
