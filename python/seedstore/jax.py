@@ -68,9 +68,8 @@ def load(source: Any, shardings: Union[Mapping[str, Any], Any], *,
 class _JaxExchange:
     """The library's Exchange over the processes of a JAX job: all-gathers of equal-sized byte
     blocks through jax.experimental.multihost_utils.process_allgather, barriers through
-    sync_global_devices. (On CPU, cross-process collectives need a collectives implementation:
-    jax.config.update("jax_cpu_collectives_implementation", "gloo") before
-    jax.distributed.initialize.)"""
+    sync_global_devices. (On CPU, cross-process collectives go through
+    jax_cpu_collectives_implementation: "gloo", JAX's default, works; "none" cannot.)"""
 
     def rank(self) -> int:
         return jax.process_index()
