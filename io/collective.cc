@@ -276,8 +276,22 @@ Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const
 Result<VerifyReport> VerifyBuffers(Exchange& comm, const std::vector<ParamBuffer>& params,
                                    const Layout& layout, const Catalog* reference,
                                    const VerifyOptions& o) {
+  return VerifyHostedBuffers(comm, {params}, layout, reference, o);
+}
+
+Result<VerifyReport> VerifyHostedBuffers(Exchange& comm,
+                                         const std::vector<std::vector<ParamBuffer>>& hosted,
+                                         const Layout& layout, const Catalog* reference,
+                                         const VerifyOptions& o) {
   const double t0 = Now();
-  const int me = comm.rank();
+  if (hosted.empty()) return InvalidArgument("verify: this process holds no rank of the layout");
+  const std::vector<ParamBuffer>& params = hosted[0];
+  const int k = static_cast<int>(hosted.size());
+  for (int j = 1; j < k; ++j)
+    if (hosted[j].size() != params.size())
+      return InvalidArgument("verify: the ranks of one process pass different tensors (local rank " +
+                             std::to_string(j) + ": " + std::to_string(hosted[j].size()) + " vs " +
+                             std::to_string(params.size()) + ")");
   std::vector<LocalShard> shards(params.size());
   std::vector<int> ref_index(params.size(), -1);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -298,46 +312,53 @@ Result<VerifyReport> VerifyBuffers(Exchange& comm, const std::vector<ParamBuffer
       }
     }
   }
-  SEEDSTORE_RETURN_IF_ERROR(CheckSameInputs(comm, layout, shards));
+  SEEDSTORE_RETURN_IF_ERROR(CheckSameInputs(comm, layout, shards, k));
   // Inputs agree on every rank from here on, so a local error must not leave the others
   // waiting: it is reported through the exchange (has_actual = false).
-  for (size_t i = 0; i < params.size(); ++i) {
-    const ParamBuffer& p = params[i];
-    LocalShard& s = shards[i];
-    SEEDSTORE_ASSIGN_OR_RETURN(Shard sh, layout.ShardOf(p.name, p.shape, me));
-    const uint64_t want = sh.region.Count() * DTypeSize(p.dtype);
-    Status st;
-    if (p.bytes != want) {
-      st = InvalidArgument("buffer holds " + std::to_string(p.bytes) + " bytes, the shard " +
-                           DescribeRegion(sh.region) + " needs " + std::to_string(want));
-    } else if (p.data == nullptr && want > 0) {
-      st = InvalidArgument("null buffer");
-    } else if (p.on_device) {
-      KernelStatus ks = KFingerprintCuda(p.dtype, sh.region, p.data,
-                                         FingerprintSeed(p.name, p.dtype, p.shape), &s.actual);
-      if (!ks.ok())
-        st = Status(ks.code == KernelCode::kUnsupported ? Code::kUnsupported : Code::kIo, ks.message);
-    } else {
-      s.actual = FingerprintCpu(p.dtype, sh.region, p.data,
-                                FingerprintSeed(p.name, p.dtype, p.shape), o.cpu);
-    }
-    if (st.ok() && ref_index[i] >= 0) {
-      auto e = reference->FingerprintRegion(ref_index[i], sh.region, o.cpu);
-      if (e.ok())
-        s.expected = *e;
-      else
-        st = e.status().WithContext("reference " + reference->origin());
-    }
-    if (!st.ok()) {
-      s.has_actual = false;
-      s.error = st.ToString();
-      s.error_code = st.code();
-      std::fprintf(stderr, "seedstore: rank %d: tensor '%s' %s: %s\n", me, p.name.c_str(),
-                   DescribeRegion(sh.region).c_str(), st.ToString().c_str());
+  std::vector<std::vector<LocalShard>> mine(k, shards);
+  for (int j = 0; j < k; ++j) {
+    const int me = comm.rank() * k + j;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamBuffer& p = hosted[j][i];
+      LocalShard& s = mine[j][i];
+      s.name = p.name;  // ExchangeAndDecideHosted checks every local rank lists the same tensors
+      s.shape = p.shape;
+      s.dtype = p.dtype;
+      SEEDSTORE_ASSIGN_OR_RETURN(Shard sh, layout.ShardOf(p.name, p.shape, me));
+      const uint64_t want = sh.region.Count() * DTypeSize(p.dtype);
+      Status st;
+      if (p.bytes != want) {
+        st = InvalidArgument("buffer holds " + std::to_string(p.bytes) + " bytes, the shard " +
+                             DescribeRegion(sh.region) + " needs " + std::to_string(want));
+      } else if (p.data == nullptr && want > 0) {
+        st = InvalidArgument("null buffer");
+      } else if (p.on_device) {
+        KernelStatus ks = KFingerprintCuda(p.dtype, sh.region, p.data,
+                                           FingerprintSeed(p.name, p.dtype, p.shape), &s.actual);
+        if (!ks.ok())
+          st = Status(ks.code == KernelCode::kUnsupported ? Code::kUnsupported : Code::kIo, ks.message);
+      } else {
+        s.actual = FingerprintCpu(p.dtype, sh.region, p.data,
+                                  FingerprintSeed(p.name, p.dtype, p.shape), o.cpu);
+      }
+      if (st.ok() && ref_index[i] >= 0) {
+        auto e = reference->FingerprintRegion(ref_index[i], sh.region, o.cpu);
+        if (e.ok())
+          s.expected = *e;
+        else
+          st = e.status().WithContext("reference " + reference->origin());
+      }
+      if (!st.ok()) {
+        s.has_actual = false;
+        s.error = st.ToString();
+        s.error_code = st.code();
+        std::fprintf(stderr, "seedstore: rank %d: tensor '%s' %s: %s\n", me, p.name.c_str(),
+                     DescribeRegion(sh.region).c_str(), st.ToString().c_str());
+      }
     }
   }
   const double t1 = Now();
-  SEEDSTORE_ASSIGN_OR_RETURN(VerifyReport rep, ExchangeAndDecide(comm, layout, shards));
+  SEEDSTORE_ASSIGN_OR_RETURN(VerifyReport rep, ExchangeAndDecideHosted(comm, layout, mine));
   rep.timing.fingerprint_s = t1 - t0;
   rep.timing.total_s = Now() - t0;
   return rep;

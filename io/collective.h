@@ -182,4 +182,15 @@ Result<VerifyReport> VerifyBuffers(Exchange& comm, const std::vector<ParamBuffer
                                    const Layout& layout, const Catalog* reference = nullptr,
                                    const VerifyOptions& o = {});
 
+/// VerifyBuffers for a process that holds several ranks of the layout (a JAX process driving
+/// several devices): member p of `comm` holds ranks p*k .. p*k+k-1, k = hosted.size() (the same
+/// on every member), and hosted[j] is rank p*k+j's buffers, the same tensors in the same order
+/// on every rank (ExchangeAndDecideHosted). VerifyBuffers is this with k = 1. Errors: as
+/// VerifyBuffers; kInvalidArgument also when hosted is empty, its entries list different
+/// tensors, or layout.world_size() != comm.size() x k.
+Result<VerifyReport> VerifyHostedBuffers(Exchange& comm,
+                                         const std::vector<std::vector<ParamBuffer>>& hosted,
+                                         const Layout& layout, const Catalog* reference = nullptr,
+                                         const VerifyOptions& o = {});
+
 }  // namespace seedstore

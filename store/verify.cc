@@ -302,7 +302,8 @@ Fingerprint InputDigest(const Layout& layout, const std::vector<LocalShard>& sha
   return Fingerprint{h.low64, h.high64};
 }
 
-Status CheckSameInputs(Exchange& ex, const Layout& layout, const std::vector<LocalShard>& shards) {
+Status CheckSameInputs(Exchange& ex, const Layout& layout, const std::vector<LocalShard>& shards,
+                       int hosted) {
   const Fingerprint mine = InputDigest(layout, shards);
   std::vector<Fingerprint> all(ex.size());
   SEEDSTORE_RETURN_IF_ERROR(ex.AllGather(&mine, sizeof mine, all.data(), "input digests"));
@@ -310,13 +311,20 @@ Status CheckSameInputs(Exchange& ex, const Layout& layout, const std::vector<Loc
   for (int r = 1; r < ex.size(); ++r)
     if (all[r] != all[0]) differ.push_back(r);
   if (!differ.empty())
-    return InvalidArgument(Ranks(differ) + " passed a different catalog or layout than rank 0 " +
+    return InvalidArgument((hosted == 1 ? Ranks(differ)
+                                        : (differ.size() == 1 ? "process " : "processes ") +
+                                              RankList(differ)) +
+                           " passed a different catalog or layout than " +
+                           (hosted == 1 ? "rank 0 " : "process 0 ") +
                            "(tensor names, dtypes, shapes, recorded fingerprints or layout " +
                            "differ; input digest " + FingerprintHex(all[differ[0]]) + " vs " +
                            FingerprintHex(all[0]) + ")");
-  if (layout.world_size() != ex.size())
+  if (layout.world_size() != ex.size() * hosted)
     return InvalidArgument("layout: the mesh has " + std::to_string(layout.world_size()) +
-                           " ranks but the job has " + std::to_string(ex.size()));
+                           " ranks but the job has " + std::to_string(ex.size() * hosted) +
+                           (hosted == 1 ? std::string()
+                                        : " (" + std::to_string(ex.size()) + " processes x " +
+                                              std::to_string(hosted) + ")"));
   return Status::Ok();
 }
 
@@ -406,38 +414,63 @@ Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>&
 
 Result<VerifyReport> ExchangeAndDecide(Exchange& ex, const Layout& layout,
                                        const std::vector<LocalShard>& shards) {
-  const int world = ex.size(), me = ex.rank();
+  return ExchangeAndDecideHosted(ex, layout, {shards});
+}
+
+Result<VerifyReport> ExchangeAndDecideHosted(Exchange& ex, const Layout& layout,
+                                             const std::vector<std::vector<LocalShard>>& hosted) {
+  if (hosted.empty()) return InvalidArgument("verify: this process holds no rank of the layout");
+  const size_t k = hosted.size();
+  const std::vector<LocalShard>& shards = hosted[0];
   const size_t n = shards.size();
+  for (size_t j = 1; j < k; ++j) {
+    bool same = hosted[j].size() == n;
+    for (size_t i = 0; same && i < n; ++i)
+      same = hosted[j][i].name == shards[i].name && hosted[j][i].shape == shards[i].shape &&
+             hosted[j][i].dtype == shards[i].dtype;
+    if (!same)
+      return InvalidArgument("verify: the ranks of one process list different tensors (local rank " +
+                             std::to_string(j) + " vs 0)");
+  }
+  const int world = ex.size() * static_cast<int>(k);
+  if (layout.world_size() != world)
+    return InvalidArgument("layout: the mesh has " + std::to_string(layout.world_size()) +
+                           " ranks but the job has " + std::to_string(world));
+  const int first = ex.rank() * static_cast<int>(k);
   const double t0 = Now();
   SEEDSTORE_RETURN_IF_ERROR(ex.Barrier("waiting for every rank to finish fingerprinting"));
   const double t1 = Now();
 
-  // One block per rank: n fingerprints (16 bytes each), then n flag bytes.
+  // One block per rank: n fingerprints (16 bytes each), then n flag bytes; a member sends the
+  // blocks of its k ranks in rank order.
   const size_t block = n * sizeof(Fingerprint) + n;
-  std::vector<unsigned char> send(block), recv(block * world);
+  std::vector<unsigned char> send(block * k), recv(block * world);
   // Owners contribute their expected fingerprint to a sum: lane0, lane1, count per tensor.
   std::vector<uint64_t> sums(3 * n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    const LocalShard& s = shards[i];
-    uint8_t f = FailureFlags(s.error_code);
-    Fingerprint fp{};
-    if (s.has_actual) {
-      f = kFlagHasActual;
-      fp = s.actual;
-      if (s.expected && *s.expected != s.actual) f |= kFlagOffSpec;
-    }
-    std::memcpy(send.data() + i * sizeof(Fingerprint), &fp, sizeof fp);
-    send[n * sizeof(Fingerprint) + i] = f;
-    if (s.expected) {
-      SEEDSTORE_ASSIGN_OR_RETURN(Shard sh, layout.ShardOf(s.name, s.shape, me));
-      if (sh.replica_index == 0) {
-        sums[3 * i] = s.expected->lane0;
-        sums[3 * i + 1] = s.expected->lane1;
-        sums[3 * i + 2] = 1;
+  for (size_t j = 0; j < k; ++j) {
+    unsigned char* b = send.data() + j * block;
+    for (size_t i = 0; i < n; ++i) {
+      const LocalShard& s = hosted[j][i];
+      uint8_t f = FailureFlags(s.error_code);
+      Fingerprint fp{};
+      if (s.has_actual) {
+        f = kFlagHasActual;
+        fp = s.actual;
+        if (s.expected && *s.expected != s.actual) f |= kFlagOffSpec;
+      }
+      std::memcpy(b + i * sizeof(Fingerprint), &fp, sizeof fp);
+      b[n * sizeof(Fingerprint) + i] = f;
+      if (s.expected) {
+        SEEDSTORE_ASSIGN_OR_RETURN(Shard sh, layout.ShardOf(s.name, s.shape, first + static_cast<int>(j)));
+        if (sh.replica_index == 0) {
+          sums[3 * i] += s.expected->lane0;
+          sums[3 * i + 1] += s.expected->lane1;
+          sums[3 * i + 2] += 1;
+        }
       }
     }
   }
-  SEEDSTORE_RETURN_IF_ERROR(ex.AllGather(send.data(), block, recv.data(), "shard fingerprints"));
+  SEEDSTORE_RETURN_IF_ERROR(ex.AllGather(send.data(), send.size(), recv.data(), "shard fingerprints"));
   SEEDSTORE_RETURN_IF_ERROR(ex.AllReduceSum(sums.data(), sums.size(), "expected fingerprints"));
   const double t2 = Now();
 

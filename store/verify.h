@@ -153,10 +153,13 @@ struct VerifyReport {
 Fingerprint InputDigest(const Layout& layout, const std::vector<LocalShard>& shards);
 
 /// Checks over `ex` that every rank passes the same inputs (InputDigest) and that the layout's
-/// world size equals ex.size(). Errors (identical on every rank): kInvalidArgument naming the
-/// ranks whose inputs differ from rank 0's, or the size mismatch; kIo from the exchange.
-/// Call it before the expensive local fingerprinting, so a mismatch is reported at once.
-Status CheckSameInputs(Exchange& ex, const Layout& layout, const std::vector<LocalShard>& shards);
+/// world size equals ex.size() x `hosted` (the layout ranks each member of `ex` holds, see
+/// ExchangeAndDecide). Errors (identical on every rank): kInvalidArgument naming the ranks
+/// (with hosted > 1: the processes) whose inputs differ from member 0's, or the size
+/// mismatch; kIo from the exchange. Call it before the expensive local fingerprinting, so a
+/// mismatch is reported at once.
+Status CheckSameInputs(Exchange& ex, const Layout& layout, const std::vector<LocalShard>& shards,
+                       int hosted = 1);
 
 /// The pure decision: given every rank's fingerprints, decide (a) and (b) above.
 /// `fps[r][i]` / `flags[r][i]` are rank r's fingerprint / flags for tensor i: kFlagHasActual,
@@ -179,5 +182,15 @@ Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>&
 /// A disagreement is not an error here: inspect the report (ToStatus()).
 Result<VerifyReport> ExchangeAndDecide(Exchange& ex, const Layout& layout,
                                        const std::vector<LocalShard>& shards);
+
+/// The same for a member of `ex` that holds several ranks of the layout (a JAX process driving
+/// several devices): member p holds ranks p*k .. p*k+k-1, k = hosted.size() (the same on every
+/// member), and hosted[j] is rank p*k+j's shards, the same tensors in the same order on every
+/// rank. One all-gather of k blocks per member; the report is the one ExchangeAndDecide over a
+/// world of layout.world_size() ranks would give. Errors: kInvalidArgument when hosted is
+/// empty, its entries list different tensors, or layout.world_size() != ex.size() x k; as
+/// ExchangeAndDecide otherwise.
+Result<VerifyReport> ExchangeAndDecideHosted(Exchange& ex, const Layout& layout,
+                                             const std::vector<std::vector<LocalShard>>& hosted);
 
 }  // namespace seedstore

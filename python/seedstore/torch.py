@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 import seedstore as _ss
 from seedstore import _core
+from seedstore._replicas import ReplicaReport, glob_literal as _glob_literal, verify_groups
 
 __all__ = ["init_module_", "verify_replicas", "InitReport", "ReplicaReport", "layout_of", "Reader",
            "Writer"]
@@ -39,11 +40,6 @@ for _n in ("uint16", "uint32", "uint64"):
 
 def _err(cls, code: str, msg: str):
     return cls(f"{code}: {msg}")
-
-
-def _glob_literal(name: str) -> str:
-    """`name` as a glob matching exactly itself (fnmatch's *, ? and [ bracketed)."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def _is_dtensor(t: torch.Tensor) -> bool:
@@ -328,55 +324,6 @@ class _TorchExchange:
         dist.barrier(group=self.group)
 
 
-class ReplicaReport:
-    """verify_replicas' verdict, the same on every rank. `tensors`: one dict per tensor (the
-    library's JSON: name, ok, replicas 'agree'/'mismatch'/'tie'/'incomplete', composition
-    'ok'/'mismatch'/'not_checked'/'undetermined', composed and expected fingerprints,
-    problems with their region, replicas, votes, deviating / off_spec / failed ranks)."""
-
-    def __init__(self, reports):
-        self._reports = reports
-        self.tensors: List[dict] = []
-        for r in reports:
-            self.tensors.extend(json.loads(r.to_json())["tensors"])
-        self.ok: bool = all(r.ok for r in reports)
-
-    def __getitem__(self, name: str) -> dict:
-        for t in self.tensors:
-            if t["name"] == name:
-                return t
-        raise KeyError(name)
-
-    @property
-    def disagreeing(self) -> Dict[str, List[int]]:
-        """Tensor -> ranks whose shard differs from its replicas' majority or from the source
-        (deviating, off-spec or failed), for every tensor with such ranks."""
-        out = {}
-        for t in self.tensors:
-            ranks = set()
-            for g in t["problems"]:
-                ranks.update(g["deviating"], g["off_spec"], g["failed"])
-            if ranks:
-                out[t["name"]] = sorted(ranks)
-        return out
-
-    @property
-    def ties(self) -> List[str]:
-        """Tensors whose replicas split with no majority (every value named in `votes`)."""
-        return [t["name"] for t in self.tensors if t["replicas"] == "tie"]
-
-    def table(self, problems_only: bool = False) -> str:
-        return "\n".join(r.table(problems_only) for r in self._reports)
-
-    def raise_if_failed(self) -> None:
-        """MismatchError (or the failure's own error) naming the first problem tensors."""
-        for r in self._reports:
-            r.raise_if_failed()
-
-    def __repr__(self) -> str:
-        return f"ReplicaReport(ok={self.ok}, {len(self.tensors)} tensors, disagreeing={self.disagreeing})"
-
-
 def _layout_groups(named, name_map: NameMap, group, world: int, what: str):
     """Tensors `named` ((name, tensor) pairs) as few library layouts over the group as their placements allow
     (one, unless two tensors nest the same mesh axes in opposite orders): a list of
@@ -440,13 +387,8 @@ def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
                                   world, "verify_replicas")
     if cuda:
         torch.cuda.current_stream().synchronize()
-    reports = []
-    for layout, params in groups:
-        reports.append(_core.verify_buffers(ex, params, layout._l, ref, threads))
-    report = ReplicaReport(reports)
-    if raise_on_failure:
-        report.raise_if_failed()
-    return report
+    return verify_groups(ex, [(layout, [params]) for layout, params in groups], ref, threads,
+                         raise_on_failure)
 
 
 _DTYPES_BY_NAME = {v: k for k, v in _TORCH_DTYPES.items()}

@@ -650,21 +650,24 @@ NB_MODULE(_seedstore, m) {
            "problems_only"_a = false)
       .def("raise_if_failed", [](const VerifyReport& r) { Check(r.ToStatus()); });
 
-  // One parameter's local shard: (name, global shape, array). `layout` places each on `exchange`'s
-  // ranks; `reference` (a catalog or None) gives expected fingerprints (store/verify.h).
-  m.def("verify_buffers", [](nb::object exchange, const ParamList& params, const Layout& layout,
-                             std::optional<PyCatalog> reference, int threads) {
-    const std::vector<ParamBuffer> bufs = ToParamBuffers(params, "verify");
+  // hosted[j]: the local shards of layout rank exchange.rank() * len(hosted) + j, each a
+  // (name, global shape, array); one entry per process under torch.distributed, one per local
+  // device under JAX (io/collective.h VerifyHostedBuffers). `reference` (a catalog or None)
+  // gives expected fingerprints (store/verify.h).
+  m.def("verify_buffers", [](nb::object exchange, const std::vector<ParamList>& hosted,
+                             const Layout& layout, std::optional<PyCatalog> reference, int threads) {
+    std::vector<std::vector<ParamBuffer>> bufs;
+    for (const ParamList& params : hosted) bufs.push_back(ToParamBuffers(params, "verify"));
     PyExchange ex(exchange);
     VerifyOptions o;
     o.cpu.threads = threads;
     Result<VerifyReport> rep = VerifyReport{};
     {
       nb::gil_scoped_release rel;
-      rep = VerifyBuffers(ex, bufs, layout, reference ? reference->c.get() : nullptr, o);
+      rep = VerifyHostedBuffers(ex, bufs, layout, reference ? reference->c.get() : nullptr, o);
     }
     return Take(std::move(rep));
-  }, "exchange"_a, "params"_a, "layout"_a, "reference"_a.none(), "threads"_a = 0);
+  }, "exchange"_a, "hosted"_a, "layout"_a, "reference"_a.none(), "threads"_a = 0);
 
   // The live-job save (io/dist_store.h SaveBuffers): every rank its shards, host memory, one
   // distributed save at `path`, proven. Returns the proof's table; a failed proof raises.

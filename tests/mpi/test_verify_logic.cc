@@ -2,6 +2,7 @@
 // threads: majority vote, ties, composition against recorded and spec references, and the
 // users' failure modes. The same scenarios run under real mpirun in test_verify_mpi.cc.
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "kernels/materialize.h"
 
@@ -325,6 +326,102 @@ TEST(VerifyLive, DeviceBuffersWithoutCudaAreUnsupportedPerRank) {
     ASSERT_TRUE(rep.ok());
     EXPECT_EQ(rep->CountFailures(), 1u);
   });
+}
+
+}  // namespace
+}  // namespace seedstore
+
+// ---- Several ranks per process (a JAX process driving several devices) ----------------------
+
+namespace seedstore {
+namespace {
+
+// The reports of an 8-rank job run as `procs` members of `procs` threads, each holding 8/procs
+// consecutive ranks (VerifyHostedBuffers), rank `flip_rank` flipping one bit of `flip_tensor`.
+std::vector<Result<VerifyReport>> RunHosted(int procs, bool with_reference, int flip_rank = -1,
+                                            const std::string& flip_tensor = "") {
+  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto layout = Layout::Parse(mpitest::MeshLayout(8), "layout");
+  auto ref = SpecCatalog::Create(*spec, "small.json");
+  EXPECT_TRUE(spec.ok() && layout.ok() && ref.ok());
+  const int k = 8 / procs;
+  std::vector<Result<VerifyReport>> out;
+  for (int p = 0; p < procs; ++p) out.emplace_back(Internal("not run"));
+  std::mutex mu;
+  ThreadWorld w(procs);
+  w.Run([&](Exchange& ex) {
+    std::vector<mpitest::JobShards> jobs;
+    std::vector<std::vector<ParamBuffer>> hosted;
+    for (int j = 0; j < k; ++j)
+      jobs.push_back(BuildJob(*spec, *layout, ex.rank() * k + j, Init::kSeeded, flip_rank, flip_tensor));
+    for (const auto& job : jobs) hosted.push_back(job.params);
+    VerifyOptions o;
+    o.cpu.threads = 1;
+    auto rep = VerifyHostedBuffers(ex, hosted, *layout, with_reference ? ref->get() : nullptr, o);
+    std::lock_guard<std::mutex> lock(mu);
+    out[ex.rank()] = std::move(rep);
+  });
+  return out;
+}
+
+std::string Verdicts(const VerifyReport& r) {
+  nlohmann::json j = r.ToJson();
+  j.erase("timing");
+  return j.dump();
+}
+
+TEST(VerifyHosted, SameVerdictAsOneRankPerProcess) {
+  for (bool with_ref : {false, true}) {
+    for (int flip : {-1, 0, 5}) {
+      auto one = RunHosted(8, with_ref, flip, "layers.0.wq");
+      ASSERT_TRUE(one[0].ok()) << one[0].status().ToString();
+      for (int procs : {1, 2, 4}) {
+        auto many = RunHosted(procs, with_ref, flip, "layers.0.wq");
+        for (int p = 0; p < procs; ++p) {
+          ASSERT_TRUE(many[p].ok()) << many[p].status().ToString();
+          EXPECT_EQ(Verdicts(*many[p]), Verdicts(*one[0])) << procs << " processes, flip " << flip;
+          EXPECT_EQ(many[p]->world, 8);
+        }
+      }
+      EXPECT_EQ(one[0]->ok(), flip < 0) << one[0]->Table();
+    }
+  }
+}
+
+TEST(VerifyHosted, ProcessesWithDifferentInputsAreNamedAsProcesses) {
+  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  Layout layout = Layout::Replicated(4);
+  std::vector<Status> st(2);
+  ThreadWorld w(2);
+  w.Run([&](Exchange& ex) {
+    ModelSpec s = *spec;
+    if (ex.rank() == 1) s.tensors[1].name = "layers.0.wk";
+    mpitest::JobShards a = BuildJob(s, layout, 2 * ex.rank(), Init::kSeeded);
+    mpitest::JobShards b = BuildJob(s, layout, 2 * ex.rank() + 1, Init::kSeeded);
+    st[ex.rank()] = VerifyHostedBuffers(ex, {a.params, b.params}, layout).status();
+  });
+  for (const Status& s : st) {
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_NE(s.message().find("process 1 passed a different"), std::string::npos) << s.message();
+  }
+}
+
+TEST(VerifyHosted, WorldIsProcessesTimesHostedRanks) {
+  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  Layout layout = Layout::Replicated(8);
+  std::vector<Status> st(2);
+  ThreadWorld w(2);
+  w.Run([&](Exchange& ex) {
+    mpitest::JobShards a = BuildJob(*spec, layout, 0, Init::kSeeded);
+    st[ex.rank()] = VerifyHostedBuffers(ex, {a.params, a.params, a.params}, layout).status();
+  });
+  EXPECT_EQ(st[0].code(), Code::kInvalidArgument);
+  EXPECT_NE(st[0].message().find("the mesh has 8 ranks but the job has 6 (2 processes x 3)"),
+            std::string::npos) << st[0].message();
+  Status empty = Status::Ok();
+  ThreadWorld one(1);
+  one.Run([&](Exchange& ex) { empty = VerifyHostedBuffers(ex, {}, layout).status(); });
+  EXPECT_EQ(empty.code(), Code::kInvalidArgument);
 }
 
 }  // namespace

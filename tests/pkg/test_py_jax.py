@@ -59,3 +59,27 @@ def test_one_sharding_for_all_and_missing_tensors_named():
     assert sorted(got) == ["s", "w"]
     with pytest.raises(seedstore.NotFoundError, match="'nope'"):
         ssj.load(SPEC, {"nope": NamedSharding(mesh, P())})
+
+
+def test_verify_replicas_in_one_process_names_a_flipped_device():
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
+    shardings = {"act": NamedSharding(mesh, P("data", None, "model")), "w": NamedSharding(mesh, P("model")),
+                 "norm": NamedSharding(mesh, P()), "s": NamedSharding(mesh, P())}
+    got = ssj.load(SPEC, shardings)
+    rep = ssj.verify_replicas(got, SPEC)
+    assert rep.ok, rep.table()
+    assert all(t["composition"] == "ok" for t in rep.tensors)
+    # flip one bit of 'norm' (8 replicas) on the device at rank 3
+    devs = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    pieces = []
+    for s in got["norm"].addressable_shards:
+        a = np.array(s.data)
+        if s.device == devs[3]:
+            a.view(np.uint32)[5] ^= 1
+        pieces.append(jax.device_put(a, s.device))
+    bad = dict(got, norm=jax.make_array_from_single_device_arrays((40,), shardings["norm"], pieces))
+    rep = ssj.verify_replicas(bad)
+    assert rep.disagreeing == {"norm": [3]} and rep.disagreeing_devices == {"norm": [devs[3]]}
+    assert rep.disagreeing_processes == {"norm": [0]}
+    with pytest.raises(seedstore.MismatchError, match="norm"):
+        ssj.verify_replicas(bad, SPEC, raise_on_failure=True)
