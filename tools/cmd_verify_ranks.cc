@@ -81,6 +81,10 @@ int Run(const VerifyRanksOptions& o) {
     }
     std::fflush(report);
   }
+  // The job ends together, within the timeout: a rank that stalls after the exchange is named
+  // here instead of leaving the others waiting in the launcher's teardown (MPI_Finalize has no
+  // deadline).
+  if (Status end = c.Barrier("the end of the job"); !end.ok()) return finish(end);
   return RankVerdict(rep->ToStatus(), me);
 }
 
