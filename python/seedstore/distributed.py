@@ -24,7 +24,9 @@ from ._seedstore import InvalidArgumentError
 __all__ = ["init_distributed", "Communicator"]
 
 _BACKENDS = ("auto", "nccl", "store")
-_made = 0  # communicators made by this process: each gets its own key prefix
+# Communicators made so far, per rank (one rank per process in a job; several in a test's
+# threads): the n-th communicator of every rank uses the key prefix seedstore/<n>/.
+_made: dict = {}
 
 
 class Communicator:
@@ -221,7 +223,6 @@ def init_distributed(store: Any = None, rank: Optional[int] = None,
     an unknown backend, ranks started with different world sizes -- named), IoError (a rank
     did not arrive within the timeout, named; the store failed), UnsupportedError (nccl without
     an NCCL build or a GPU, or two ranks on one GPU)."""
-    global _made
     if backend not in _BACKENDS:
         raise _err(f"backend {backend!r}: expected one of {', '.join(_BACKENDS)}")
     seconds = _seconds(timeout)
@@ -250,8 +251,9 @@ def init_distributed(store: Any = None, rank: Optional[int] = None,
         backend = "nccl" if _gpus_for_local_ranks() else "store"
     dev = _device_index(device) if backend == "nccl" else -1
     calls = _StoreCallables(store)
-    prefix = f"seedstore/{_made}/"
-    _made += 1
+    n = _made.get(rank, 0)
+    _made[rank] = n + 1
+    prefix = f"seedstore/{n}/"
     return Communicator(_core._store_communicator(rank, world_size, prefix, calls.put, calls.get,
                                                   calls.has, backend, dev, seconds))
 
