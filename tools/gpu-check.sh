@@ -152,10 +152,10 @@ build_cmake() {
         ${pyexe:+-DPython_EXECUTABLE=$pyexe} "${nccl_args[@]}" \
         > "$W/configure.log" 2>&1 || { tail -20 "$W/configure.log"; return 1; }
   grep -q "CUDA kernels ON" "$W/configure.log" || { echo "gpu-check: CMake did not enable CUDA"; return 1; }
-  stamp "build seedstore_gpu_tests seedstore_gpu_bench (-j$JOBS)"
   local targets=(seedstore_gpu_tests seedstore_gpu_bench)
   [ "$PY_ONLY" = 1 ] && targets=(seedstore_gpu_bench)
   [ -n "$TIERS" ] && targets=(all)
+  stamp "build ${targets[*]} (-j$JOBS)"
   timeout 300 cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}" \
         > "$W/build.log" 2>&1 || { grep -E "error|Error" "$W/build.log" | head -30; return 1; }
   BENCH="$BUILD/kernels/seedstore_gpu_bench"
