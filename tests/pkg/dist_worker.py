@@ -3,7 +3,7 @@ its results to $SEEDSTORE_OUT/rank<r>.json, asserted by the test.
 
 seedstore.init_distributed from torchrun's TCPStore (before and after init_process_group), the
 replica check through it compared with the torch.distributed (gloo) path on a plain and an
-FSDP2 model, one flipped element, bad arguments, and a rank that stops (SIGSTOP) inside a check.
+FSDP2 model, a dcp.save through seedstore.torch.Writer over it, one flipped element, bad arguments, and a rank that stops (SIGSTOP) inside a check.
 """
 import json
 import os
@@ -14,6 +14,7 @@ import traceback
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -94,6 +95,15 @@ def main():
         via_torch = summary(sst.verify_replicas(m, spec))
         res[f"{label}_same"] = via_comm == via_torch
         res[f"{label}_verify"] = via_comm
+        if label == "fsdp":  # a distributed save whose exchanges go through the communicator
+            ckpt = os.path.join(OUT, "ckpt.h5")
+            writer = sst.Writer(ckpt, group=comm)
+            dcp.save(m.state_dict(), storage_writer=writer)
+            res["save_table_has_rows"] = "1.weight" in writer.table
+            if RANK == 0:
+                saved, ref = seedstore.open(ckpt), seedstore.open(spec)
+                res["save_fingerprints_match"] = {
+                    t.name: str(saved.fingerprint(t.name)) == str(ref.fingerprint(t.name)) for t in ref.tensors}
         name = "2.weight" if label == "plain" else "1.weight"
         if RANK == 1:
             flip_one(m, name)

@@ -2,6 +2,7 @@
 the communicator made from torchrun's TCPStore (from the environment, and from torch's default
 group) carries the replica check, whose report equals the torch.distributed (gloo) path's on a
 plain and an FSDP2 model -- agreement, and one flipped element named with its tensor and rank;
+a dcp.save through seedstore.torch.Writer(group=communicator) holds the spec's fingerprints;
 a rank stopped with SIGSTOP inside a check gives the others an IoError naming it within the
 timeout, not a hang; bad arguments and mismatched world sizes are named. In-process: the store
 backend over a plain set/get object and a FileStore, timeouts naming the missing ranks."""
@@ -57,6 +58,11 @@ def test_replica_check_through_the_store_equals_the_gloo_path(ranks, label):
     assert rep["ok"] and rep["disagreeing"] == {}
     for t in rep["tensors"].values():
         assert (t["replicas"], t["composition"]) == ("agree", "ok"), t
+
+
+def test_distributed_save_through_the_communicator(ranks):
+    assert all(r["save_table_has_rows"] for r in ranks)
+    assert ranks[0]["save_fingerprints_match"] == {n: True for n in ("0.weight", "1.weight", "1.bias")}
 
 
 @pytest.mark.parametrize("label,name", [("plain", "2.weight"), ("fsdp", "1.weight")])
