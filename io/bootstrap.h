@@ -11,7 +11,8 @@
 // rank therefore gives every live rank a kIo naming it within the timeout (rank 0 at the
 // deadline, the others a little later), never a hang; a stalled rank 0 is named by the others.
 // Keys are "<prefix><step>/<n>/<rank>", n counting this object's exchanges, so every rank must
-// make the same exchanges in the same order (as for any collective).
+// make the same exchanges in the same order (as for any collective). Keys are never deleted
+// (a store need not support it): each exchange leaves size() + 1 small keys behind.
 #pragma once
 #include <functional>
 #include <memory>

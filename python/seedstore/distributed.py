@@ -215,7 +215,8 @@ def init_distributed(store: Any = None, rank: Optional[int] = None,
         rank's GPU, its unique id through the store) or "auto" (nccl when seedstore has NCCL and
         CUDA and this node has a GPU per local rank, else store).
     device: the CUDA device for nccl (int, 'cuda:N', torch.device); default LOCAL_RANK modulo
-        the visible GPUs, else torch's current device.
+        the visible GPUs, else torch's current device. NCCL steps make it the calling thread's
+        current CUDA device (as torch.cuda.set_device(device) would).
     timeout: seconds (or a timedelta) each step may wait for the other ranks.
 
     Every rank of the job calls it, in the same order as its other collective calls. Errors:
