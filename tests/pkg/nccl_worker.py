@@ -28,6 +28,7 @@ try:
             m.weight.view(-1)[100] += 1
     out["flip"] = sst.verify_replicas(m, spec, group=comm).disagreeing
     comm.barrier("done")
+    comm.close()
 except seedstore.Error as e:
     out["error"] = [type(e).__name__, str(e)]
 print("RESULT " + json.dumps(out), flush=True)

@@ -56,6 +56,7 @@ def test_world_of_one_through_a_tcpstore():
     # auto: NCCL where this node has a GPU per local rank (one here)
     auto = seedstore.init_distributed(store, rank=0, world_size=1, timeout=60)
     assert auto.backend == "nccl", auto
+    auto.close()
 
 
 def _free_port():
