@@ -29,7 +29,7 @@
 # SEEDSTORE_GPU_CHECK_STANDALONE=1 skips CMake and builds with nvcc/g++ alone. The gpu tests
 # run with SEEDSTORE_REQUIRE_GPU=1: a test that finds no GPU (or no NCCL) fails instead of
 # skipping. The table's "tests" rows say PASS only for tests that ran and passed: the NCCL
-# backend (one rank, tests/gpu/nccl_comm_test.cc) is NOT RUN when no libnccl.so.2 is found.
+# backend (one rank, tests/gpu/test_nccl_comm.cc) is NOT RUN when no libnccl.so.2 is found.
 set -uo pipefail
 
 DRY=0
@@ -229,7 +229,7 @@ build_standalone() {
   BENCH="$sb/seedstore_gpu_bench"
   if [ ${#gtlib[@]} -gt 0 ]; then
     g++ -std=c++20 -O2 -ffp-contract=off -I"$ROOT" "${gtinc[@]}" -I/usr/local/cuda/include -DSEEDSTORE_HAVE_CUDA_KERNELS=1 \
-        "$ROOT"/tests/gpu/cuda_kernels_test.cc "$ROOT"/tests/gpu/kernel_emulation_test.cc \
+        "$ROOT"/tests/gpu/test_cuda_kernels.cc "$ROOT"/tests/gpu/test_kernel_emulation.cc \
         "${cuobj[@]}" "${extra[@]}" "${gtlib[@]}" \
         -L/usr/local/cuda/lib64 -lcudart -pthread -o "$sb/seedstore_gpu_tests" > "$sb/tests-link.log" 2>&1 \
         && TESTS="$sb/seedstore_gpu_tests" \
@@ -249,7 +249,7 @@ build_standalone() {
     stamp "NCCL test against $ninc/nccl.h and $nlib"
     if g++ -std=c++20 -O2 -ffp-contract=off -Wall -Wextra -I"$ROOT" "${gtinc[@]}" -I"$ninc" -I/usr/local/cuda/include \
           -DSEEDSTORE_HAVE_CUDA_KERNELS=1 -DSEEDSTORE_HAVE_NCCL=1 \
-          "$ROOT"/tests/gpu/nccl_comm_test.cc "$ROOT"/io/nccl_comm.cc "$ROOT"/io/gpu_select.cc "$ROOT"/store/status.cc \
+          "$ROOT"/tests/gpu/test_nccl_comm.cc "$ROOT"/io/nccl_comm.cc "$ROOT"/io/gpu_select.cc "$ROOT"/store/status.cc \
           "${cuobj[@]}" "${extra[@]}" "${gtlib[@]}" "$nlib" -Wl,-rpath,"$(dirname "$nlib")" \
           -L/usr/local/cuda/lib64 -lcudart -pthread -o "$sb/seedstore_gpu_nccl_tests" > "$sb/nccl-link.log" 2>&1; then
       NCCL_TESTS="$sb/seedstore_gpu_nccl_tests"

@@ -26,7 +26,7 @@
 #include "io/open.h"
 #include "store/spec.h"
 #include "tests/rank_test_util.h"
-#include "tests/random_model.h"
+#include "tests/random_model_test_util.h"
 
 namespace seedstore {
 namespace {

@@ -1,5 +1,5 @@
 // Randomized live-job verification (invariants I1, I4): random models and
-// layouts (tests/random_model.h) over an in-process world of the layout's ranks. Each rank
+// layouts (tests/random_model_test_util.h) over an in-process world of the layout's ranks. Each rank
 // passes its shard of every tensor, sliced from the whole values, to VerifyBuffers with the
 // model's store as reference:
 //   * untouched, every tensor agrees and composes, to the store's recorded fingerprint and to
@@ -17,7 +17,7 @@
 #include "io/collective.h"
 #include "io/h5store.h"
 #include "tests/rank_test_util.h"
-#include "tests/random_model.h"
+#include "tests/random_model_test_util.h"
 
 namespace seedstore {
 namespace {
