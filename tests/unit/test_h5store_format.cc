@@ -1,52 +1,50 @@
-// The known answers quoted in docs/FORMAT.md sections 2 and 3 (key derivation, fingerprint).
+// The known answers quoted in docs/FORMAT.md sections 2 and 3 (key derivation, fingerprint),
+// from tests/kat/vectors/format_doc.json.
 #include "tests/unit/h5store_test_util.h"
+#include "tests/vectors_test_util.h"
 
 namespace seedstore {
 namespace {
 
 using namespace h5storetest;  // NOLINT
 
-// The known answers quoted in docs/FORMAT.md sections 2 and 3.
+// Each tensor's derived key and whole-tensor fingerprint; where given, the fingerprint seed's
+// input bytes, and the fingerprint recomputed per element with libxxhash from the elements' bits.
 TEST(H5Store, FormatDocVectors) {
-  TensorSpec w;
-  w.name = "w";
-  w.shape = {2, 3};
-  w.dtype = DType::kF32;
-  w.init.dist = Dist::kConstant;
-  w.init.value = 1.5;
-  const Key kw = TensorKey(0, w);
-  EXPECT_EQ(kw.k0, 1102451320u);
-  EXPECT_EQ(kw.k1, 355204562u);
-  std::string seed_text("seedstore-fp-v1\0w\0float32\0" "2,3", 29);
-  EXPECT_EQ(FingerprintSeed("w", DType::kF32, {2, 3}), XXH3_64bits(seed_text.data(), seed_text.size()));
-  auto lw = LazyTensor::Resolve(w, 0);
-  ASSERT_TRUE(lw.ok());
-  EXPECT_EQ(FingerprintHex(*lw->FingerprintWhole()), "d804fb055f9b480a1b149ac338031420");
-  // Per element: XXH3_128bits_withSeed(LE64(i) || LE64(bits), fp_seed), lanes summed.
-  Fingerprint manual;
-  for (uint64_t i = 0; i < 6; ++i) {
-    unsigned char rec[16];
-    const uint64_t v = 0x3fc00000u;
-    for (int b = 0; b < 8; ++b) {
-      rec[b] = static_cast<unsigned char>(i >> (8 * b));
-      rec[8 + b] = static_cast<unsigned char>(v >> (8 * b));
+  using testutil::HexValue;
+  const nlohmann::json v = testutil::LoadVectorFile("tests/kat/vectors/format_doc.json");
+  ASSERT_FALSE(v.is_null());
+  ASSERT_EQ(v["tensors"].size(), 2u);
+  for (const auto& e : v["tensors"]) {
+    auto t = TensorSpecFromJson(e["record"], Generator::kThreefry, "record");
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    const uint64_t root = e["root_seed"];
+    const Key k = TensorKey(root, *t);
+    EXPECT_EQ(k.k0, HexValue(e["key"][0])) << t->name;
+    EXPECT_EQ(k.k1, HexValue(e["key"][1])) << t->name;
+    auto lazy = LazyTensor::Resolve(*t, root);
+    ASSERT_TRUE(lazy.ok());
+    EXPECT_EQ(FingerprintHex(*lazy->FingerprintWhole()), e["fingerprint"]) << t->name;
+    if (e.contains("fp_seed_text")) {
+      const std::vector<uint8_t> text = testutil::HexBytes(e["fp_seed_text"]);
+      EXPECT_EQ(FingerprintSeed(t->name, t->dtype, t->shape), XXH3_64bits(text.data(), text.size()));
     }
-    const XXH128_hash_t h = XXH3_128bits_withSeed(rec, 16, lw->fp_seed);
-    manual.Add(Fingerprint{h.low64, h.high64});
+    if (e.contains("element_bits")) {
+      // Per element: XXH3_128bits_withSeed(LE64(i) || LE64(bits), fp_seed), lanes summed.
+      Fingerprint manual;
+      const uint64_t bits = HexValue(e["element_bits"]);
+      for (uint64_t i = 0; i < t->NumElements(); ++i) {
+        unsigned char rec[16];
+        for (int b = 0; b < 8; ++b) {
+          rec[b] = static_cast<unsigned char>(i >> (8 * b));
+          rec[8 + b] = static_cast<unsigned char>(bits >> (8 * b));
+        }
+        const XXH128_hash_t h = XXH3_128bits_withSeed(rec, 16, lazy->fp_seed);
+        manual.Add(Fingerprint{h.low64, h.high64});
+      }
+      EXPECT_EQ(FingerprintHex(manual), e["fingerprint"]) << t->name;
+    }
   }
-  EXPECT_EQ(FingerprintHex(manual), "d804fb055f9b480a1b149ac338031420");
-  TensorSpec n;
-  n.name = "model.norm.weight";
-  n.shape = {4};
-  n.dtype = DType::kBF16;
-  n.init.dist = Dist::kNormal;
-  n.init.scale = 0.02;
-  const Key kn = TensorKey(0, n);
-  EXPECT_EQ(kn.k0, 1830306819u);
-  EXPECT_EQ(kn.k1, 365711039u);
-  auto ln = LazyTensor::Resolve(n, 0);
-  ASSERT_TRUE(ln.ok());
-  EXPECT_EQ(FingerprintHex(*ln->FingerprintWhole()), "1b341c22085c51ee8b9e93ab540821ac");
 }
 
 }  // namespace
