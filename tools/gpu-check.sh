@@ -141,10 +141,10 @@ build_cmake() {
 }
 # Fallback when the full project cannot be configured here (the GPU machine has CUDA, CMake
 # and Python but none of HDF5, GoogleTest, nlohmann-json, CLI11, zstd, xxHash, MPI): build the
-# kernels, the benchmark and the gpu tests that need only gen/ and kernels/ (cuda_kernels_test,
-# kernel_emulation_test) with nvcc and g++, against GoogleTest compiled from source:
+# kernels, the benchmark and the gpu tests that need only gen/ and kernels/ (test_cuda_kernels,
+# test_kernel_emulation) with nvcc and g++, against GoogleTest compiled from source:
 # .gpu-deps/googletest (carried, see --prepare), else /usr/src/googletest, else an installed
-# libgtest. And the NCCL test (nccl_comm_test: io/nccl_comm.cc, io/gpu_select.cc and
+# libgtest. And the NCCL test (test_nccl_comm: io/nccl_comm.cc, io/gpu_select.cc and
 # store/status.cc need no HDF5, MPI or JSON) as its own binary, against nccl.h from
 # .gpu-deps/nccl (see --prepare) or the machine, and the machine's libnccl.so.2 (find_nccl_lib)
 # linked by full path with an rpath; without one it is NOT built and the table says NOT RUN.
@@ -319,7 +319,7 @@ if [ "$DRY" = 0 ]; then
       else row "NCCL backend, one rank" "PASS" "$(echo "$n" | grep -c Passed) tests (CMake build)"; fi
     else
       r=$(run_gtest "gpu tests" "$TESTS" "-CudaErrors.WithoutCudaEveryLauncherSaysSo" "$W/ctest.log" 300)  # that test is for builds without CUDA
-      row "gpu tests: kernels" "$r" "$(grep -c '^\[       OK \]' "$W/ctest.log") passed; cuda_kernels_test + kernel_emulation_test"
+      row "gpu tests: kernels" "$r" "$(grep -c '^\[       OK \]' "$W/ctest.log") passed; test_cuda_kernels + test_kernel_emulation"
       [ "$r" = PASS ] || STATUS=1
     fi
     if [ -n "$TIERS" ]; then
