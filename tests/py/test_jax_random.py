@@ -15,8 +15,10 @@ import pytest
 jax = pytest.importorskip("jax", reason="jax is not importable: JAX cross-checks skipped")
 import jax.numpy as jnp  # noqa: E402
 
-from jax_testlib import (BIN, HOST_F16, NP_DTYPE, assert_same_bits, erf_bounds,  # noqa: E402
-                         f16_affine, key_words, need_binary, run_gen)
+from jax_testlib import (BIN, F64_NORMAL_MAX_ULP, F64_NORMAL_MIN_EXACT,  # noqa: E402
+                         F64_TRUNC_MAX_ULP, F64_TRUNC_MIN_EXACT, HOST_F16, NP_DTYPE,
+                         assert_same_bits, erf_bounds, f16_affine, key_words, need_binary,
+                         run_gen, ulp_stats)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -157,19 +159,6 @@ def test_normal_scale_mean(dtype, scale, mean):
     assert_same_bits(run_gen(shape, dtype, init, key=key), ref, f"{dtype} {scale} {mean}")
 
 
-def ulp_stats(ours, ref):
-    a = ours.view(np.int64).astype(np.float64)
-    b = np.asarray(ref).view(np.int64).astype(np.float64)
-    d = np.abs(a - b)
-    return float(np.mean(d == 0)), int(d.max())
-
-
-# Measured on JAX 0.10.2, x86-64 with FMA (docs/JAX-EXACTNESS.md): XLA-CPU calls the C
-# library's `log` for f64 log1p; ours is a double-double log, so a few elements differ.
-F64_NORMAL_MIN_EXACT = 0.9999
-F64_NORMAL_MAX_ULP = 2
-
-
 def test_normal_f64(x64):
     total, exact, worst = 0, 0.0, 0
     for name, key in keys().items():
@@ -227,13 +216,6 @@ def test_truncated_normal_f64(x64):
         total += ours.size
         worst = max(worst, mx)
     assert exact / total >= F64_TRUNC_MIN_EXACT and worst <= F64_TRUNC_MAX_ULP
-
-
-# Measured (docs/JAX-EXACTNESS.md): XLA-CPU calls glibc `erf` for the f64 bounds; XlaErfF64
-# differs from it by a few ulp for some bounds, which shifts a, b and so whole tensors by an
-# ulp; the large ulp counts are elements next to zero. (-2,2), (-1,1), (0,2) are exact.
-F64_TRUNC_MIN_EXACT = 0.99
-F64_TRUNC_MAX_ULP = 1 << 17
 
 
 # ---- the users' scenario: sharded bf16 init on 8 emulated CPU devices -------------------
