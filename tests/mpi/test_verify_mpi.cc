@@ -70,14 +70,6 @@ TEST(VerifyRanksCli, AgreesAt1_2_4Ranks) {
       EXPECT_EQ(tensors[k][i]["composed"], tensors[0][i]["composed"]);
 }
 
-TEST(VerifyRanksCli, TableWithoutMpirunIsAWorldOfOne) {
-  SEEDSTORE_NEED_BIN();
-  Proc p = Shell(Bin() + " verify-ranks " + Spec() + " --layout " + LayoutFile(1));
-  ASSERT_EQ(p.code, 0) << p.out << p.err;
-  EXPECT_NE(p.out.find("1 rank(s) (self)"), std::string::npos) << p.out;
-  EXPECT_NE(p.out.find("5 tensors over 1 ranks: 5 ok"), std::string::npos) << p.out;
-}
-
 TEST(VerifyRanksCli, UnseededRanksAreNamed) {
   SEEDSTORE_NEED_BIN();
   for (int np : {2, 4}) {
