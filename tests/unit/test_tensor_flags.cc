@@ -136,46 +136,36 @@ TEST(TensorFlags, ShapeBoundaries) {
 }
 
 TEST(TensorFlags, EachBadFlagIsNamed) {
-  TensorFlags f;
-  f.dtype = "float128";
-  ExpectError(f, "--dtype");
-  f = {};
-  f.generator = "mersenne";
-  ExpectError(f, "--generator");
-  f = {};
-  f.flavour = "lazy";
-  ExpectError(f, "--flavour");
-  f = {};
-  f.init = "{\"dist\": ";
-  ExpectError(f, "--init: malformed JSON");
-  f = {};
-  f.init = R"({"dist":"normal","minval":0})";  // a parameter of another distribution
-  ExpectError(f, "--init");
-  f = {};
-  f.init = R"({"dist":"uniform","minval":2,"maxval":1})";
-  ExpectError(f, "--init");
-  f = {};
-  f.dtype = "int32";  // normal has no integer form
-  ExpectError(f, "--init: distribution 'normal' does not support dtype int32");
-  for (const char* bad : {"1", "1,2,3", "1,2,"}) {
-    f = {};
-    f.key = bad;
-    ExpectError(f, std::string("--key '") + bad + "': expected K0,K1 (two uint32 words)");
+  // One flag changed from the defaults -> the error it must give (a substring).
+  struct Case {
+    std::string TensorFlags::*flag;
+    const char* value;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {&TensorFlags::dtype, "float128", "--dtype"},
+      {&TensorFlags::generator, "mersenne", "--generator"},
+      {&TensorFlags::flavour, "lazy", "--flavour"},
+      {&TensorFlags::init, "{\"dist\": ", "--init: malformed JSON"},
+      {&TensorFlags::init, R"({"dist":"normal","minval":0})", "--init"},  // another dist's field
+      {&TensorFlags::init, R"({"dist":"uniform","minval":2,"maxval":1})", "--init"},
+      {&TensorFlags::dtype, "int32", "--init: distribution 'normal' does not support dtype int32"},
+      {&TensorFlags::key, "1", "--key '1': expected K0,K1 (two uint32 words)"},
+      {&TensorFlags::key, "1,2,3", "--key '1,2,3': expected K0,K1 (two uint32 words)"},
+      {&TensorFlags::key, "1,2,", "--key '1,2,': expected K0,K1 (two uint32 words)"},
+      {&TensorFlags::key, "4294967296,0", "--key '4294967296,0': 4294967296 is out of range (0..4294967295)"},
+      {&TensorFlags::key, "0,-1", "--key '0,-1': -1 is out of range (0..4294967295)"},
+      {&TensorFlags::key, ",", "--key ',': '' is not an integer (expected 0..4294967295)"},
+      {&TensorFlags::key, "0,x", "--key '0,x': 'x' is not an integer (expected 0..4294967295)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.value);
+    TensorFlags f;
+    f.*c.flag = c.value;
+    ExpectError(f, c.needle);
   }
-  f = {};
-  f.key = "4294967296,0";
-  ExpectError(f, "--key '4294967296,0': 4294967296 is out of range (0..4294967295)");
-  f = {};
-  f.key = "0,-1";
-  ExpectError(f, "--key '0,-1': -1 is out of range (0..4294967295)");
-  f = {};
-  f.key = ",";
-  ExpectError(f, "--key ',': '' is not an integer (expected 0..4294967295)");
-  f = {};
-  f.key = "0,x";
-  ExpectError(f, "--key '0,x': 'x' is not an integer (expected 0..4294967295)");
   // The first bad flag in the documented order is the one reported.
-  f = {};
+  TensorFlags f;
   f.shape = "x";
   f.dtype = "nope";
   ExpectError(f, "--shape 'x'");
