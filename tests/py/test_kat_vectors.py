@@ -4,11 +4,11 @@
   Python from their definitions (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
   SC11: Threefish's MIX and key schedule on 32-bit words with rotation constants R_32x2;
   Philox's multiply-hi/lo rounds with the Weyl key bump) -- not from seedstore's code.
-* jax_published.json, jax_flavours.json: the installed JAX (jax.random under jit or op by op, as each vector says).
 * rounding.json: numpy's float16 and ml_dtypes' bfloat16 conversions (round to nearest even).
 
-The C++ tests read the same files (Kat.Random123Vectors, JaxPublished.Values,
-Flavour.KnownAnswersOfBothFlavours, Kat.HalfConversionsExhaustive), so a vector wrong in the file fails here as well as there.
+The C++ tests read the same files (Kat.Random123Vectors, Kat.HalfConversionsExhaustive), so a
+vector wrong in the file fails here as well as there. jax_published.json and jax_flavours.json
+are checked against the installed JAX by tests/py/test_jax_random.py (test_published_values).
 """
 import json
 import os
@@ -81,51 +81,3 @@ def test_rounding_boundaries_by_numpy_and_ml_dtypes():
             with np.errstate(over="ignore"):  # 65520 rounds to inf, as the vector says
                 got = int(x.astype(dt).view(np.uint16)[0])
             assert got == int(e["out"], 16), (name, e)
-
-
-def test_jax_published_values_by_the_installed_jax():
-    jax = pytest.importorskip("jax", reason="jax is not importable: JAX cross-check skipped")
-    assert jax.config.jax_threefry_partitionable, "the vectors are of partitionable threefry"
-    v = load("jax_published.json")
-
-    def key(e):
-        k = jax.random.key(e["seed"])
-        if "split_index" in e:
-            k = jax.random.split(k)[e["split_index"]]
-        return k
-
-    def sample(e):
-        init, shape = e["init"], tuple(e["shape"])
-        dtype = jax.numpy.bfloat16 if e["dtype"] == "bfloat16" else np.dtype(e["dtype"])
-        dist, scale = init["dist"], init.get("scale")
-        assert set(init) <= {"dist", "scale", "lower", "upper"}, e
-        if dist == "bits":
-            f = lambda k: jax.random.bits(k, shape, dtype)  # noqa: E731
-        elif dist == "uniform":
-            f = lambda k: jax.random.uniform(k, shape, dtype)  # noqa: E731
-        elif dist == "normal" and scale is None:
-            f = lambda k: jax.random.normal(k, shape, dtype)  # noqa: E731
-        elif dist == "normal":
-            f = lambda k: jax.random.normal(k, shape, dtype) * scale  # noqa: E731
-        else:
-            assert dist == "truncated_normal" and scale is None, e
-            f = lambda k: jax.random.truncated_normal(k, init["lower"], init["upper"], shape, dtype)  # noqa: E731
-        return np.asarray(jax.jit(f)(key(e)) if e["flavour"] == "jit" else f(key(e)))
-
-    for e in v["key_ops"]:
-        k = jax.random.key(e["seed"])
-        out = jax.random.fold_in(k, e["data"]) if e["op"] == "fold_in" \
-            else jax.random.split(k, e["num"])[e["index"]]
-        assert [int(w) for w in jax.random.key_data(out)] == words(e["out"]), e
-    for e in v["samples"] + load("jax_flavours.json")["samples"]:
-        got = sample(e).reshape(-1)
-        bits = got.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.itemsize])
-        assert [int(b) for b in bits] == words(e["bits"]), e["name"]
-    for e in v["printed"]:
-        if e["dtype"] == "float64":
-            jax.config.update("jax_enable_x64", True)  # float64 samples need it; seeds < 2^31
-        try:
-            got = float(sample(e).reshape(-1)[0])
-        finally:
-            jax.config.update("jax_enable_x64", False)
-        assert abs(got - e["value"]) <= e["abs_tol"], (e["name"], got)
