@@ -17,8 +17,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from jax_testlib import (BIN, F64_NORMAL_MAX_ULP, F64_NORMAL_MIN_EXACT,  # noqa: E402
                          F64_TRUNC_MAX_ULP, F64_TRUNC_MIN_EXACT, HOST_F16, NP_DTYPE,
-                         assert_same_bits, bits_of, erf_bounds, f16_affine, key_words,
-                         need_binary, run_gen, ulp_stats)
+                         assert_same_bits, bits_of, erf_bounds, f16_affine, jax_sample,
+                         key_words, load_vectors, need_binary, run_gen, ulp_stats)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,49 +54,18 @@ KEYS = list(keys().keys())
 
 # ---- key ops and bits ------------------------------------------------------------------
 
-VECTORS = os.path.join(os.environ.get("SEEDSTORE_SOURCE_DIR",
-                                      os.path.join(os.path.dirname(__file__), "..", "..")),
-                       "tests", "kat", "vectors")
-
-
-def _vectors(name):
-    with open(os.path.join(VECTORS, name)) as f:
-        return json.load(f)
-
-
-def _jax_sample(e, key):
-    """The sample a vector of jax_published.json / jax_flavours.json describes, from JAX."""
-    init, shape = e["init"], tuple(e["shape"])
-    dtype = jnp.bfloat16 if e["dtype"] == "bfloat16" else np.dtype(e["dtype"])
-    dist, scale = init["dist"], init.get("scale")
-    assert set(init) <= {"dist", "scale", "lower", "upper"}, e
-    if dist == "bits":
-        f = lambda k: jax.random.bits(k, shape, dtype)  # noqa: E731
-    elif dist == "uniform":
-        f = lambda k: jax.random.uniform(k, shape, dtype)  # noqa: E731
-    elif dist == "normal" and scale is None:
-        f = lambda k: jax.random.normal(k, shape, dtype)  # noqa: E731
-    elif dist == "normal":
-        f = lambda k: jax.random.normal(k, shape, dtype) * scale  # noqa: E731
-    else:
-        assert dist == "truncated_normal" and scale is None, e
-        f = lambda k: jax.random.truncated_normal(k, init["lower"], init["upper"], shape, dtype)  # noqa: E731
-    return np.asarray(jax.jit(f)(key) if e["flavour"] == "jit" else f(key))
-
-
 def test_published_values():
-    """The values of tests/kat/vectors/jax_published.json and jax_flavours.json (which the C++
-    tests JaxPublished.Values and Flavour.KnownAnswersOfBothFlavours read): the installed JAX
-    gives them, and so does the shipped CLI."""
-    published = _vectors("jax_published.json")
+    """The values of tests/kat/vectors/jax_published.json (which the C++ test
+    JaxPublished.Values reads): the installed JAX gives them, and so does the shipped CLI."""
+    published = load_vectors("jax_published.json")
     for e in published["key_ops"]:
         k = jax.random.key(e["seed"])
         out = jax.random.fold_in(k, e["data"]) if e["op"] == "fold_in" \
             else jax.random.split(k, e["num"])[e["index"]]
         assert key_words(out) == tuple(int(w, 16) for w in e["out"]), e
-    for e in published["samples"] + _vectors("jax_flavours.json")["samples"]:
+    for e in published["samples"]:
         want = [int(b, 16) for b in e["bits"]]
-        got = bits_of(_jax_sample(e, jax.random.key(e["seed"]))).reshape(-1)
+        got = bits_of(jax_sample(e, jax.random.key(e["seed"]))).reshape(-1)
         assert [int(b) for b in got] == want, ("jax", e["name"])
         cli = run_gen(tuple(e["shape"]), e["dtype"], e["init"], seed=e["seed"], flavour=e["flavour"])
         assert [int(b) for b in bits_of(cli).reshape(-1)] == want, ("cli", e["name"])
@@ -107,7 +76,7 @@ def test_published_values():
         if e["dtype"] == "float64":
             jax.config.update("jax_enable_x64", True)  # float64 samples need it; seeds < 2^31
         try:
-            ref = float(_jax_sample(e, key).reshape(-1)[0])
+            ref = float(jax_sample(e, key).reshape(-1)[0])
         finally:
             jax.config.update("jax_enable_x64", False)
         cli = float(run_gen(tuple(e["shape"]), e["dtype"], e["init"], key=key,

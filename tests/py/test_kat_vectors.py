@@ -8,7 +8,8 @@
 
 The C++ tests read the same files (Kat.Random123Vectors, Kat.HalfConversionsExhaustive), so a
 vector wrong in the file fails here as well as there. jax_published.json and jax_flavours.json
-are checked against the installed JAX by tests/py/test_jax_random.py (test_published_values).
+are checked against the installed JAX (and the CLI) by test_jax_random.py and
+test_jax_flavours.py.
 """
 import json
 import os
