@@ -25,14 +25,16 @@ const char* kFsdp4Tp2 = R"J({"mesh": {"axes": ["fsdp", "tp"], "shape": [4, 2]},
 
 Result<std::vector<NamedLayout>> DemoLayouts() {
   std::vector<NamedLayout> layouts;
-  for (auto [name, text] : {std::pair{"FSDP=8 (flat)", kFsdp8}, std::pair{"FSDP=4 x TP=2", kFsdp4Tp2}}) {
+  for (auto [name, text] :
+       {std::pair{"FSDP=8 (flat)", kFsdp8}, std::pair{"FSDP=4 x TP=2", kFsdp4Tp2}}) {
     SEEDSTORE_ASSIGN_OR_RETURN(Layout l, Layout::Parse(text, name));
     layouts.push_back({name, std::move(l)});
   }
   return layouts;
 }
 
-Result<Fingerprint> LayoutFingerprint(const Catalog& c, size_t i, const Layout& layout, CpuOptions o) {
+Result<Fingerprint> LayoutFingerprint(const Catalog& c, size_t i, const Layout& layout,
+                                      CpuOptions o) {
   const TensorRecord& t = c.tensors()[i];
   SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> shards, layout.DistinctShards(t.name, t.shape));
   Fingerprint sum;
@@ -107,7 +109,8 @@ Status SaveLazyStore(const std::string& path, const ModelSpec& spec,
   return w->Commit();
 }
 
-Status UpdateToDense(const std::string& path, const Catalog& c, const std::vector<std::string>& names) {
+Status UpdateToDense(const std::string& path, const Catalog& c,
+                     const std::vector<std::string>& names) {
   std::map<std::string, BoxSource> values;
   for (const auto& n : names) {
     const int i = c.Find(n);
@@ -127,7 +130,8 @@ Result<Fingerprint> VerifyDense(const H5Store& store, const std::string& name) {
   SEEDSTORE_RETURN_IF_ERROR(store.Read(i, whole, buf.data()));
   const Fingerprint f = FingerprintCpu(r.dtype, whole, buf.data(), r.fp_seed());
   if (!r.fingerprint || *r.fingerprint != f)
-    return Mismatch("demo: tensor " + Quoted(name) + ": recorded fingerprint does not match its data");
+    return Mismatch("demo: tensor " + Quoted(name) +
+                    ": recorded fingerprint does not match its data");
   return f;
 }
 

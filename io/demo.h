@@ -70,9 +70,9 @@ Status UpdateToDense(const std::string& path, const Catalog& c,
 
 /// Reads dense tensor `name` of `store` whole -- every chunk's checksum is checked on the
 /// read -- and recomputes its fingerprint, which must equal the recorded one; returns it.
-/// Errors: kNotFound "demo: tensor 'n' is not in the store"; kInternal "demo: 'n' is still lazy after the
-/// update"; kMismatch "demo: tensor 'n': recorded fingerprint does not match its data"; the
-/// read's (a corrupt chunk, named).
+/// Errors: kNotFound "demo: tensor 'n' is not in the store"; kInternal "demo: 'n' is still lazy
+/// after the update"; kMismatch "demo: tensor 'n': recorded fingerprint does not match its data";
+/// the read's (a corrupt chunk, named).
 Result<Fingerprint> VerifyDense(const H5Store& store, const std::string& name);
 
 }  // namespace seedstore

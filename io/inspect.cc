@@ -7,7 +7,8 @@
 
 namespace seedstore {
 
-Result<InspectReport> Inspect(const Catalog& c, const std::string& source, const std::string& glob) {
+Result<InspectReport> Inspect(const Catalog& c, const std::string& source,
+                              const std::string& glob) {
   const auto* store = dynamic_cast<const H5Store*>(&c);
   const auto* dist = dynamic_cast<const DistCatalog*>(&c);
   const auto* safetensors = dynamic_cast<const SafetensorsCatalog*>(&c);
@@ -64,18 +65,22 @@ nlohmann::json InspectReport::ToJson() const {
   nlohmann::json rows_json = nlohmann::json::array();
   for (const InspectRow& row : rows) {
     const TensorRecord& t = *row.record;
-    nlohmann::json j = {{"name", t.name},  {"shape", t.shape}, {"dtype", DTypeName(t.dtype)},
-                        {"kind", row.dense ? "dense" : "lazy"}, {"bytes", t.NumBytes()},
+    nlohmann::json j = {{"name", t.name},
+                        {"shape", t.shape},
+                        {"dtype", DTypeName(t.dtype)},
+                        {"kind", row.dense ? "dense" : "lazy"},
+                        {"bytes", t.NumBytes()},
                         {"bytes_on_disk", row.bytes_on_disk}};
-    j["fingerprint"] = t.fingerprint ? nlohmann::json(FingerprintHex(*t.fingerprint))
-                                     : nlohmann::json(nullptr);
+    j["fingerprint"] =
+        t.fingerprint ? nlohmann::json(FingerprintHex(*t.fingerprint)) : nlohmann::json(nullptr);
     if (row.dense && kind == InspectSource::kStore) {
       j["chunk"] = row.chunk;
       j["chunks"] = row.chunks;
       j["chunk_info"] = row.chunk_info;
       if (t.piece)
-        j["piece"] = {{"shape", std::vector<uint64_t>(t.piece->shape, t.piece->shape + t.piece->rank)},
-                      {"region", RegionToJson(*t.piece)}};
+        j["piece"] = {
+            {"shape", std::vector<uint64_t>(t.piece->shape, t.piece->shape + t.piece->rank)},
+            {"region", RegionToJson(*t.piece)}};
     } else if (row.dense && kind == InspectSource::kDistributed) {
       j["pieces"] = row.pieces;
       j["chunks"] = row.chunks;
@@ -86,8 +91,11 @@ nlohmann::json InspectReport::ToJson() const {
     }
     rows_json.push_back(std::move(j));
   }
-  nlohmann::json j = {{"source", source}, {"tensors", std::move(rows_json)},
-                      {"parameters", parameters}, {"lazy", lazy}, {"dense", dense}};
+  nlohmann::json j = {{"source", source},
+                      {"tensors", std::move(rows_json)},
+                      {"parameters", parameters},
+                      {"lazy", lazy},
+                      {"dense", dense}};
   if (rank) j["rank"] = *rank;  // a rank's shards
   if (kind == InspectSource::kStore) {
     j["file_bytes"] = file_bytes;

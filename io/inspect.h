@@ -20,10 +20,10 @@ enum class InspectSource { kOther, kStore, kDistributed, kSafetensors };
 /// lives.
 struct InspectRow {
   const TensorRecord* record = nullptr;
-  bool dense = false;          // a store's record says so; elsewhere: no init spec
-  uint64_t bytes_on_disk = 0;  // compressed chunks and tables (store, distributed pieces);
-                               // the raw bytes for safetensors; 0 for a spec
-  uint64_t chunks = 0;         // dense in a store or distributed save: chunks on disk
+  bool dense = false;           // a store's record says so; elsewhere: no init spec
+  uint64_t bytes_on_disk = 0;   // compressed chunks and tables (store, distributed pieces);
+                                // the raw bytes for safetensors; 0 for a spec
+  uint64_t chunks = 0;          // dense in a store or distributed save: chunks on disk
   std::vector<uint64_t> chunk;  // dense in a store: the chunk shape ([] = contiguous)
   bool chunk_info = false;      // dense in a store: it records per-chunk info
   size_t pieces = 0;            // dense in a distributed save: its pieces over the rank files
@@ -32,16 +32,16 @@ struct InspectRow {
 struct InspectReport {
   std::string source;  // as given to Inspect
   InspectSource kind = InspectSource::kOther;
-  std::vector<InspectRow> rows;  // the matching tensors, in catalog order
-  uint64_t parameters = 0;       // elements of the listed tensors
-  uint64_t lazy = 0, dense = 0;  // listed tensors of each kind
-  uint64_t bytes_on_disk = 0;    // sum of the rows'
-  std::optional<int> rank;       // Catalog::shard_rank: one rank's file
-  uint64_t file_bytes = 0;       // kStore: the file's size
-  uint64_t seed = 0;             // kStore, kDistributed: the root seed
+  std::vector<InspectRow> rows;                // the matching tensors, in catalog order
+  uint64_t parameters = 0;                     // elements of the listed tensors
+  uint64_t lazy = 0, dense = 0;                // listed tensors of each kind
+  uint64_t bytes_on_disk = 0;                  // sum of the rows'
+  std::optional<int> rank;                     // Catalog::shard_rank: one rank's file
+  uint64_t file_bytes = 0;                     // kStore: the file's size
+  uint64_t seed = 0;                           // kStore, kDistributed: the root seed
   Generator generator = Generator::kThreefry;  // kStore, kDistributed: the default generator
-  size_t files = 0;              // kSafetensors: the number of files
-  int world = 0;                 // kDistributed: the number of rank files
+  size_t files = 0;                            // kSafetensors: the number of files
+  int world = 0;                               // kDistributed: the number of rank files
 
   /// {"source", "tensors": [row...], "parameters", "lazy", "dense"} plus "rank" when set, and
   /// "file_bytes", "seed", "generator" (kStore), "files" (kSafetensors) or "world", "seed",

@@ -31,8 +31,7 @@ std::string ParseIntegerIn(std::string_view text, __int128 min, __int128 max, __
   bool huge = false;  // beyond every 64-bit range: keep checking the digits, stop accumulating
   for (size_t i = neg ? 1 : 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (c < '0' || c > '9')
-      return not_integer;
+    if (c < '0' || c > '9') return not_integer;
     if (!huge) {
       v = v * 10 + (c - '0');
       huge = v > (static_cast<__int128>(1) << 80);

@@ -13,7 +13,8 @@ Result<std::vector<uint64_t>> ParseShapeFlag(const std::string& s) {
   size_t pos = 0;
   while (pos <= s.size()) {
     const size_t comma = s.find(',', pos);
-    const std::string part = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    const std::string part =
+        s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     SEEDSTORE_ASSIGN_OR_RETURN(const uint64_t n,
                                ParseInteger<uint64_t>(part, "--shape '" + s + "'"));
     shape.push_back(n);
@@ -49,8 +50,10 @@ Result<TensorSpec> TensorSpecFromFlags(const TensorFlags& o) {
     if (comma == std::string::npos || o.key.find(',', comma + 1) != std::string::npos)
       return InvalidArgument("--key '" + o.key + "': expected K0,K1 (two uint32 words)");
     const std::string what = "--key '" + o.key + "'";
-    SEEDSTORE_ASSIGN_OR_RETURN(const uint32_t k0, ParseInteger<uint32_t>(o.key.substr(0, comma), what));
-    SEEDSTORE_ASSIGN_OR_RETURN(const uint32_t k1, ParseInteger<uint32_t>(o.key.substr(comma + 1), what));
+    SEEDSTORE_ASSIGN_OR_RETURN(const uint32_t k0,
+                               ParseInteger<uint32_t>(o.key.substr(0, comma), what));
+    SEEDSTORE_ASSIGN_OR_RETURN(const uint32_t k1,
+                               ParseInteger<uint32_t>(o.key.substr(comma + 1), what));
     t.key.kind = KeySpec::Kind::kRaw;
     t.key.raw = Key{k0, k1};
   } else {

@@ -13,14 +13,14 @@ namespace seedstore {
 /// The flags' values as the user typed them (defaults: gen's).
 struct TensorFlags {
   std::string name = "tensor";
-  std::string shape;                         // "32,8192,4096"; "" = a scalar
-  std::string dtype = "float32";             // ParseDType's names and aliases
+  std::string shape;                          // "32,8192,4096"; "" = a scalar
+  std::string dtype = "float32";              // ParseDType's names and aliases
   std::string init = R"({"dist":"normal"})";  // InitSpec JSON
   std::string generator = "threefry";
   std::string flavour = FlavourName(kDefaultFlavour);
-  std::string key;      // "K0,K1": raw key words (jax.random.key_data); "" = by seed
-  int64_t seed = 0;     // jax.random.key(seed), when `key` is ""
-  bool x64 = false;     // the seed with jax_enable_x64 semantics
+  std::string key;   // "K0,K1": raw key words (jax.random.key_data); "" = by seed
+  int64_t seed = 0;  // jax.random.key(seed), when `key` is ""
+  bool x64 = false;  // the seed with jax_enable_x64 semantics
 };
 
 /// Parses a shape "d0,d1,..." ("" = a scalar, []): each dim by ParseInteger<uint64_t>. Error

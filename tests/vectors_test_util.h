@@ -43,7 +43,8 @@ inline std::vector<uint8_t> HexBytes(const nlohmann::json& s) {
   const std::string t = s.get<std::string>();
   EXPECT_EQ(t.size() % 2, 0u) << "odd hex length: " << t;
   std::vector<uint8_t> b;
-  for (size_t i = 0; i + 1 < t.size(); i += 2) b.push_back(static_cast<uint8_t>(std::stoul(t.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < t.size(); i += 2)
+    b.push_back(static_cast<uint8_t>(std::stoul(t.substr(i, 2), nullptr, 16)));
   return b;
 }
 

@@ -2,8 +2,6 @@
 // Hugging Face names the demo's layouts place): the fingerprint under each layout equals the
 // whole tensor's (I4), one rank's shards, the train-like update (the same values whatever the
 // box), and the store saved, updated and verified -- a flipped stored byte named.
-#include "io/demo.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +11,7 @@
 #include <vector>
 
 #include "gen/dtype.h"
+#include "io/demo.h"
 #include "io/h5store.h"
 #include "tests/store_test_util.h"
 
@@ -108,7 +107,8 @@ TEST(Demo, MaterializeRankCoversTheModelOnceUnderFlatSharding) {
     auto r = MaterializeRank(*c, flat, bad);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
-    EXPECT_EQ(r.status().message(), "rank " + std::to_string(bad) + " is outside the mesh (8 ranks)");
+    EXPECT_EQ(r.status().message(),
+              "rank " + std::to_string(bad) + " is outside the mesh (8 ranks)");
   }
 }
 
@@ -194,7 +194,8 @@ TEST(Demo, SaveUpdateVerifyAndAFlippedByteIsNamed) {
   }
   auto missing = UpdateToDense(path, *c, {"model.layers.9.mlp.up_proj.weight"});
   EXPECT_EQ(missing.code(), Code::kNotFound);
-  EXPECT_EQ(missing.message(), "demo: tensor 'model.layers.9.mlp.up_proj.weight' is not in the model");
+  EXPECT_EQ(missing.message(),
+            "demo: tensor 'model.layers.9.mlp.up_proj.weight' is not in the model");
   // A flipped stored byte: the read names the tensor.
   const std::string k = names[0];
   ASSERT_TRUE(testutil::FlipChunkByte(path, k, {0, 0}));

@@ -1,8 +1,6 @@
 // Inspect (io/inspect.h) as a library call: random models as a spec, as a store holding some
 // tensors lazily and some densely, and as safetensors; the rows, the totals against counts
 // made here (element counts, file sizes on disk), the glob, the JSON form, the errors.
-#include "io/inspect.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +11,7 @@
 
 #include "io/export.h"
 #include "io/h5store.h"
+#include "io/inspect.h"
 #include "io/open.h"
 #include "store/spec.h"
 #include "tests/store_test_util.h"
@@ -24,13 +23,16 @@ namespace {
 ModelSpec RandomSpec(std::mt19937_64& g, int n) {
   static const char* kDTypes[] = {"float32", "bfloat16", "float16", "float64"};
   static const uint64_t kExtents[] = {0, 1, 2, 3, 7, 13, 31, 64};
-  nlohmann::json spec = {{"seedstore", 1}, {"seed", g() % 1000}, {"tensors", nlohmann::json::array()}};
+  nlohmann::json spec = {
+      {"seedstore", 1}, {"seed", g() % 1000}, {"tensors", nlohmann::json::array()}};
   for (int i = 0; i < n; ++i) {
     std::vector<uint64_t> shape(g() % 4);
     for (auto& d : shape) d = kExtents[g() % 8];
     std::string name = (g() % 2) ? "layers." : "head.";
     name += std::to_string(i);
-    spec["tensors"].push_back({{"name", name}, {"shape", shape}, {"dtype", kDTypes[g() % 4]},
+    spec["tensors"].push_back({{"name", name},
+                               {"shape", shape},
+                               {"dtype", kDTypes[g() % 4]},
                                {"init", {{"dist", "normal"}, {"scale", 0.02}}}});
   }
   auto m = ModelSpec::FromJson(spec, "<test>");
@@ -123,7 +125,8 @@ TEST(Inspect, RandomModelsAsSpecStoreAndSafetensors) {
       if (g() % 2) {
         std::vector<uint8_t> buf(t.NumBytes());
         ASSERT_TRUE((*lazy)->Read(i, WholeTensor(t.shape), buf.data()).ok());
-        ASSERT_TRUE((*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(buf.data())).ok());
+        ASSERT_TRUE(
+            (*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(buf.data())).ok());
         dense_names.insert(t.name);
       } else {
         ASSERT_TRUE((*w)->AddLazy(spec.tensors[i]).ok());

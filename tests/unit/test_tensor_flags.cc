@@ -2,8 +2,6 @@
 // flags as a library call. Random flag sets give the spec that the same tensor written as a
 // spec-file record gives (TensorSpecFromJson, another parser); every bad flag is refused with
 // an error naming it; integers at and past their limits.
-#include "store/tensor_flags.h"
-
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "store/integer_text.h"
+#include "store/tensor_flags.h"
 
 namespace seedstore {
 namespace {
@@ -53,11 +52,20 @@ TEST(TensorFlags, RandomFlagsGiveTheSpecOfTheSameRecord) {
     f.shape = Join(shape);
     nlohmann::json init;
     switch (g() % 5) {
-      case 0: init = {{"dist", "normal"}, {"scale", 0.02}}; break;
-      case 1: init = {{"dist", "uniform"}, {"minval", -1.5}, {"maxval", 2.0}}; break;
-      case 2: init = {{"dist", "truncated_normal"}, {"lower", -1.0}, {"upper", 3.0}}; break;
-      case 3: init = {{"dist", "constant"}, {"value", 1}}; break;
-      default: init = {{"dist", "zeros"}};
+      case 0:
+        init = {{"dist", "normal"}, {"scale", 0.02}};
+        break;
+      case 1:
+        init = {{"dist", "uniform"}, {"minval", -1.5}, {"maxval", 2.0}};
+        break;
+      case 2:
+        init = {{"dist", "truncated_normal"}, {"lower", -1.0}, {"upper", 3.0}};
+        break;
+      case 3:
+        init = {{"dist", "constant"}, {"value", 1}};
+        break;
+      default:
+        init = {{"dist", "zeros"}};
     }
     const bool floating = init["dist"] != "constant" && init["dist"] != "zeros";
     f.dtype = floating ? kFloat[g() % 6] : kAny[g() % 5];
@@ -65,7 +73,10 @@ TEST(TensorFlags, RandomFlagsGiveTheSpecOfTheSameRecord) {
     const bool philox = g() % 3 == 0;
     f.generator = philox ? "philox" : "threefry";
     if (!philox) f.flavour = g() % 2 ? "jit" : "eager";
-    nlohmann::json rec = {{"name", f.name}, {"shape", shape}, {"dtype", f.dtype}, {"init", init},
+    nlohmann::json rec = {{"name", f.name},
+                          {"shape", shape},
+                          {"dtype", f.dtype},
+                          {"init", init},
                           {"generator", f.generator}};
     if (!philox) rec["flavour"] = f.flavour;
     if (g() % 2) {
@@ -122,7 +133,8 @@ TEST(TensorFlags, ShapeBoundaries) {
   seventeen = sixteen + ",1";
   EXPECT_TRUE(shape(sixteen).ok());
   EXPECT_FALSE(shape(seventeen).ok());
-  for (const char* bad : {"4,,2", ",", "4,", "-1", "+4", " 4", "0x10", "4.0", "18446744073709551616"}) {
+  for (const char* bad :
+       {"4,,2", ",", "4,", "-1", "+4", " 4", "0x10", "4.0", "18446744073709551616"}) {
     SCOPED_TRACE(bad);
     TensorFlags f;
     f.shape = bad;
@@ -153,7 +165,8 @@ TEST(TensorFlags, EachBadFlagIsNamed) {
       {&TensorFlags::key, "1", "--key '1': expected K0,K1 (two uint32 words)"},
       {&TensorFlags::key, "1,2,3", "--key '1,2,3': expected K0,K1 (two uint32 words)"},
       {&TensorFlags::key, "1,2,", "--key '1,2,': expected K0,K1 (two uint32 words)"},
-      {&TensorFlags::key, "4294967296,0", "--key '4294967296,0': 4294967296 is out of range (0..4294967295)"},
+      {&TensorFlags::key, "4294967296,0",
+       "--key '4294967296,0': 4294967296 is out of range (0..4294967295)"},
       {&TensorFlags::key, "0,-1", "--key '0,-1': -1 is out of range (0..4294967295)"},
       {&TensorFlags::key, ",", "--key ',': '' is not an integer (expected 0..4294967295)"},
       {&TensorFlags::key, "0,x", "--key '0,x': 'x' is not an integer (expected 0..4294967295)"},
@@ -195,7 +208,8 @@ TEST(IntegerText, RandomValuesRoundTripAndNeighboursOfTheLimitsAreRefused) {
     ASSERT_TRUE(ru.ok()) << u;
     EXPECT_EQ(*ru, u);
     // A random window [lo, hi]: the values just outside it are out of range.
-    const int32_t lo = static_cast<int32_t>(g() % 2001) - 1000, hi = lo + static_cast<int32_t>(g() % 100);
+    const int32_t lo = static_cast<int32_t>(g() % 2001) - 1000,
+                  hi = lo + static_cast<int32_t>(g() % 100);
     EXPECT_TRUE(ParseInteger<int32_t>(std::to_string(lo), "w", lo, hi).ok());
     EXPECT_TRUE(ParseInteger<int32_t>(std::to_string(hi), "w", lo, hi).ok());
     auto below = ParseInteger<int32_t>(std::to_string(lo - 1), "w", lo, hi);
@@ -213,22 +227,24 @@ TEST(IntegerText, Boundaries) {
   EXPECT_EQ(*ParseInteger<int8_t>("-0", "v"), 0);
   auto over = ParseInteger<int64_t>("9223372036854775808", "--seed");
   ASSERT_FALSE(over.ok());
-  EXPECT_EQ(over.status().message(),
-            "--seed: 9223372036854775808 is out of range (-9223372036854775808..9223372036854775807)");
+  EXPECT_EQ(
+      over.status().message(),
+      "--seed: 9223372036854775808 is out of range (-9223372036854775808..9223372036854775807)");
   auto neg = ParseInteger<uint64_t>("-1", "--n");
   ASSERT_FALSE(neg.ok());
   EXPECT_EQ(neg.status().message(), "--n: -1 is out of range (0..18446744073709551615)");
   for (const char* bad : {"", "-", "+1", " 1", "1 ", "0x1", "1e3", "1.0", "--1", "1-"}) {
     auto r = ParseInteger<int32_t>(bad, "--x");
     ASSERT_FALSE(r.ok()) << "'" << bad << "'";
-    EXPECT_EQ(r.status().message(),
-              std::string("--x: '") + bad + "' is not an integer (expected -2147483648..2147483647)");
+    EXPECT_EQ(r.status().message(), std::string("--x: '") + bad +
+                                        "' is not an integer (expected -2147483648..2147483647)");
   }
   // Digits far beyond 64 bits: out of range, not wrapped; shown cut to 64 characters.
   const std::string huge(200, '9');
   auto h = ParseInteger<uint64_t>(huge, "v");
   ASSERT_FALSE(h.ok());
-  EXPECT_EQ(h.status().message(), "v: " + huge.substr(0, 61) + "... is out of range (0..18446744073709551615)");
+  EXPECT_EQ(h.status().message(),
+            "v: " + huge.substr(0, 61) + "... is out of range (0..18446744073709551615)");
   EXPECT_EQ(ShownValue(std::string(64, 'a')), std::string(64, 'a'));
   EXPECT_EQ(ShownValue(std::string(65, 'a')), std::string(61, 'a') + "...");
 }
