@@ -17,13 +17,13 @@ the stopped one forever. Each trial asserts:
 """
 import json
 import os
-import re
 import subprocess
 import time
 
 import pytest
 
 from seedstore_testlib import BIN, need_binary  # noqa: F401 (an autouse fixture)
+from seedstore_testlib import run_with_fault
 from seedstore_testlib import verified_fingerprints as fingerprints
 
 TIMEOUT = 2.0  # --timeout: the watchdog's bound on MPI_Finalize
@@ -36,15 +36,6 @@ LAYOUT = {"mesh": {"axes": ["data"], "shape": [3]},
           "placements": [{"match": "embed", "spec": ["data", None]},
                          {"match": "layers.*", "spec": [None, "data"]}]}
 MISMATCH = 7  # exit code of kMismatch (verify-ranks found a flipped bit): 1 + Code::kMismatch
-
-
-def gone(pid):
-    """Whether process `pid` has ended (exited, or a zombie waiting to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 @pytest.mark.parametrize("cmd,victim", [("save-ranks", 0), ("reshard", 0), ("save-ranks", 2),
@@ -73,30 +64,17 @@ def test_a_rank_stopped_after_the_last_step_does_not_hang_the_job(tmp_path, cmd,
         says = "rank 0 has reported the verdict"
     rc_file = tmp_path / "rc"
     t0 = time.monotonic()
-    p = subprocess.Popen(["mpirun", "-np", "3", "--oversubscribe", BIN] + args +
-                         ["--threads", "1", "--timeout", str(TIMEOUT)],
-                         env=dict(env, SEEDSTORE_TEST_FAULT=f"{victim}:end:stop",
-                                  SEEDSTORE_TEST_EXIT_FILE=str(rc_file)),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, err = p.communicate(timeout=TIMEOUT + MARGIN)
-        hung = False
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, err = p.communicate()
-        hung = True
+    left = []
+    rc, err, hung = run_with_fault(
+        ["mpirun", "-np", "3", "--oversubscribe", BIN] + args +
+        ["--threads", "1", "--timeout", str(TIMEOUT)],
+        dict(env, SEEDSTORE_TEST_EXIT_FILE=str(rc_file)), f"{victim}:end:stop", TIMEOUT + MARGIN,
+        left_behind=left)
     took = time.monotonic() - t0
-    pids = re.findall(r"test fault stop at step 'end' \(pid (\d+)\)", err)
-    stopped_gone = all(gone(int(pid)) for pid in pids)
-    for pid in pids:  # never leave a stopped process behind, whatever happened
-        try:
-            os.kill(int(pid), 9)
-        except ProcessLookupError:
-            pass
-    what = f"{cmd}, rank {victim} stopped at 'end': mpirun rc {p.returncode} after {took:.1f} s\n{err}"
+    what = f"{cmd}, rank {victim} stopped at 'end': mpirun rc {rc} after {took:.1f} s\n{err}"
     assert not hung, f"mpirun did not end within {TIMEOUT + MARGIN} s: " + what
-    assert len(pids) == 1, what  # the stop happened
-    assert stopped_gone, "mpirun ended but left the stopped rank behind: " + what
+    assert "test fault stop at step 'end'" in err, what  # the stop happened
+    assert not left, "mpirun ended but left the stopped rank behind: " + what
     others = [r for r in range(3) if r != victim]
     for r in others:
         assert (f"rank {r}: MPI_Finalize did not finish within {TIMEOUT:g} s: another rank stopped "
@@ -105,6 +83,6 @@ def test_a_rank_stopped_after_the_last_step_does_not_hang_the_job(tmp_path, cmd,
     codes = {int(f.suffix[1:]): int(f.read_text()) for f in tmp_path.glob("rc.*")
              if f.suffix[1:].isdigit()}
     assert codes == {r: code for r in others}, f"recorded exit codes {codes}: " + what
-    assert p.returncode == (code if code else 1), what
+    assert rc == (code if code else 1), what
     if cmd in ("save-ranks", "reshard"):
         assert fingerprints(ckpt) == expected, what
