@@ -4,10 +4,14 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "io/dist_store.h"
 #include "io/h5store.h"
@@ -158,6 +162,44 @@ int SaveVerdict(Collective& c, const Status& verdict) {
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(RecordTestExit(code));
+}
+
+int RunRanks(const std::string& backend, double timeout,
+             const std::function<int(Collective& c, std::string* outcome)>& body) {
+  auto comm = OpenCollective(backend, CollectiveOptions{timeout});
+  if (!comm.ok()) return Fail(comm.status());
+  std::string outcome;
+  const int code = body(**comm, &outcome);
+  const int rank = (*comm)->rank();
+  TestFaultPoint(rank, "end");
+  if (timeout <= 0) {
+    comm->reset();
+    return code;
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  bool ended = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(m);
+    if (cv.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return ended; })) return;
+    std::fprintf(stderr,
+                 "%s: rank %d: MPI_Finalize did not finish within %g s: another rank stopped or "
+                 "hung after the job's last step; %s; rank %d ends with exit code %d without "
+                 "MPI_Finalize\n",
+                 g_command.c_str(), rank, timeout,
+                 outcome.empty() ? "the job's work is done" : outcome.c_str(), rank, code);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(RecordTestExit(code));
+  });
+  comm->reset();  // MPI_Finalize
+  {
+    std::lock_guard<std::mutex> lock(m);
+    ended = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  return code;
 }
 
 int RecordTestExit(int code) {

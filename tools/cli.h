@@ -46,6 +46,21 @@ int RankVerdict(const Status& verdict, int rank);
 /// the commit (a rank hung or died; the save is committed all the same), this process ends here
 /// with that exit code: MPI_Finalize would wait for the missing ranks.
 int SaveVerdict(Collective& c, const Status& verdict);
+/// A multi-rank command (verify-ranks, save-ranks, reshard) on one rank: opens the collective
+/// (OpenCollective with `backend` and `timeout`; on failure prints it and returns its exit
+/// code), runs `body` on it, then shuts it down -- MPI_Finalize, which waits for every rank
+/// and has no deadline of its own -- under a watchdog of `timeout` seconds (none when
+/// <= 0). When a rank stops or hangs after the job's last step (its final barrier passed),
+/// the others would wait in MPI_Finalize forever and mpirun with them; on expiry the watchdog
+/// prints "<command>: rank R: MPI_Finalize did not finish within T s: another rank stopped
+/// or hung after the job's last step; <outcome>; rank R ends with exit code C without
+/// MPI_Finalize" to stderr and ends this process with `body`'s exit code C (_Exit, recorded
+/// by RecordTestExit). A rank that exits without MPI_Finalize makes mpirun end the job: it
+/// sends the remaining ranks SIGCONT and SIGTERM (then SIGKILL), so a stopped rank goes too.
+/// `body` sets `outcome` to what is true by then ("the save 'P' is committed"). Before the
+/// shutdown, the test-only step "end" (TestFaultPoint) runs. Returns `body`'s exit code.
+int RunRanks(const std::string& backend, double timeout,
+             const std::function<int(Collective& c, std::string* outcome)>& body);
 /// Tests only: when SEEDSTORE_TEST_EXIT_FILE is set, writes `code` to "<its value>.<rank>"
 /// (rank: OMPI_COMM_WORLD_RANK, else 0), so a test under mpirun sees each rank's exit code
 /// (tests/py/test_fault_matrix.py). Returns `code`.

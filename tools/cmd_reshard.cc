@@ -21,10 +21,7 @@ struct ReshardOptions {
   int threads = 0, zstd_level = 1, simulate_rank = 1;
 };
 
-int Run(const ReshardOptions& o) {
-  auto comm = OpenCollective(o.backend, CollectiveOptions{o.timeout});
-  if (!comm.ok()) return Fail(comm.status());
-  Collective& c = **comm;
+int RunOn(Collective& c, const ReshardOptions& o, std::string* outcome) {
   const int me = c.rank();
   auto finish = [&](const Status& st) { return SaveStepFailure(c, st); };
   Layout layout;
@@ -55,6 +52,7 @@ int Run(const ReshardOptions& o) {
   so.max_padding = o.max_padding;
   auto rep = Reshard(c, **cat, layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
+  *outcome = "the save '" + o.output + "' is " + (rep->committed ? "committed" : "not committed");
   if (me == 0) {
     if (o.json) {
       nlohmann::json j;
@@ -94,6 +92,12 @@ int Run(const ReshardOptions& o) {
     std::fflush(stdout);
   }
   return SaveVerdict(c, rep->ToStatus());
+}
+
+int Run(const ReshardOptions& o) {
+  return RunRanks(o.backend, o.timeout, [&](Collective& c, std::string* outcome) {
+    return RunOn(c, o, outcome);
+  });
 }
 
 Register reg({"reshard",

@@ -19,10 +19,7 @@ struct SaveRanksOptions {
   int threads = 0, simulate_rank = 1;
 };
 
-int Run(const SaveRanksOptions& o) {
-  auto comm = OpenCollective(o.backend, CollectiveOptions{o.timeout});
-  if (!comm.ok()) return Fail(comm.status());
-  Collective& c = **comm;
+int RunOn(Collective& c, const SaveRanksOptions& o, std::string* outcome) {
   const int me = c.rank();
   auto finish = [&](const Status& st) { return SaveStepFailure(c, st); };
   auto sim = ParseSimulate(o.simulate);
@@ -62,6 +59,7 @@ int Run(const SaveRanksOptions& o) {
   RootSeedOf(**cat, &so.root_seed, &so.generator);  // the save records the source's
   auto rep = SaveBuffers(c, params, *layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
+  *outcome = "the save '" + o.output + "' is " + (rep->committed ? "committed" : "not committed");
   if (me == 0 && !o.quiet) {
     std::printf("save-ranks: %s -> %s (%d ranks, each writing its own file, %s)\n\n",
                 o.source.c_str(), o.output.c_str(), c.size(), c.backend());
@@ -69,6 +67,12 @@ int Run(const SaveRanksOptions& o) {
     std::fflush(stdout);
   }
   return SaveVerdict(c, rep->ToStatus());
+}
+
+int Run(const SaveRanksOptions& o) {
+  return RunRanks(o.backend, o.timeout, [&](Collective& c, std::string* outcome) {
+    return RunOn(c, o, outcome);
+  });
 }
 
 Register reg({"save-ranks",

@@ -36,11 +36,7 @@ std::FILE* ReportStream() {
   return f;
 }
 
-int Run(const VerifyRanksOptions& o) {
-  std::FILE* report = ReportStream();
-  auto comm = OpenCollective(o.backend, CollectiveOptions{o.timeout});
-  if (!comm.ok()) return Fail(comm.status());
-  Collective& c = **comm;
+int RunOn(Collective& c, const VerifyRanksOptions& o, std::FILE* report, std::string* outcome) {
   const int me = c.rank();
   // Every rank opens the inputs itself; errors are the same on every rank unless the files
   // differ between nodes, which the input digest then reports.
@@ -85,7 +81,15 @@ int Run(const VerifyRanksOptions& o) {
   // here instead of leaving the others waiting in the launcher's teardown (MPI_Finalize has no
   // deadline).
   if (Status end = c.Barrier("the end of the job"); !end.ok()) return finish(end);
+  *outcome = "rank 0 has reported the verdict";
   return RankVerdict(rep->ToStatus(), me);
+}
+
+int Run(const VerifyRanksOptions& o) {
+  std::FILE* report = ReportStream();
+  return RunRanks(o.backend, o.timeout, [&](Collective& c, std::string* outcome) {
+    return RunOn(c, o, report, outcome);
+  });
 }
 
 Register reg({"verify-ranks",

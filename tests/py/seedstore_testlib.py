@@ -44,11 +44,21 @@ def verified_fingerprints(path):
     return {t["name"]: t["fingerprint"] for t in rep["tensors"]}
 
 
-def run_with_fault(cmd, env, fault, timeout):
+def process_gone(pid):
+    """Whether process `pid` has ended (exited, or a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def run_with_fault(cmd, env, fault, timeout, left_behind=None):
     """Runs `cmd` (mpirun ... seedstore ...) with the test-only fault SEEDSTORE_TEST_FAULT=`fault`
     ("RANK:STEP:ACTION", TestFaultPoint in io/collective.h) for at most `timeout` s, then
     SIGKILLs the process the hook named ("(pid N)"): a stopped rank the launcher left would hold
-    the writer lock. Returns (returncode, stderr, whether it timed out)."""
+    the writer lock. The pids of those still alive when `cmd` ended are appended to the list
+    `left_behind` (when given). Returns (returncode, stderr, whether it timed out)."""
     p = subprocess.Popen(cmd, env=dict(env, SEEDSTORE_TEST_FAULT=fault), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     timed_out = False
@@ -59,6 +69,8 @@ def run_with_fault(cmd, env, fault, timeout):
         p.kill()
         _, err = p.communicate()
     for pid in re.findall(r"test fault \S+ at step '[^']*' \(pid (\d+)\)", err):
+        if left_behind is not None and not process_gone(int(pid)):
+            left_behind.append(int(pid))
         try:
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:

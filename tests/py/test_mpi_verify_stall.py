@@ -40,7 +40,7 @@ def test_a_stopped_rank_is_named_and_no_other(tmp_path):
     cmd = ["mpirun", "-np", "3", "--oversubscribe", BIN, "verify-ranks", str(spec), "--layout",
            str(layout), "--timeout", "1", "--threads", "1"]
     # The stop must land inside the job: a rank stopped after its last step leaves nothing to
-    # name and the launcher waiting for it, as for any stopped process. So the delays are drawn
+    # name (the others' MPI_Finalize ends at the timeout: test_mpi_end_stall.py). So the delays are drawn
     # within 80% of what a clean run of the same job takes on this machine.
     clean = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert clean.returncode == 0, clean.stderr
