@@ -2,21 +2,13 @@
 
 #include <algorithm>
 
-#include "io/dist_catalog.h"
-#include "io/rank_files.h"
+#include "io/store_reader.h"
 
 namespace seedstore {
 
-ChunkMatcher::ChunkMatcher(const Catalog& src, size_t i, const WriteOptions& w) : src_(src), i_(i), w_(w) {
-  const TensorRecord& t = src.tensors()[i];
-  if (dynamic_cast<const H5Store*>(&src)) {
-    parts_.push_back({WholeTensor(t.shape), WholeTensor(t.shape), -1});
-  } else if (const auto* d = dynamic_cast<const DistCatalog*>(&src)) {
-    for (size_t p = 0; p < d->pieces(i).size(); ++p) {
-      const DistCatalog::Piece& piece = d->pieces(i)[p];
-      if (!piece.region.flat) parts_.push_back({piece.region, piece.stored, static_cast<int>(p)});
-    }
-  }
+ChunkMatcher::ChunkMatcher(const Catalog& src, size_t i, const WriteOptions& w)
+    : src_(src), chunks_(src.stored_chunks()), i_(i), w_(w) {
+  if (chunks_) parts_ = chunks_->StoredParts(i);
 }
 
 Result<Region> ChunkMatcher::Pad(const Region& g, double max_padding) {
@@ -63,17 +55,9 @@ Result<const ChunkMatcher::Stored*> ChunkMatcher::Holding(const uint64_t* at) {
     if (it == stored_.end()) {
       Stored s;
       s.part = &p;
-      std::shared_ptr<const H5Store> held;
-      const H5Store* store = nullptr;
-      if (p.piece < 0) {
-        store = s.self = static_cast<const H5Store*>(&src_);
-        s.k = i_;
-      } else {
-        SEEDSTORE_ASSIGN_OR_RETURN(auto sk, static_cast<const DistCatalog&>(src_).PieceStore(i_, p.piece));
-        held = std::move(sk.first);
-        store = held.get();
-        s.k = sk.second;
-      }
+      SEEDSTORE_ASSIGN_OR_RETURN(auto sk, chunks_->PartStore(i_, p.piece));
+      const H5Store* store = sk.first.get();
+      s.k = sk.second;
       const StoredTensor& st = store->stored(s.k);
       if (StoreWriter::CopiesChunksOf(st, t.dtype, w_)) s.chunk = st.chunk;
       const TensorRecord& sr = store->tensors()[s.k];
@@ -103,17 +87,10 @@ Result<bool> ChunkMatcher::Copy(const Region& g, const std::vector<uint64_t>& ch
   // The source chunk's recorded fingerprint carries over when the stored part's frame is
   // the global tensor's (a store's tensor, or a rank file's piece recorded as such): then the
   // chunk is not decoded, its stored bytes are checked against the chunk-info table.
-  if (s->self) {
-    SEEDSTORE_RETURN_IF_ERROR(s->self->ReadStoredChunk(s->k, j, out, /*decode=*/!s->global_frame));
-    return true;
-  }
-  const auto& d = static_cast<const DistCatalog&>(src_);
-  SEEDSTORE_ASSIGN_OR_RETURN(auto sk, d.PieceStore(i_, s->part->piece));  // held while read
+  SEEDSTORE_ASSIGN_OR_RETURN(auto sk, chunks_->PartStore(i_, s->part->piece));  // held while read
   Status st = sk.first->ReadStoredChunk(s->k, j, out, /*decode=*/!s->global_frame);
   if (st.ok()) return true;
-  const int rank = d.pieces(i_)[s->part->piece].rank;
-  return DistError("rank-file-corrupt", st.code(), d.origin(), rank, d.rank_files()[rank],
-                   st.message());
+  return chunks_->PartError(i_, s->part->piece, st);
 }
 
 // Pads the plan's box pieces to the chunk grid of the source's stored parts where that lets

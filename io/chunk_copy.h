@@ -10,6 +10,7 @@
 #include "io/save_plan.h"
 #include "io/store_format.h"
 #include "io/store_writer.h"
+#include "io/stored_chunks.h"
 #include "store/catalog.h"
 
 namespace seedstore {
@@ -36,16 +37,9 @@ class ChunkMatcher {
   Result<DenseChunking> For(const Region& g);
 
  private:
-  struct Part {
-    Region owned;    // global indices: the elements this part holds for readers
-    Region stored;   // global indices: the box its file stores (owned, or padded around it)
-    int piece = -1;  // piece index of a distributed save; -1: the store's tensor itself
-  };
+  using Part = StoredPart;
   struct Stored {
     const Part* part = nullptr;
-    // The source when it is a store; a rank file is fetched for each use (DistCatalog keeps
-    // only so many open: holding every one a tensor's pieces touch would defeat that).
-    const H5Store* self = nullptr;
     size_t k = 0;                  // the tensor's index in its store
     std::vector<uint64_t> chunk;   // its chunk shape
     bool global_frame = false;     // its fingerprints are the global tensor's (TensorRecord::piece)
@@ -62,6 +56,10 @@ class ChunkMatcher {
                     StoredChunk* out);
 
   const Catalog& src_;
+  // The source's stored-chunk access (null: it has none). Its stores are fetched for each use
+  // (PartStore): a distributed save keeps only so many rank files open, and holding every one
+  // a tensor's pieces touch would defeat that.
+  const StoredChunks* chunks_;
   const size_t i_;
   const WriteOptions& w_;
   std::vector<Part> parts_;

@@ -68,6 +68,13 @@ struct Grid {
 };
 
 
+/// Whether box `inner` lies in box `outer` (same rank).
+inline bool BoxWithin(const Region& inner, const Region& outer) {
+  for (int d = 0; d < inner.rank; ++d)
+    if (inner.start[d] < outer.start[d] || inner.stop[d] > outer.stop[d]) return false;
+  return true;
+}
+
 /// Writer's chunk-shape rule: start from the whole shape and halve (rounding up) the largest
 /// dim, outermost first among equals, until the chunk holds at most `target` bytes of elements
 /// of `es` bytes. Empty (contiguous) for a scalar or a tensor without elements.

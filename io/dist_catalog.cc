@@ -22,13 +22,6 @@ namespace seedstore {
 
 namespace {
 
-// Whether box `inner` lies in box `outer`.
-bool BoxWithin(const Region& inner, const Region& outer) {
-  for (int d = 0; d < inner.rank; ++d)
-    if (inner.start[d] < outer.start[d] || inner.stop[d] > outer.stop[d]) return false;
-  return true;
-}
-
 using json = nlohmann::json;
 
 bool FileExists(const std::string& p) {
@@ -62,6 +55,71 @@ bool PiecePart(const DistCatalog::Piece& p, const Region& box, Region* local, ui
   return true;
 }
 
+// bad-index of save `path`: "<kDistIndexPath>: <m>".
+Status BadDistIndex(const std::string& path, const std::string& m) {
+  return DistError("bad-index", Code::kCorrupt, path, -1, "", std::string(kDistIndexPath) + ": " + m);
+}
+
+// Reads /distributed/index of the open master `file` of save `path`, its checksum verified
+// (bad-index: missing, unreadable, no seedstore.xxh3, checksum mismatch).
+Result<std::string> ReadDistIndexText(hid_t file, const std::string& path) {
+  auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
+  std::string text;
+  Hid d(H5Dopen2(file, kDistIndexPath, H5P_DEFAULT), H5Dclose);
+  if (d.get() < 0) return bad("missing");
+  Hid space(H5Dget_space(d.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) return bad("unreadable");
+  text.resize(n);
+  if (H5Dread(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+    return bad("unreadable");
+  uint64_t h = 0;
+  Hid a(H5Aopen(d.get(), "seedstore.xxh3", H5P_DEFAULT), H5Aclose);
+  if (a.get() < 0 || H5Aread(a.get(), H5T_NATIVE_UINT64, &h) < 0) return bad("no seedstore.xxh3");
+  if (h != Checksum64(text.data(), text.size())) return bad("checksum mismatch");
+  return text;
+}
+
+// The pieces the index lists for dense tensor `rec` of a save of `world` ranks at `path`: each
+// piece's rank, region, stored box (holding the region) and recorded fingerprint; together they
+// must cover the tensor (bad-index otherwise). Throws what json::at throws on a missing field.
+Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const TensorRecord& rec, int world,
+                                                   const std::string& path) {
+  using Piece = DistCatalog::Piece;
+  auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
+  const std::string& name = rec.name;
+  std::vector<Piece> ps;
+  uint64_t covered = 0;
+  for (const auto& p : pieces) {
+    Piece piece;
+    piece.rank = p.at("rank");
+    if (piece.rank < 0 || piece.rank >= world) return bad("piece rank out of range");
+    auto reg = RegionFromJson(p.at("region"), rec.shape);
+    if (!reg.ok()) return bad("tensor '" + name + "': " + reg.status().message());
+    piece.region = piece.stored = *reg;
+    if (p.contains("stored")) {
+      auto sb = RegionFromJson(p.at("stored"), rec.shape);
+      if (!sb.ok()) return bad("tensor '" + name + "': stored: " + sb.status().message());
+      if (reg->flat || sb->flat || !BoxWithin(*reg, *sb))
+        return bad("tensor '" + name + "': stored box " + DescribeRegion(*sb) +
+                   " does not hold the piece " + DescribeRegion(*reg));
+      piece.stored = *sb;
+    }
+    if (p.contains("fingerprint")) {
+      auto f = p["fingerprint"].is_string() ? ParseFingerprintHex(p["fingerprint"].get<std::string>())
+                                            : Result<Fingerprint>(InvalidArgument("not a string"));
+      if (!f.ok())
+        return bad("tensor '" + name + "' piece " + std::to_string(ps.size()) + ": fingerprint: " +
+                   f.status().message());
+      piece.fingerprint = *f;
+    }
+    covered += piece.region.Count();
+    ps.push_back(piece);
+  }
+  if (covered != rec.NumElements()) return bad("pieces of '" + name + "' do not cover it");
+  return ps;
+}
+
 }  // namespace
 
 DistCatalog::~DistCatalog() = default;
@@ -73,24 +131,8 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
   // that starts with neither the seal nor HDF5's signature is damaged.
   SEEDSTORE_RETURN_IF_ERROR(CheckMasterSeal(path, /*is_master=*/true, nullptr));
   SEEDSTORE_ASSIGN_OR_RETURN(c->master_, H5Store::Open(path));
-  auto bad = [&](const std::string& m) {
-    return DistError("bad-index", Code::kCorrupt, path, -1, "", std::string(kDistIndexPath) + ": " + m);
-  };
-  std::string text;
-  {
-    Hid d(H5Dopen2(c->master_->h5_file(), kDistIndexPath, H5P_DEFAULT), H5Dclose);
-    if (d.get() < 0) return bad("missing");
-    Hid space(H5Dget_space(d.get()), H5Sclose);
-    const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-    if (n < 0) return bad("unreadable");
-    text.resize(n);
-    if (H5Dread(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
-      return bad("unreadable");
-    uint64_t h = 0;
-    Hid a(H5Aopen(d.get(), "seedstore.xxh3", H5P_DEFAULT), H5Aclose);
-    if (a.get() < 0 || H5Aread(a.get(), H5T_NATIVE_UINT64, &h) < 0) return bad("no seedstore.xxh3");
-    if (h != Checksum64(text.data(), text.size())) return bad("checksum mismatch");
-  }
+  auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadDistIndexText(c->master_->h5_file(), path));
   try {
     std::string err;
     const json j = ParseJson(text, &err);
@@ -143,35 +185,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
       SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint fp,
                                  ParseFingerprintHex(t.at("fingerprint").get<std::string>()));
       rec.fingerprint = fp;
-      std::vector<Piece> ps;
-      uint64_t covered = 0;
-      for (const auto& p : t.at("pieces")) {
-        Piece piece;
-        piece.rank = p.at("rank");
-        if (piece.rank < 0 || piece.rank >= c->world()) return bad("piece rank out of range");
-        auto reg = RegionFromJson(p.at("region"), rec.shape);
-        if (!reg.ok()) return bad("tensor '" + name + "': " + reg.status().message());
-        piece.region = piece.stored = *reg;
-        if (p.contains("stored")) {
-          auto sb = RegionFromJson(p.at("stored"), rec.shape);
-          if (!sb.ok()) return bad("tensor '" + name + "': stored: " + sb.status().message());
-          if (reg->flat || sb->flat || !BoxWithin(*reg, *sb))
-            return bad("tensor '" + name + "': stored box " + DescribeRegion(*sb) +
-                       " does not hold the piece " + DescribeRegion(*reg));
-          piece.stored = *sb;
-        }
-        if (p.contains("fingerprint")) {
-          auto f = p["fingerprint"].is_string() ? ParseFingerprintHex(p["fingerprint"].get<std::string>())
-                                                : Result<Fingerprint>(InvalidArgument("not a string"));
-          if (!f.ok())
-            return bad("tensor '" + name + "' piece " + std::to_string(ps.size()) + ": fingerprint: " +
-                       f.status().message());
-          piece.fingerprint = *f;
-        }
-        covered += piece.region.Count();
-        ps.push_back(piece);
-      }
-      if (covered != rec.NumElements()) return bad("pieces of '" + name + "' do not cover it");
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Piece> ps, ParsePieces(t.at("pieces"), rec, c->world(), path));
       // The pieces are the layout's distinct shards, in order (as Reshard writes them): so they
       // are disjoint and cover the tensor, and every reader agrees on who holds what.
       SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> want, c->layout_.DistinctShards(name, rec.shape));
@@ -332,6 +346,44 @@ Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PieceStor
   SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(pieces_.at(i).at(p).rank, records_[i].name));
   const size_t k = static_cast<size_t>(s->Find(records_[i].name));  // checked at open
   return std::make_pair(std::move(s), k);
+}
+
+std::vector<StoredPart> DistCatalog::StoredParts(size_t i) const {
+  std::vector<StoredPart> parts;
+  for (size_t p = 0; p < pieces_.at(i).size(); ++p) {
+    const Piece& piece = pieces_[i][p];
+    if (!piece.region.flat) parts.push_back({piece.region, piece.stored, static_cast<int>(p)});
+  }
+  return parts;
+}
+
+Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PartStore(size_t i, int piece) const {
+  return PieceStore(i, static_cast<size_t>(piece));
+}
+
+Status DistCatalog::PartError(size_t i, int piece, const Status& st) const {
+  const int rank = pieces_.at(i).at(static_cast<size_t>(piece)).rank;
+  return DistError("rank-file-corrupt", st.code(), origin(), rank, rank_files_[rank], st.message());
+}
+
+Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const Region& r, bool cells,
+                                                                 CpuOptions o) const {
+  for (size_t p = 0; p < pieces_.at(i).size(); ++p) {
+    if (!SameRegion(pieces_[i][p].region, r)) continue;
+    if (cells) {
+      SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, ProveCells(i, p, o));
+      return std::optional<Fingerprint>(f);
+    }
+    SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
+    const TensorRecord& pr = sk.first->tensors()[sk.second];
+    if (sk.first->chunk_info(sk.second).empty() || !pr.piece || !SameRegion(*pr.piece, pieces_[i][p].stored))
+      return std::optional<Fingerprint>();
+    SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
+    SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint pad, PaddingFingerprint(i, p, o));
+    f.Sub(pad);
+    return std::optional<Fingerprint>(f);
+  }
+  return std::optional<Fingerprint>();
 }
 
 void DistCatalog::set_max_open_rank_files(size_t n) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/store_reader.h"
+#include "io/stored_chunks.h"
 #include "store/catalog.h"
 #include "store/layout.h"
 
@@ -28,7 +29,7 @@ namespace seedstore {
 ///   rank-file-corrupt (the inner error's code) when a rank file fails to open, lacks a piece
 ///   or holds it with another shape or dtype, or a chunk fails its checksum;
 ///   bad-index (kCorrupt) for a malformed or tampered /distributed/index.
-class DistCatalog : public Catalog {
+class DistCatalog : public Catalog, public StoredChunks {
  public:
   struct Piece {
     int rank = 0;
@@ -129,8 +130,23 @@ class DistCatalog : public Catalog {
   /// The report's `fingerprints` follow tensors() (a dense tensor's is the sum over its pieces);
   /// problems name the file they were found in. Continues past problems.
   H5Store::VerifyReport Verify(CpuOptions o = {}, std::function<void(uint64_t)> progress = {}) const;
-  uint64_t root_seed() const { return master_->root_seed(); }
-  Generator generator() const { return master_->generator(); }
+  uint64_t root_seed() const override { return master_->root_seed(); }
+  Generator generator() const override { return master_->generator(); }
+  bool seedstore_format() const override { return true; }
+  /// The rank files.
+  std::vector<std::string> other_files() const override { return rank_files_; }
+  /// Stored-chunk access (io/stored_chunks.h): a dense tensor's parts are its box pieces, held
+  /// by the rank files (PartStore is PieceStore; PartError names the rank file,
+  /// rank-file-corrupt).
+  const StoredChunks* stored_chunks() const override { return this; }
+  std::vector<StoredPart> StoredParts(size_t i) const override;
+  Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PartStore(size_t i, int piece) const override;
+  Status PartError(size_t i, int piece, const Status& st) const override;
+  /// For the piece whose region is `r`: by cells (ProveCells) with `cells`; else, when its rank
+  /// file records it as a piece of this save with a chunk-info table, that file's ProveStored
+  /// less the padding it stores beyond r (PaddingFingerprint, decoded); else nullopt.
+  Result<std::optional<Fingerprint>> ProveStoredPiece(size_t i, const Region& r, bool cells,
+                                                      CpuOptions o) const override;
 
  private:
   DistCatalog() = default;
@@ -141,7 +157,7 @@ class DistCatalog : public Catalog {
   Result<std::unique_ptr<H5Store>> OpenRank(int rank, const std::string& tensor = "") const;
   Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
   // Verify's check of the master's datasets under /tensors against the index (as the writer
-  // makes them: MasterDatasetOf in io/dist_store.cc); appends vds-mismatch problems. bad[i]:
+  // makes them: MasterDatasetOf in io/master_vds.h); appends vds-mismatch problems. bad[i]:
   // tensor i's pieces could not all be read (a scalar's value is then not compared).
   void VerifyMasterDatasets(const std::vector<bool>& bad, std::vector<H5Store::Problem>* problems) const;
   std::string path_;

@@ -224,6 +224,90 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
   return rep;
 }
 
+namespace {
+
+// The problems of dataset `d`'s attributes (seedstore.name, .dtype, .fingerprint) against
+// tensor `t`'s record, each prefixed by `where`.
+std::vector<std::string> AttributeProblems(hid_t d, const TensorRecord& t, const std::string& where) {
+  std::vector<std::string> out;
+  auto name = ReadStringAttr(d, "seedstore.name", where);
+  if (!name.ok()) out.push_back(name.status().message());
+  else if (*name != t.name) out.push_back(where + "seedstore.name is '" + *name + "'");
+  auto dt = ReadStringAttr(d, "seedstore.dtype", where);
+  if (!dt.ok()) out.push_back(dt.status().message());
+  else if (*dt != DTypeName(t.dtype))
+    out.push_back(where + "seedstore.dtype is '" + *dt + "', the index says '" + DTypeName(t.dtype) + "'");
+  auto fp = ReadU64ArrayAttr(d, "seedstore.fingerprint", where);
+  if (!fp.ok()) {
+    out.push_back(fp.status().message());
+  } else if (fp->size() != 2 || !t.fingerprint || (*fp)[0] != t.fingerprint->lane0 ||
+             (*fp)[1] != t.fingerprint->lane1) {
+    std::string got;
+    if (fp->size() == 2) got = FingerprintHex(Fingerprint{(*fp)[0], (*fp)[1]});
+    else got = std::to_string(fp->size()) + " words";
+    out.push_back(where + "seedstore.fingerprint is " + got + ", the index says " +
+                  (t.fingerprint ? FingerprintHex(*t.fingerprint) : std::string("none")));
+  }
+  return out;
+}
+
+// How the mappings of the virtual dataset `dset` (creation list `dcpl`) differ, in order, from
+// those the writer makes (`w`, from the tensor's `pieces`; rank r's source file is the base
+// name of rank_files[r]): none when they agree; else their count, when it differs, and what
+// differs first and how many more do.
+std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w, const std::vector<DistCatalog::Piece>& pieces,
+                           const std::vector<std::string>& rank_files, const std::string& dset) {
+  size_t n = 0;
+  if (H5Pget_virtual_count(dcpl, &n) < 0) return {"its mappings cannot be read"};
+  std::vector<std::string> out;
+  if (n != w.mappings.size())
+    out.push_back("has " + std::to_string(n) + " mappings, the index's pieces give " +
+                  std::to_string(w.mappings.size()));
+  size_t differ = 0;
+  std::string first;
+  for (size_t k = 0; k < std::min(n, w.mappings.size()); ++k) {
+    const VdsMapping& m = w.mappings[k];
+    Hid vs(H5Pget_virtual_vspace(dcpl, k), H5Sclose);
+    Hid ss(H5Pget_virtual_srcspace(dcpl, k), H5Sclose);
+    const Selection to = SelectionOf(vs.get()), from = SelectionOf(ss.get(), &m.from);
+    const std::string file = VirtualString(H5Pget_virtual_filename, dcpl, k);
+    const std::string src = VirtualString(H5Pget_virtual_dsetname, dcpl, k);
+    // Compared (and shown) as the patterns HDF5 keeps: a lone `%b` must not pass for `%%b`.
+    const std::string want_file = VdsSourceName(BaseName(rank_files[m.rank])), want_src = VdsSourceName(dset);
+    if (vs.get() >= 0 && ss.get() >= 0 && to.is_box && from.is_box && SameBox(to.box, m.to) &&
+        SameBox(from.box, m.from) && file == want_file && src == want_src)
+      continue;
+    if (differ++ == 0) {
+      const DistCatalog::Piece& p = pieces[m.piece];
+      first = "mapping " + std::to_string(k) + " maps " + DescribeMapping(to, from, file, src) +
+              "; the index says " +
+              DescribeMapping({m.to, m.to.Count(), true}, {m.from, m.from.Count(), true}, want_file, want_src) +
+              " (piece " + std::to_string(m.piece) + ", " + DescribeRegion(p.region) + " of rank " +
+              std::to_string(p.rank) +
+              (SameRegion(p.region, p.stored) ? "" : " stored as " + DescribeRegion(p.stored)) + ")";
+    }
+  }
+  if (differ) out.push_back(first + (differ > 1 ? " (" + std::to_string(differ - 1) + " more mappings differ)" : ""));
+  return out;
+}
+
+// The names of the links in group `group` of file `f`, in name order; false when it is no group.
+bool LinksOf(hid_t f, const char* group, std::vector<std::string>* links) {
+  Hid g(H5Gopen2(f, group, H5P_DEFAULT), H5Gclose);
+  if (g.get() < 0) return false;
+  hsize_t at = 0;
+  H5Literate(
+      g.get(), H5_INDEX_NAME, H5_ITER_INC, &at,
+      [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+        static_cast<std::vector<std::string>*>(out)->push_back(name);
+        return 0;
+      },
+      links);
+  return true;
+}
+
+}  // namespace
+
 void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
                                        std::vector<H5Store::Problem>* problems) const {
   std::vector<MasterDataset> want(records_.size());  // kinds only; mappings one tensor at a time
@@ -286,24 +370,7 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
       continue;
     }
     // Attributes (docs/FORMAT.md 4.2), against the index.
-    auto name = ReadStringAttr(d.get(), "seedstore.name", where);
-    if (!name.ok()) problem(t.name, name.status().message());
-    else if (*name != t.name) problem(t.name, where + "seedstore.name is '" + *name + "'");
-    auto dt = ReadStringAttr(d.get(), "seedstore.dtype", where);
-    if (!dt.ok()) problem(t.name, dt.status().message());
-    else if (*dt != DTypeName(t.dtype))
-      problem(t.name, where + "seedstore.dtype is '" + *dt + "', the index says '" + DTypeName(t.dtype) + "'");
-    auto fp = ReadU64ArrayAttr(d.get(), "seedstore.fingerprint", where);
-    if (!fp.ok()) {
-      problem(t.name, fp.status().message());
-    } else if (fp->size() != 2 || !t.fingerprint || (*fp)[0] != t.fingerprint->lane0 ||
-               (*fp)[1] != t.fingerprint->lane1) {
-      std::string got;
-      if (fp->size() == 2) got = FingerprintHex(Fingerprint{(*fp)[0], (*fp)[1]});
-      else got = std::to_string(fp->size()) + " words";
-      problem(t.name, where + "seedstore.fingerprint is " + got + ", the index says " +
-                          (t.fingerprint ? FingerprintHex(*t.fingerprint) : std::string("none")));
-    }
+    for (const std::string& m : AttributeProblems(d.get(), t, where)) problem(t.name, m);
     // Shape and type.
     Hid space(H5Dget_space(d.get()), H5Sclose);
     const Selection all = SelectionOf(space.get());
@@ -338,58 +405,16 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
       continue;
     }
     // The mappings, in order, against those the writer makes from the index's pieces.
-    size_t n = 0;
-    if (H5Pget_virtual_count(dcpl.get(), &n) < 0) {
-      problem(t.name, where + "its mappings cannot be read");
-      continue;
-    }
-    if (n != w.mappings.size())
-      problem(t.name, where + "has " + std::to_string(n) + " mappings, the index's pieces give " +
-                          std::to_string(w.mappings.size()));
-    size_t differ = 0;
-    std::string first;
-    for (size_t k = 0; k < std::min(n, w.mappings.size()); ++k) {
-      const VdsMapping& m = w.mappings[k];
-      Hid vs(H5Pget_virtual_vspace(dcpl.get(), k), H5Sclose);
-      Hid ss(H5Pget_virtual_srcspace(dcpl.get(), k), H5Sclose);
-      const Selection to = SelectionOf(vs.get()), from = SelectionOf(ss.get(), &m.from);
-      const std::string file = VirtualString(H5Pget_virtual_filename, dcpl.get(), k);
-      const std::string src = VirtualString(H5Pget_virtual_dsetname, dcpl.get(), k);
-      // Compared (and shown) as the patterns HDF5 keeps: a lone `%b` must not pass for `%%b`.
-      const std::string want_file = VdsSourceName(BaseName(rank_files_[m.rank])), want_src = VdsSourceName(dset);
-      if (vs.get() >= 0 && ss.get() >= 0 && to.is_box && from.is_box && SameBox(to.box, m.to) &&
-          SameBox(from.box, m.from) && file == want_file && src == want_src)
-        continue;
-      if (differ++ == 0) {
-        const Piece& p = pieces_[i][m.piece];
-        first = "mapping " + std::to_string(k) + " maps " + DescribeMapping(to, from, file, src) +
-                "; the index says " +
-                DescribeMapping({m.to, m.to.Count(), true}, {m.from, m.from.Count(), true}, want_file, want_src) +
-                " (piece " + std::to_string(m.piece) + ", " + DescribeRegion(p.region) + " of rank " +
-                std::to_string(p.rank) +
-                (SameRegion(p.region, p.stored) ? "" : " stored as " + DescribeRegion(p.stored)) + ")";
-      }
-    }
-    if (differ)
-      problem(t.name, where + first +
-                          (differ > 1 ? " (" + std::to_string(differ - 1) + " more mappings differ)" : ""));
+    for (const std::string& m : MappingProblems(dcpl.get(), w, pieces_[i], rank_files_, dset))
+      problem(t.name, where + m);
   }
   // Every dataset under /tensors must be one of those above.
   if (!have_group) return;
   std::vector<std::string> links;
-  Hid g(H5Gopen2(f, "/tensors", H5P_DEFAULT), H5Gclose);
-  if (g.get() < 0) {
+  if (!LinksOf(f, "/tensors", &links)) {
     problem("", "/tensors: is not a group");
     return;
   }
-  hsize_t at = 0;
-  H5Literate(
-      g.get(), H5_INDEX_NAME, H5_ITER_INC, &at,
-      [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-        static_cast<std::vector<std::string>*>(out)->push_back(name);
-        return 0;
-      },
-      &links);
   for (const std::string& l : links) {
     const auto it = by_link.find(l);
     if (it != by_link.end() && want[it->second].kind != MasterDataset::kNone) continue;

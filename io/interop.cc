@@ -445,6 +445,13 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
   return c;
 }
 
+std::vector<std::string> SafetensorsCatalog::other_files() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < records_.size(); ++i)
+    if (std::find(out.begin(), out.end(), file_of(i)) == out.end()) out.push_back(file_of(i));
+  return out;
+}
+
 Status SafetensorsCatalog::Read(size_t i, const Region& r, void* out, CpuOptions) const {
   if (i >= records_.size())
     return InvalidArgument("'" + origin_ + "': tensor index " + std::to_string(i) + " out of range");

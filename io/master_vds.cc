@@ -133,10 +133,14 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
 }
 
 // Adds the index and the virtual datasets to the (closed, committed) master file at `file`.
-Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
-                             const Layout& layout, uint32_t id, const std::string& path,
-                             const std::vector<Fingerprint>& fps, const std::vector<uint64_t>& counts,
-                             const std::vector<uint64_t>& piece_fps) {
+namespace {
+
+// The text of the master's /distributed/index (docs/FORMAT.md 10): the save's id, world,
+// layout and rank files, and every tensor -- a dense one with its fingerprint, its chunk and
+// byte counts and its pieces (rank, region, stored box when padded, recorded fingerprint).
+std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& layout, uint32_t id,
+                            const std::string& path, const std::vector<Fingerprint>& fps,
+                            const std::vector<uint64_t>& counts, const std::vector<uint64_t>& piece_fps) {
   const auto& ts = src.tensors();
   json tensors = json::array();
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -170,7 +174,17 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
                       {"world", layout.world_size()},      {"layout", layout.ToJson()},
                       {"rank_files", files},               {"flat_mappings", "boxes"},
                       {"tensors", tensors}};
-  const std::string text = index.dump();
+  return index.dump();
+}
+
+}  // namespace
+
+Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
+                             const Layout& layout, uint32_t id, const std::string& path,
+                             const std::vector<Fingerprint>& fps, const std::vector<uint64_t>& counts,
+                             const std::vector<uint64_t>& piece_fps) {
+  const auto& ts = src.tensors();
+  const std::string text = MasterIndexText(src, plan, layout, id, path, fps, counts, piece_fps);
 
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST);

@@ -8,6 +8,9 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 
 #include "io/atomic_file.h"
@@ -37,21 +40,8 @@ double Now() {
 }  // namespace
 
 void RootSeedOf(const Catalog& c, uint64_t* seed, Generator* generator) {
-  *seed = 0;
-  *generator = Generator::kThreefry;
-  if (auto* s = dynamic_cast<const SpecCatalog*>(&c)) {
-    *seed = s->spec().seed;
-    *generator = s->spec().generator;
-  } else if (auto* h = dynamic_cast<const H5Store*>(&c)) {
-    *seed = h->root_seed();
-    *generator = h->generator();
-  } else if (auto* d = dynamic_cast<const DistCatalog*>(&c)) {
-    *seed = d->root_seed();
-    *generator = d->generator();
-  } else if (auto* b = dynamic_cast<const BufferCatalog*>(&c)) {
-    *seed = b->root_seed();
-    *generator = b->generator();
-  }
+  *seed = c.root_seed();
+  *generator = c.generator();
 }
 
 bool ReshardReport::ok() const {
@@ -97,6 +87,459 @@ Status ReshardReport::ToStatus() const {
                   "' differ from the source: " + names);
 }
 
+namespace {
+
+// Adds fingerprint(r) of each region to lanes[0] and lanes[1]; the first error stops it.
+Status AddUp(const std::vector<Region>& regions, const std::function<Result<Fingerprint>(const Region&)>& fingerprint,
+             uint64_t* lanes) {
+  for (const Region& r : regions) {
+    SEEDSTORE_ASSIGN_OR_RETURN(const Fingerprint f, fingerprint(r));
+    lanes[0] += f.lane0;
+    lanes[1] += f.lane1;
+  }
+  return Status::Ok();
+}
+
+// One save in progress on this process (Reshard), as the steps of the protocol that its
+// methods are, in the order Run calls them (docs/FORMAT.md 10). Members are declared in the
+// order the steps make them: the lock is released last, after the signal registrations and the
+// opened output.
+class SaveJob {
+ public:
+  SaveJob(Exchange& comm, const Catalog& src, const Layout& layout, const std::string& requested,
+          const std::string& path, const DistSaveOptions& o)
+      : comm_(comm), src_(src), layout_(layout), requested_(requested), path_(path), o_(o),
+        me_(comm.rank()), np_(comm.size()), world_(o.consolidate ? 1 : layout.world_size()),
+        ts_(src.tensors()), n_(ts_.size()) {}
+
+  Result<ReshardReport> Run();
+
+ private:
+  // Refuses a source whose records are pieces and a path whose rank or commit files would
+  // have names too long for the file system.
+  Status CheckSourceAndNames();
+  // The plan (distinct pieces, padded to the source's chunk grid), agreed by every process.
+  Status MakeAgreedPlan();
+  // The save id: rank 0 draws it, the sum spreads it.
+  Status DrawSaveId();
+  // src_fp_: recorded, or computed piece by piece by the owning process.
+  Status SourceFingerprints();
+  // Rank 0 writes the consolidated store, staged (st_).
+  void WriteConsolidated();
+  // Every process writes its rank files; then rank 0 the master, sealed and staged (st_).
+  // An error here (other than the master's) has been agreed and ends the save (GiveUp).
+  Status WriteDistributed();
+  // The staged file's second name, the gate; the job agrees the write, and sums the counts.
+  Status StageAndAgree();
+  // Opens the staged output (out_) and, for a distributed save, decides per tensor whether its
+  // pieces store whole cells of one chunk grid (off_[i] == 0: prove by cells).
+  Status OpenOutputAndGrids();
+  // Reads back and proves every piece this process wrote; the sums into the report's rows.
+  Status Prove();
+  // Commits a proven save (rank 0), tells every process the outcome.
+  Result<ReshardReport> Commit();
+  // Every failure after the save id is drawn ends here. A rank other than 0 that does not know
+  // the outcome vetoes the commit first (VetoCommit), which makes the outcome final and tells
+  // it; it removes its new files only when the save was not committed.
+  Result<ReshardReport> GiveUp(const Status& why);
+  // Removes this process's new files (its rank files; rank 0: the staged file and its gate).
+  void DropMine();
+  // The regions of tensor i this process fingerprints and proves: the pieces it wrote, or, with
+  // `whole` (a lazy tensor, a consolidated save), the whole tensor on process i mod np.
+  std::vector<Region> MyRegions(size_t i, bool whole) const;
+
+  Exchange& comm_;
+  const Catalog& src_;
+  const Layout& layout_;
+  const std::string& requested_;
+  const std::string path_;
+  const DistSaveOptions o_;
+  const int me_, np_, world_;
+  const std::vector<TensorRecord>& ts_;
+  const size_t n_;
+  ReshardReport rep_;
+  double t0_ = 0, t1_ = 0;
+  uint64_t seed_ = 0;
+  Generator gen_ = Generator::kThreefry;
+  WriterLock lock_;
+  Plan plan_;
+  uint32_t id_ = 0;
+  std::vector<Fingerprint> src_fp_;
+  Status st_;
+  uint64_t bytes_ = 0;
+  std::vector<uint64_t> counts_;     // per tensor: chunks copied, encoded; bytes stored
+  std::vector<uint64_t> piece_fps_;  // per piece: lane0, lane1 (distributed saves)
+  std::string staged_, gate_;
+  std::vector<int> mine_;  // the layout ranks whose files this process writes
+  // Rank 0 knows when its commit happens: until then a signal removes its files (after that
+  // they may be the save's). The others do not, so theirs stay on a signal, as on SIGKILL, for
+  // the next save to remove.
+  signal_cleanup::Scope registered_;
+  bool committed_ = false;  // rank 0: it renamed the gate over `path`; the others: they learned so
+  std::unique_ptr<Catalog> out_;
+  const DistCatalog* dout_ = nullptr;  // out_ when it is a distributed save
+  std::vector<uint64_t> off_;          // per tensor: pieces not on the common grid (0: by cells)
+};
+
+Status SaveJob::CheckSourceAndNames() {
+  for (const TensorRecord& t : ts_) SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(src_, t, "reshard"));
+  // The names next to the master -- its lock, the commit protocol's files and, unless
+  // consolidated, its rank files -- must fit NAME_MAX: found out at the last rename, all the
+  // work would be lost.
+  const std::string longest =
+      o_.consolidate ? ProtocolName(path_, 0xffffffffu, "commit") : RankFileName(path_, 0xffffffffu, world_ - 1);
+  if (BaseName(longest).size() > NAME_MAX)
+    return InvalidArgument("save: '" + requested_ + "': the name is too long for its " +
+                           (o_.consolidate ? "commit files (as '" : "rank files (as '") + BaseName(longest) +
+                           "', " + std::to_string(BaseName(longest).size()) + " bytes; a file name has at most " +
+                           std::to_string(NAME_MAX) + "): give a shorter name");
+  return Status::Ok();
+}
+
+Status SaveJob::MakeAgreedPlan() {
+  if (!o_.consolidate) {
+    auto p = MakePlan(src_, layout_);
+    Status ps = p.status();
+    if (ps.ok() && !(o_.max_padding >= 0))
+      ps = InvalidArgument("reshard: max padding must be >= 0, not " + std::to_string(o_.max_padding));
+    if (ps.ok()) ps = PadPieces(src_, o_.write, o_.max_padding, &*p);
+    SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, ps, "plan"));
+    plan_ = std::move(*p);
+  } else {
+    plan_.shards.resize(n_);
+    plan_.stored.resize(n_);
+  }
+  NumberPieces(&plan_);
+  return Status::Ok();
+}
+
+Status SaveJob::DrawSaveId() {
+  uint64_t id64 = 0;
+  if (me_ == 0) id64 = std::random_device{}() ^ static_cast<uint32_t>(::getpid() * 2654435761u);
+  SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(&id64, 1, "save id"));
+  id_ = static_cast<uint32_t>(id64);
+  return Status::Ok();
+}
+
+std::vector<Region> SaveJob::MyRegions(size_t i, bool whole) const {
+  std::vector<Region> mine;
+  if (whole) {
+    if (me_ == static_cast<int>(i % np_)) mine.push_back(WholeTensor(ts_[i].shape));
+  } else {
+    for (const Shard& s : plan_.shards[i])
+      if (WriterOf(s.replicas[0], np_, world_) == me_) mine.push_back(s.region);
+  }
+  return mine;
+}
+
+Status SaveJob::SourceFingerprints() {
+  std::vector<uint64_t> sfp(2 * n_, 0);
+  Status st;
+  for (size_t i = 0; i < n_ && st.ok(); ++i) {
+    if (ts_[i].fingerprint) {
+      if (me_ == 0) {
+        sfp[2 * i] = ts_[i].fingerprint->lane0;
+        sfp[2 * i + 1] = ts_[i].fingerprint->lane1;
+      }
+      continue;
+    }
+    st = AddUp(MyRegions(i, ts_[i].lazy || o_.consolidate),
+               [&](const Region& r) { return src_.FingerprintRegion(i, r, o_.cpu); }, &sfp[2 * i]);
+  }
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st, "source fingerprints"));
+  SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(sfp.data(), sfp.size(), "source fingerprints"));
+  TestFaultPoint(me_, "source-fingerprints");
+  src_fp_.resize(n_);
+  for (size_t i = 0; i < n_; ++i) src_fp_[i] = Fingerprint{sfp[2 * i], sfp[2 * i + 1]};
+  return Status::Ok();
+}
+
+void SaveJob::DropMine() {
+  for (int r : mine_) ::unlink(RankFileName(path_, id_, r).c_str());
+  if (me_ == 0) {
+    ::unlink(gate_.c_str());
+    ::unlink(staged_.c_str());
+  }
+}
+
+Result<ReshardReport> SaveJob::GiveUp(const Status& why) {
+  if (me_ != 0 && !committed_) committed_ = VetoCommit(path_, id_);
+  if (!committed_) {
+    DropMine();
+    return why;
+  }
+  std::fprintf(stderr,
+               "seedstore: %s\nseedstore: rank %d: the save was committed before that: '%s' "
+               "holds the new save, proven before its commit\n",
+               why.message().c_str(), me_, path_.c_str());
+  rep_.committed = true;
+  return rep_;
+}
+
+void SaveJob::WriteConsolidated() {
+  if (me_ != 0) return;
+  st_ = [&]() -> Status {
+    SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(staged_, seed_, gen_, o_.write));
+    // Dense tensors go through AddPiece for every kind of source: chunks are copied as
+    // stored only after their checksums verify, so a corrupt source fails here.
+    for (size_t i = 0; i < n_; ++i) {
+      if (ts_[i].lazy) {
+        SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts_[i].lazy->spec, &src_fp_[i], true, o_.cpu));
+      } else {
+        ChunkMatcher matcher(src_, i, o_.write);
+        const Region whole = WholeTensor(ts_[i].shape);
+        SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking chunking, matcher.For(whole));
+        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, src_, i, whole, std::move(chunking),
+                                           /*as_piece=*/false, nullptr, &counts_[kCounts * i]));
+        bytes_ += ts_[i].NumBytes();
+      }
+    }
+    return w->Commit();
+  }();
+}
+
+Status SaveJob::WriteDistributed() {
+  // This process's rank files (a contiguous block of ranks, so that its pieces of a flat
+  // tensor are neighbours), in groups written at once (WriteRankFiles), several groups at a
+  // time: their chunk reads, hashing and fsyncs overlap (HDF5 calls themselves take turns
+  // under the store's lock).
+  const int threads = ThreadCount(o_.cpu.threads, mine_.size());
+  const size_t groups = std::min(mine_.size(), std::max<size_t>(threads, (mine_.size() + kMaxOpenRankFiles - 1) /
+                                                                             kMaxOpenRankFiles));
+  std::vector<uint64_t> file_bytes(groups, 0);
+  std::vector<std::vector<uint64_t>> file_counts(groups, std::vector<uint64_t>(kCounts * n_, 0));
+  // Each piece's recorded fingerprint, from the process that wrote it (zero elsewhere; the
+  // groups write disjoint pieces), all-reduced for the master's index.
+  piece_fps_.assign(2 * plan_.first_piece.back(), 0);
+  st_ = ParallelFor(groups, threads, false, [&](uint64_t k, int) -> Status {
+    std::vector<int> ranks(mine_.begin() + k * mine_.size() / groups, mine_.begin() + (k + 1) * mine_.size() / groups);
+    std::vector<std::string> files;
+    for (int r : ranks) files.push_back(RankFileName(path_, id_, r));
+    return WriteRankFiles(src_, plan_, ranks, files, o_, &file_bytes[k], file_counts[k], piece_fps_);
+  });
+  for (size_t k = 0; k < groups; ++k) {
+    bytes_ += file_bytes[k];
+    for (size_t c = 0; c < counts_.size(); ++c) counts_[c] += file_counts[k][c];
+  }
+  SimulateFault(o_.simulate, o_.simulate_rank, me_, "write rank files");
+  TestFaultPoint(me_, "rank-files");
+  Status a = Agree(comm_, st_, "write rank files");
+  // The index records each tensor's chunks and bytes over all its pieces (inspect shows
+  // them without opening a rank file).
+  if (a.ok()) a = comm_.AllReduceSum(counts_.data(), counts_.size(), "chunk counts");
+  if (a.ok()) a = comm_.AllReduceSum(piece_fps_.data(), piece_fps_.size(), "piece fingerprints");
+  SEEDSTORE_RETURN_IF_ERROR(a);
+  if (me_ == 0) {
+    st_ = [&]() -> Status {
+      // One temporary, one rename: the index and virtual datasets are added to the
+      // writer's closed temporary, and it is sealed, before it is made durable and renamed
+      // to the staged name.
+      WriteOptions mo = o_.write;
+      mo.user_block = kSealBytes;
+      SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(staged_, seed_, gen_, mo));
+      for (size_t i = 0; i < n_; ++i)
+        if (ts_[i].lazy) SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts_[i].lazy->spec, &src_fp_[i], true, o_.cpu));
+      return w->Commit([&](const std::string& temp) {
+        SEEDSTORE_RETURN_IF_ERROR(
+            AddDistributedObjects(temp, src_, plan_, layout_, id_, path_, src_fp_, counts_, piece_fps_));
+        return SealMaster(temp);
+      });
+    }();
+  }
+  return Status::Ok();
+}
+
+Status SaveJob::StageAndAgree() {
+  // Staged: complete, sealed (a master) and durable. The gate is its second name.
+  if (me_ == 0) {
+    if (st_.ok() && ::link(staged_.c_str(), gate_.c_str()) != 0)
+      st_ = IoError("save: cannot link '" + staged_ + "' as '" + gate_ + "': " + std::strerror(errno));
+  }
+  TestFaultPoint(me_, "master");
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "write master"));
+  if (o_.consolidate) SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(counts_.data(), counts_.size(), "chunk counts"));
+  SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(&bytes_, 1, "bytes"));
+  return Status::Ok();
+}
+
+Status SaveJob::OpenOutputAndGrids() {
+  if (o_.consolidate) {
+    auto s = H5Store::Open(staged_);
+    st_ = s.status();
+    if (s.ok()) out_ = std::move(*s);
+  } else {
+    auto s = DistCatalog::Open(staged_);
+    st_ = s.status();
+    if (s.ok()) {
+      dout_ = s->get();
+      out_ = std::move(*s);
+    }
+  }
+  if (st_.ok() && out_->tensors().size() != n_) st_ = Corrupt("reshard: output has another tensor count");
+  // Per dense tensor of a distributed save: whether every piece stores whole cells of one
+  // chunk grid (then the stored-chunks proof goes by cells: DistCatalog::ProveCells). Each
+  // process looks at the pieces it wrote (PieceGrid; the index lists them in plan order):
+  // first the writer of piece 0 tells its chunk shape, then every process counts its pieces
+  // that store another grid or none.
+  const size_t gw = 1 + kMaxRank;
+  std::vector<uint64_t> ref(n_ * gw, 0);
+  off_.assign(n_, 0);
+  std::vector<std::vector<std::vector<uint64_t>>> mine_grid(n_);
+  const bool try_cells = dout_ && !o_.full_proof;
+  for (size_t i = 0; i < n_ && st_.ok() && try_cells; ++i) {
+    mine_grid[i].resize(plan_.shards[i].size());
+    for (size_t k = 0; k < plan_.shards[i].size() && st_.ok(); ++k) {
+      if (WriterOf(plan_.shards[i][k].replicas[0], np_, world_) != me_) continue;
+      auto c = dout_->PieceGrid(i, k);
+      st_ = c.status();
+      if (!c.ok()) break;
+      mine_grid[i][k] = *c;
+      if (k == 0) {
+        ref[i * gw] = c->empty();
+        for (size_t e = 0; e < c->size(); ++e) ref[i * gw + 1 + e] = (*c)[e];
+      }
+    }
+  }
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "prove: chunk grids"));
+  SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(ref.data(), ref.size(), "prove: chunk grids"));
+  for (size_t i = 0; i < n_; ++i) {
+    if (!try_cells || plan_.shards[i].empty() || ref[i * gw] != 0) {
+      off_[i] = 1;
+      continue;
+    }
+    const std::vector<uint64_t> c0(ref.begin() + i * gw + 1, ref.begin() + i * gw + 1 + ts_[i].shape.size());
+    for (size_t k = 0; k < plan_.shards[i].size(); ++k)
+      if (WriterOf(plan_.shards[i][k].replicas[0], np_, world_) == me_ && mine_grid[i][k] != c0) ++off_[i];
+  }
+  return comm_.AllReduceSum(off_.data(), off_.size(), "prove: chunk grids");
+}
+
+Status SaveJob::Prove() {
+  std::vector<uint64_t> ofp(2 * n_, 0);
+  for (size_t i = 0; i < n_ && st_.ok(); ++i) {
+    const TensorRecord& t = out_->tensors()[i];
+    if (t.name != ts_[i].name || t.shape != ts_[i].shape || t.dtype != ts_[i].dtype) {
+      st_ = Corrupt("reshard: output tensor " + std::to_string(i) + " is '" + t.name +
+                    "', not the source's '" + ts_[i].name + "' with its shape and dtype");
+      break;
+    }
+    if (t.lazy) {
+      // No data moved: the record's fingerprint stands for it, checked against the spec
+      // (same spec, same resolved key).
+      if (me_ == 0) {
+        const bool same = ts_[i].lazy && t.lazy->key == ts_[i].lazy->key &&
+                          TensorSpecToJson(t.lazy->spec) == TensorSpecToJson(ts_[i].lazy->spec);
+        Fingerprint f = t.fingerprint.value_or(Fingerprint{});
+        if (!same) f.lane0 ^= 1;  // forces a mismatch
+        ofp[2 * i] = f.lane0;
+        ofp[2 * i + 1] = f.lane1;
+      }
+      continue;
+    }
+    st_ = AddUp(MyRegions(i, o_.consolidate),
+                [&](const Region& r) { return ProvePiece(*out_, i, r, o_.cpu, o_.full_proof, off_[i] == 0); },
+                &ofp[2 * i]);
+  }
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "prove"));
+  SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(ofp.data(), ofp.size(), "prove"));
+  for (size_t i = 0; i < n_; ++i) {
+    ReshardRow row;
+    row.name = ts_[i].name;
+    row.lazy = ts_[i].lazy.has_value();
+    if (!row.lazy) {
+      row.pieces = o_.consolidate ? 1 : plan_.shards[i].size();
+      row.bytes = ts_[i].NumBytes();
+    }
+    row.source_ref = ts_[i].fingerprint ? "recorded" : "computed";
+    row.chunks_copied = counts_[kCounts * i];
+    row.chunks_encoded = counts_[kCounts * i + 1];
+    rep_.chunks_copied += row.chunks_copied;
+    rep_.chunks_encoded += row.chunks_encoded;
+    row.source = src_fp_[i];
+    row.output = Fingerprint{ofp[2 * i], ofp[2 * i + 1]};
+    rep_.rows.push_back(std::move(row));
+  }
+  return Status::Ok();
+}
+
+Result<ReshardReport> SaveJob::Commit() {
+  // The commit point: only a proven save is committed, so that exit 0 means proven and any
+  // failure before it leaves `path` as it was.
+  const bool proven = rep_.ok();
+  TestFaultPoint(me_, "before-rename");
+  if (me_ == 0 && proven) {
+    st_ = CommitStaged(path_, id_, &registered_, &committed_);
+    // Durable: the replaced save's files, and what interrupted saves left, go.
+    if (committed_) RemoveOtherPieces(path_, id_);
+  }
+  if (me_ != 0) TestFaultPoint(me_, "after-rename");
+  uint64_t outcome = committed_ ? 1 : 0;
+  if (Status a = comm_.AllReduceSum(&outcome, 1, "commit"); !a.ok()) return GiveUp(a);
+  if (outcome == 0) {  // not proven, or rank 0 could not commit: nobody will
+    DropMine();
+    if (!st_.ok()) return st_;
+    if (!proven) return rep_;  // the rows name the tensors that differ (ToStatus)
+    return IoError("save: '" + path_ + "' not replaced: rank 0 could not commit the save (see its message)");
+  }
+  committed_ = true;
+  rep_.committed = true;
+  TestFaultPoint(me_, "done");
+  if (Status a = comm_.Barrier("reshard done"); !a.ok()) return GiveUp(a);
+  // Every rank knows the outcome, so none will look at the staged name again.
+  if (me_ == 0) ::unlink(staged_.c_str());
+  rep_.total_s = Now() - t0_;
+  return rep_;
+}
+
+Result<ReshardReport> SaveJob::Run() {
+  t0_ = Now();
+  rep_.path = path_;
+  rep_.world = world_;
+  rep_.writers = np_;
+  rep_.consolidated = o_.consolidate;
+  rep_.full_proof = o_.full_proof;
+  SEEDSTORE_RETURN_IF_ERROR(CheckSourceAndNames());
+  RootSeedOf(src_, &seed_, &gen_);
+  SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, me_ == 0 ? lock_.Acquire(path_) : Status::Ok(), "lock"));
+  TestFaultPoint(me_, "lock");
+  SEEDSTORE_RETURN_IF_ERROR(MakeAgreedPlan());
+  TestFaultPoint(me_, "plan");
+  SEEDSTORE_RETURN_IF_ERROR(DrawSaveId());
+  SEEDSTORE_RETURN_IF_ERROR(SourceFingerprints());
+
+  // Write. Until the commit point (CommitStaged) the save already at `path` is untouched;
+  // the files of this save are removed on failure only while they can never be committed
+  // (docs/FORMAT.md 10, "Commit protocol").
+  counts_.assign(kCounts * n_, 0);
+  staged_ = ProtocolName(path_, id_, "new");
+  gate_ = ProtocolName(path_, id_, "commit");
+  mine_ = o_.consolidate ? std::vector<int>{} : RanksWrittenBy(me_, np_, layout_.world_size());
+  if (me_ == 0) {
+    for (int r : mine_) registered_.Add(RankFileName(path_, id_, r));
+    registered_.Add(staged_);
+    registered_.Add(gate_);
+  }
+  if (o_.consolidate) {
+    WriteConsolidated();
+  } else if (Status a = WriteDistributed(); !a.ok()) {
+    return GiveUp(a);
+  }
+  if (Status a = StageAndAgree(); !a.ok()) return GiveUp(a);
+  rep_.bytes = bytes_;
+  t1_ = Now();
+  rep_.write_s = t1_ - t0_;
+
+  // Prove: read back what was written, fingerprint each distinct piece once (its writer does),
+  // sum over processes.
+  if (Status e = OpenOutputAndGrids(); !e.ok()) return GiveUp(e);
+  if (Status e = Prove(); !e.ok()) return GiveUp(e);
+  TestFaultPoint(me_, "prove");
+  rep_.prove_s = Now() - t1_;
+  return Commit();
+}
+
+}  // namespace
+
 Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& layout,
                               const std::string& requested, const DistSaveOptions& options) {
   // Through a symbolic link: the save (master, rank files, lock) goes where it points.
@@ -108,351 +551,8 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   DistSaveOptions o = options;
   if (struct stat old; o.write.file_mode < 0 && ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode))
     o.write.file_mode = static_cast<int>(old.st_mode & 07777);
-  const double t0 = Now();
-  const int me = comm.rank(), np = comm.size();
-  const int world = o.consolidate ? 1 : layout.world_size();
-  const auto& ts = src.tensors();
-  const size_t n = ts.size();
-  ReshardReport rep;
-  rep.path = path;
-  rep.world = world;
-  rep.writers = np;
-  rep.consolidated = o.consolidate;
-  rep.full_proof = o.full_proof;
-  for (const TensorRecord& t : ts) SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(src, t, "reshard"));
-  // The names next to the master -- its lock, the commit protocol's files and, unless
-  // consolidated, its rank files -- must fit NAME_MAX: found out at the last rename, all the
-  // work would be lost.
-  const std::string longest =
-      o.consolidate ? ProtocolName(path, 0xffffffffu, "commit") : RankFileName(path, 0xffffffffu, world - 1);
-  if (BaseName(longest).size() > NAME_MAX)
-    return InvalidArgument("save: '" + requested + "': the name is too long for its " +
-                           (o.consolidate ? "commit files (as '" : "rank files (as '") + BaseName(longest) +
-                           "', " + std::to_string(BaseName(longest).size()) + " bytes; a file name has at most " +
-                           std::to_string(NAME_MAX) + "): give a shorter name");
-  uint64_t seed;
-  Generator gen;
-  RootSeedOf(src, &seed, &gen);
-
-  WriterLock lock;
-  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, me == 0 ? lock.Acquire(path) : Status::Ok(), "lock"));
-  TestFaultPoint(me, "lock");
-
-  Plan plan;
-  if (!o.consolidate) {
-    auto p = MakePlan(src, layout);
-    Status ps = p.status();
-    if (ps.ok() && !(o.max_padding >= 0))
-      ps = InvalidArgument("reshard: max padding must be >= 0, not " + std::to_string(o.max_padding));
-    if (ps.ok()) ps = PadPieces(src, o.write, o.max_padding, &*p);
-    SEEDSTORE_RETURN_IF_ERROR(Agree(comm, ps, "plan"));
-    plan = std::move(*p);
-  } else {
-    plan.shards.resize(n);
-    plan.stored.resize(n);
-  }
-  NumberPieces(&plan);
-  TestFaultPoint(me, "plan");
-  // Save id: rank 0 draws it, the sum spreads it.
-  uint64_t id64 = 0;
-  if (me == 0) id64 = std::random_device{}() ^ static_cast<uint32_t>(::getpid() * 2654435761u);
-  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&id64, 1, "save id"));
-  const uint32_t id = static_cast<uint32_t>(id64);
-
-  // Source fingerprints: recorded, or computed piece by piece by the owning process.
-  std::vector<uint64_t> sfp(2 * n, 0);
-  Status st;
-  for (size_t i = 0; i < n && st.ok(); ++i) {
-    if (ts[i].fingerprint) {
-      if (me == 0) {
-        sfp[2 * i] = ts[i].fingerprint->lane0;
-        sfp[2 * i + 1] = ts[i].fingerprint->lane1;
-      }
-      continue;
-    }
-    std::vector<Region> mine;
-    if (ts[i].lazy || o.consolidate) {
-      if (me == static_cast<int>(i % np)) mine.push_back(WholeTensor(ts[i].shape));
-    } else {
-      for (const Shard& s : plan.shards[i])
-        if (WriterOf(s.replicas[0], np, world) == me) mine.push_back(s.region);
-    }
-    for (const Region& r : mine) {
-      auto f = src.FingerprintRegion(i, r, o.cpu);
-      if (!f.ok()) {
-        st = f.status();
-        break;
-      }
-      sfp[2 * i] += f->lane0;
-      sfp[2 * i + 1] += f->lane1;
-    }
-  }
-  SEEDSTORE_RETURN_IF_ERROR(Agree(comm, st, "source fingerprints"));
-  SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(sfp.data(), sfp.size(), "source fingerprints"));
-  TestFaultPoint(me, "source-fingerprints");
-  std::vector<Fingerprint> src_fp(n);
-  for (size_t i = 0; i < n; ++i) src_fp[i] = Fingerprint{sfp[2 * i], sfp[2 * i + 1]};
-
-  // Write. Until the commit point (CommitStaged) the save already at `path` is untouched;
-  // the files of this save are removed on failure only while they can never be committed
-  // (docs/FORMAT.md 10, "Commit protocol").
-  uint64_t bytes = 0;
-  std::vector<uint64_t> counts(kCounts * n, 0);  // per tensor: chunks copied, encoded; bytes stored
-  std::vector<uint64_t> piece_fps;               // per piece: lane0, lane1 (distributed saves)
-  const std::string staged = ProtocolName(path, id, "new"), gate = ProtocolName(path, id, "commit");
-  const std::vector<int> mine = o.consolidate ? std::vector<int>{} : RanksWrittenBy(me, np, layout.world_size());
-  // Rank 0 knows when its commit happens: until then a signal removes its files (after that
-  // they may be the save's). The others do not, so theirs stay on a signal, as on SIGKILL, for
-  // the next save to remove.
-  signal_cleanup::Scope registered;
-  if (me == 0) {
-    for (int r : mine) registered.Add(RankFileName(path, id, r));
-    registered.Add(staged);
-    registered.Add(gate);
-  }
-  bool committed = false;  // rank 0: it renamed the gate over `path`; the others: they learned so
-  auto drop_mine = [&] {
-    for (int r : mine) ::unlink(RankFileName(path, id, r).c_str());
-    if (me == 0) {
-      ::unlink(gate.c_str());
-      ::unlink(staged.c_str());
-    }
-  };
-  // Every failure after the save id is drawn ends here. A rank other than 0 that does not know
-  // the outcome vetoes the commit first (VetoCommit), which makes the outcome final and tells
-  // it; it removes its new files only when the save was not committed.
-  auto give_up = [&](const Status& why) -> Result<ReshardReport> {
-    if (me != 0 && !committed) committed = VetoCommit(path, id);
-    if (!committed) {
-      drop_mine();
-      return why;
-    }
-    std::fprintf(stderr,
-                 "seedstore: %s\nseedstore: rank %d: the save was committed before that: '%s' "
-                 "holds the new save, proven before its commit\n",
-                 why.message().c_str(), me, path.c_str());
-    rep.committed = true;
-    return rep;
-  };
-  if (o.consolidate) {
-    if (me == 0) {
-      st = [&]() -> Status {
-        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(staged, seed, gen, o.write));
-        // Dense tensors go through AddPiece for every kind of source: chunks are copied as
-        // stored only after their checksums verify, so a corrupt source fails here.
-        for (size_t i = 0; i < n; ++i) {
-          if (ts[i].lazy) {
-            SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
-          } else {
-            ChunkMatcher matcher(src, i, o.write);
-            const Region whole = WholeTensor(ts[i].shape);
-            SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking chunking, matcher.For(whole));
-            SEEDSTORE_RETURN_IF_ERROR(AddPiece(*w, src, i, whole, std::move(chunking),
-                                               /*as_piece=*/false, nullptr, &counts[kCounts * i]));
-            bytes += ts[i].NumBytes();
-          }
-        }
-        return w->Commit();
-      }();
-    }
-  } else {
-    // This process's rank files (a contiguous block of ranks, so that its pieces of a flat
-    // tensor are neighbours), in groups written at once (WriteRankFiles), several groups at a
-    // time: their chunk reads, hashing and fsyncs overlap (HDF5 calls themselves take turns
-    // under the store's lock).
-    const int threads = ThreadCount(o.cpu.threads, mine.size());
-    const size_t groups = std::min(mine.size(), std::max<size_t>(threads, (mine.size() + kMaxOpenRankFiles - 1) /
-                                                                              kMaxOpenRankFiles));
-    std::vector<uint64_t> file_bytes(groups, 0);
-    std::vector<std::vector<uint64_t>> file_counts(groups, std::vector<uint64_t>(kCounts * n, 0));
-    // Each piece's recorded fingerprint, from the process that wrote it (zero elsewhere; the
-    // groups write disjoint pieces), all-reduced for the master's index.
-    piece_fps.assign(2 * plan.first_piece.back(), 0);
-    st = ParallelFor(groups, threads, false, [&](uint64_t k, int) -> Status {
-      std::vector<int> ranks(mine.begin() + k * mine.size() / groups, mine.begin() + (k + 1) * mine.size() / groups);
-      std::vector<std::string> files;
-      for (int r : ranks) files.push_back(RankFileName(path, id, r));
-      return WriteRankFiles(src, plan, ranks, files, o, &file_bytes[k], file_counts[k], piece_fps);
-    });
-    for (size_t k = 0; k < groups; ++k) {
-      bytes += file_bytes[k];
-      for (size_t c = 0; c < counts.size(); ++c) counts[c] += file_counts[k][c];
-    }
-    SimulateFault(o.simulate, o.simulate_rank, me, "write rank files");
-    TestFaultPoint(me, "rank-files");
-    Status a = Agree(comm, st, "write rank files");
-    // The index records each tensor's chunks and bytes over all its pieces (inspect shows
-    // them without opening a rank file).
-    if (a.ok()) a = comm.AllReduceSum(counts.data(), counts.size(), "chunk counts");
-    if (a.ok()) a = comm.AllReduceSum(piece_fps.data(), piece_fps.size(), "piece fingerprints");
-    if (!a.ok()) return give_up(a);
-    if (me == 0) {
-      st = [&]() -> Status {
-        // One temporary, one rename: the index and virtual datasets are added to the
-        // writer's closed temporary, and it is sealed, before it is made durable and renamed
-        // to the staged name.
-        WriteOptions mo = o.write;
-        mo.user_block = kSealBytes;
-        SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(staged, seed, gen, mo));
-        for (size_t i = 0; i < n; ++i)
-          if (ts[i].lazy)
-            SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts[i].lazy->spec, &src_fp[i], true, o.cpu));
-        return w->Commit([&](const std::string& temp) {
-          SEEDSTORE_RETURN_IF_ERROR(
-              AddDistributedObjects(temp, src, plan, layout, id, path, src_fp, counts, piece_fps));
-          return SealMaster(temp);
-        });
-      }();
-    }
-  }
-  // Staged: complete, sealed (a master) and durable. The gate is its second name.
-  if (me == 0) {
-    if (st.ok() && ::link(staged.c_str(), gate.c_str()) != 0)
-      st = IoError("save: cannot link '" + staged + "' as '" + gate + "': " + std::strerror(errno));
-  }
-  TestFaultPoint(me, "master");
-  if (Status a = Agree(comm, st, "write master"); !a.ok()) return give_up(a);
-  if (o.consolidate)
-    if (Status a = comm.AllReduceSum(counts.data(), counts.size(), "chunk counts"); !a.ok()) return give_up(a);
-  if (Status a = comm.AllReduceSum(&bytes, 1, "bytes"); !a.ok()) return give_up(a);
-  rep.bytes = bytes;
-  const double t1 = Now();
-  rep.write_s = t1 - t0;
-
-  // Prove: read back what was written, fingerprint each distinct piece once (its writer does),
-  // sum over processes.
-  std::vector<uint64_t> ofp(2 * n, 0);
-  std::unique_ptr<Catalog> out;
-  if (o.consolidate) {
-    auto s = H5Store::Open(staged);
-    st = s.status();
-    if (s.ok()) out = std::move(*s);
-  } else {
-    auto s = DistCatalog::Open(staged);
-    st = s.status();
-    if (s.ok()) out = std::move(*s);
-  }
-  if (st.ok() && out->tensors().size() != n) st = Corrupt("reshard: output has another tensor count");
-  // Per dense tensor of a distributed save: whether every piece stores whole cells of one
-  // chunk grid (then the stored-chunks proof goes by cells: DistCatalog::ProveCells). Each
-  // process looks at the pieces it wrote (PieceGrid; the index lists them in plan order):
-  // first the writer of piece 0 tells its chunk shape, then every process counts its pieces
-  // that store another grid or none.
-  const size_t gw = 1 + kMaxRank;
-  std::vector<uint64_t> ref(n * gw, 0), off(n, 0);
-  std::vector<std::vector<std::vector<uint64_t>>> mine_grid(n);
-  const auto* dout = dynamic_cast<const DistCatalog*>(out.get());
-  const bool try_cells = dout && !o.full_proof;
-  for (size_t i = 0; i < n && st.ok() && try_cells; ++i) {
-    mine_grid[i].resize(plan.shards[i].size());
-    for (size_t k = 0; k < plan.shards[i].size() && st.ok(); ++k) {
-      if (WriterOf(plan.shards[i][k].replicas[0], np, world) != me) continue;
-      auto c = dout->PieceGrid(i, k);
-      st = c.status();
-      if (!c.ok()) break;
-      mine_grid[i][k] = *c;
-      if (k == 0) {
-        ref[i * gw] = c->empty();
-        for (size_t e = 0; e < c->size(); ++e) ref[i * gw + 1 + e] = (*c)[e];
-      }
-    }
-  }
-  if (Status e = Agree(comm, st, "prove: chunk grids"); !e.ok()) return give_up(e);
-  if (Status e = comm.AllReduceSum(ref.data(), ref.size(), "prove: chunk grids"); !e.ok()) return give_up(e);
-  for (size_t i = 0; i < n; ++i) {
-    if (!try_cells || plan.shards[i].empty() || ref[i * gw] != 0) {
-      off[i] = 1;
-      continue;
-    }
-    const std::vector<uint64_t> c0(ref.begin() + i * gw + 1, ref.begin() + i * gw + 1 + ts[i].shape.size());
-    for (size_t k = 0; k < plan.shards[i].size(); ++k)
-      if (WriterOf(plan.shards[i][k].replicas[0], np, world) == me && mine_grid[i][k] != c0) ++off[i];
-  }
-  if (Status e = comm.AllReduceSum(off.data(), off.size(), "prove: chunk grids"); !e.ok()) return give_up(e);
-  for (size_t i = 0; i < n && st.ok(); ++i) {
-    const TensorRecord& t = out->tensors()[i];
-    if (t.name != ts[i].name || t.shape != ts[i].shape || t.dtype != ts[i].dtype) {
-      st = Corrupt("reshard: output tensor " + std::to_string(i) + " is '" + t.name +
-                   "', not the source's '" + ts[i].name + "' with its shape and dtype");
-      break;
-    }
-    std::vector<Region> mine;
-    if (t.lazy) {
-      // No data moved: the record's fingerprint stands for it, checked against the spec
-      // (same spec, same resolved key).
-      if (me == 0) {
-        const bool same = ts[i].lazy && t.lazy->key == ts[i].lazy->key &&
-                          TensorSpecToJson(t.lazy->spec) == TensorSpecToJson(ts[i].lazy->spec);
-        Fingerprint f = t.fingerprint.value_or(Fingerprint{});
-        if (!same) f.lane0 ^= 1;  // forces a mismatch
-        ofp[2 * i] = f.lane0;
-        ofp[2 * i + 1] = f.lane1;
-      }
-      continue;
-    }
-    if (o.consolidate) {
-      if (me == static_cast<int>(i % np)) mine.push_back(WholeTensor(t.shape));
-    } else {
-      for (const Shard& s : plan.shards[i])
-        if (WriterOf(s.replicas[0], np, world) == me) mine.push_back(s.region);
-    }
-    for (const Region& r : mine) {
-      auto f = ProvePiece(*out, i, r, o.cpu, o.full_proof, off[i] == 0);
-      if (!f.ok()) {
-        st = f.status();
-        break;
-      }
-      ofp[2 * i] += f->lane0;
-      ofp[2 * i + 1] += f->lane1;
-    }
-  }
-  if (Status e = Agree(comm, st, "prove"); !e.ok()) return give_up(e);
-  if (Status e = comm.AllReduceSum(ofp.data(), ofp.size(), "prove"); !e.ok()) return give_up(e);
-  for (size_t i = 0; i < n; ++i) {
-    ReshardRow row;
-    row.name = ts[i].name;
-    row.lazy = ts[i].lazy.has_value();
-    if (!row.lazy) {
-      row.pieces = o.consolidate ? 1 : plan.shards[i].size();
-      row.bytes = ts[i].NumBytes();
-    }
-    row.source_ref = ts[i].fingerprint ? "recorded" : "computed";
-    row.chunks_copied = counts[kCounts * i];
-    row.chunks_encoded = counts[kCounts * i + 1];
-    rep.chunks_copied += row.chunks_copied;
-    rep.chunks_encoded += row.chunks_encoded;
-    row.source = src_fp[i];
-    row.output = Fingerprint{ofp[2 * i], ofp[2 * i + 1]};
-    rep.rows.push_back(std::move(row));
-  }
-  TestFaultPoint(me, "prove");
-  rep.prove_s = Now() - t1;
-  // The commit point: only a proven save is committed, so that exit 0 means proven and any
-  // failure before it leaves `path` as it was.
-  const bool proven = rep.ok();
-  TestFaultPoint(me, "before-rename");
-  if (me == 0 && proven) {
-    st = CommitStaged(path, id, &registered, &committed);
-    // Durable: the replaced save's files, and what interrupted saves left, go.
-    if (committed) RemoveOtherPieces(path, id);
-  }
-  if (me != 0) TestFaultPoint(me, "after-rename");
-  uint64_t outcome = committed ? 1 : 0;
-  if (Status a = comm.AllReduceSum(&outcome, 1, "commit"); !a.ok()) return give_up(a);
-  if (outcome == 0) {  // not proven, or rank 0 could not commit: nobody will
-    drop_mine();
-    if (!st.ok()) return st;
-    if (!proven) return rep;  // the rows name the tensors that differ (ToStatus)
-    return IoError("save: '" + path + "' not replaced: rank 0 could not commit the save (see its message)");
-  }
-  committed = true;
-  rep.committed = true;
-  TestFaultPoint(me, "done");
-  if (Status a = comm.Barrier("reshard done"); !a.ok()) return give_up(a);
-  // Every rank knows the outcome, so none will look at the staged name again.
-  if (me == 0) ::unlink(staged.c_str());
-  rep.total_s = Now() - t0;
-  return rep;
+  SaveJob job(comm, src, layout, requested, path, o);
+  return job.Run();
 }
 
 }  // namespace seedstore

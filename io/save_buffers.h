@@ -71,8 +71,8 @@ class BufferCatalog : public Catalog {
   const void* HostData(size_t i, const Region& r) const override {
     return SameRegion(r, shards_.at(i)) ? data_[i] : nullptr;
   }
-  uint64_t root_seed() const { return root_seed_; }
-  Generator generator() const { return generator_; }
+  uint64_t root_seed() const override { return root_seed_; }
+  Generator generator() const override { return generator_; }
 
  private:
   uint64_t root_seed_ = 0;

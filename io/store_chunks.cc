@@ -324,6 +324,22 @@ Result<Fingerprint> H5Store::ProveStored(size_t i, CpuOptions o) const {
   return f;
 }
 
+std::vector<StoredPart> H5Store::StoredParts(size_t i) const {
+  const TensorRecord& t = records_.at(i);
+  if (t.lazy) return {};
+  return {StoredPart{WholeTensor(t.shape), WholeTensor(t.shape), -1}};
+}
+
+Result<std::pair<std::shared_ptr<const H5Store>, size_t>> H5Store::PartStore(size_t i, int) const {
+  return std::make_pair(std::shared_ptr<const H5Store>(std::shared_ptr<const H5Store>(), this), i);
+}
+
+Result<std::optional<Fingerprint>> H5Store::ProveStoredPiece(size_t i, const Region&, bool, CpuOptions o) const {
+  if (chunk_info(i).empty() || records_[i].piece) return std::optional<Fingerprint>();
+  SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, ProveStored(i, o));
+  return std::optional<Fingerprint>(f);
+}
+
 Status H5Store::ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
                                const std::function<Status(const ChunkWhere& where, uint64_t j, const uint64_t* is,
                                                           const uint64_t* ie, ChunkScratch& s, int th)>& f) const {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -98,12 +99,17 @@ Result<ChunkWhere> H5Store::ChunksOf(size_t i) const {
   return w;
 }
 
-Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
-  const std::string w = "file '" + path + "'";
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return OpenFailure(w, errno);
-  if (S_ISDIR(st.st_mode)) return InvalidArgument(w + ": is a directory, not a store");
-  if (!S_ISREG(st.st_mode))
+// ---- H5Store::Open, step by step ----------------------------------------------------------
+
+namespace {
+
+// What Open checks before HDF5 reads a byte: the path is a regular file this process may open,
+// a distributed save's master has an intact seal (docs/FORMAT.md 10), and the file starts with
+// HDF5's signature. *st: the file's status. Errors name the file `w`.
+Status CheckOpenable(const std::string& path, const std::string& w, struct stat* st) {
+  if (::stat(path.c_str(), st) != 0) return OpenFailure(w, errno);
+  if (S_ISDIR(st->st_mode)) return InvalidArgument(w + ": is a directory, not a store");
+  if (!S_ISREG(st->st_mode))
     return InvalidArgument(w + ": is " + NotARegularFile(path) +
                            ", not a store: a store is read by seeking; give a regular file");
   if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
@@ -114,6 +120,345 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   SEEDSTORE_RETURN_IF_ERROR(CheckMasterSeal(path, /*is_master=*/false, nullptr));
   if (!LooksLikeHdf5(path))
     return StoreStatus(StoreError::kNotHdf5, w + ": not an HDF5 file (no superblock signature)");
+  return Status::Ok();
+}
+
+// The root attributes: magic (bad-magic) and version (unsupported-version).
+Status CheckRootAttributes(hid_t f, const std::string& w) {
+  SEEDSTORE_ASSIGN_OR_RETURN(std::string magic, ReadStringAttr(f, "seedstore.format", w));
+  if (magic != "seedstore")
+    return StoreStatus(StoreError::kBadMagic,
+                       w + ": seedstore.format is '" + magic + "', expected 'seedstore'");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> ver, ReadU64Attr(f, "seedstore.version", w));
+  if (ver.size() != 1 || ver[0] != static_cast<uint64_t>(kStoreFormatVersion))
+    return StoreStatus(StoreError::kUnsupportedVersion,
+                       w + ": format version " + (ver.empty() ? "?" : std::to_string(ver[0])) +
+                           " (this build reads version " + std::to_string(kStoreFormatVersion) + ")");
+  return Status::Ok();
+}
+
+// The text of /seedstore/index, its checksum verified (bad-index, missing-object).
+Result<std::string> ReadIndexText(hid_t f, const std::string& w) {
+  SEEDSTORE_ASSIGN_OR_RETURN(bool has_index, LinkExists(f, "/seedstore/index", w));
+  if (!has_index)
+    return StoreStatus(StoreError::kMissingObject, w + ": dataset '/seedstore/index' is missing");
+  SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, "/seedstore/index", w));
+  std::string text;
+  Hid d(H5Dopen2(f, "/seedstore/index", H5P_DEFAULT), H5Dclose);
+  if (!d.ok()) return H5ReadFailure(w + ": opening /seedstore/index");
+  Hid sp(H5Dget_space(d.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(sp.get());
+  if (n <= 0 || H5Sget_simple_extent_ndims(sp.get()) != 1)
+    return StoreStatus(StoreError::kBadIndex, w + ": /seedstore/index is not a 1-D byte array");
+  text.resize(static_cast<size_t>(n));
+  if (H5Dread(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+    return StoreStatus(StoreError::kBadIndex,
+                       w + ": /seedstore/index cannot be read: " + H5ErrorText());
+  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> sum,
+                             ReadU64Attr(d.get(), "seedstore.xxh3", w + " /seedstore/index"));
+  const uint64_t computed = Checksum64(text.data(), text.size());
+  if (sum.size() != 1 || sum[0] != computed)
+    return StoreStatus(StoreError::kBadIndex,
+                       w + ": /seedstore/index checksum mismatch (stored " +
+                           (sum.empty() ? "?" : Hex64(sum[0])) + ", computed " +
+                           Hex64(computed) + ")");
+  return text;
+}
+
+// bad-index of file `w`: "<w>: index <m>".
+Status BadIndex(const std::string& w, const std::string& m) {
+  return StoreStatus(StoreError::kBadIndex, w + ": index " + m);
+}
+
+// What the index says of the whole store.
+struct IndexHeader {
+  uint64_t seed = 0;
+  Generator generator = Generator::kThreefry;
+  std::optional<int> rank;
+};
+
+// The index's own fields, which must agree with the file's attributes (checked before).
+Result<IndexHeader> ParseIndexHeader(json& idx, const std::string& w) {
+  auto bad = [&](const std::string& m) { return BadIndex(w, m); };
+  IndexHeader h;
+  if (idx.is_discarded() || !idx.is_object()) return bad("is not a JSON object");
+  if (idx.contains("format") && idx["format"] != "seedstore")
+    return bad("field 'format' is " + JsonPreview(idx["format"]) + ", not \"seedstore\"");
+  if (idx.contains("version") && idx["version"] != kStoreFormatVersion)
+    return bad("field 'version' is " + JsonPreview(idx["version"]) + ", the file's is " +
+               std::to_string(kStoreFormatVersion));
+  if (!idx.contains("seed") || !idx["seed"].is_number_unsigned()) return bad("field 'seed' missing or not an unsigned integer");
+  h.seed = idx["seed"].get<uint64_t>();
+  if (!idx.contains("generator") || !idx["generator"].is_string()) return bad("field 'generator' missing");
+  {
+    auto gen = ParseGenerator(idx["generator"].get<std::string>());
+    if (!gen.ok()) return bad(gen.status().message());
+    h.generator = *gen;
+  }
+  if (idx.contains("rank")) {
+    if (!idx["rank"].is_number_unsigned() || idx["rank"].get<uint64_t>() > INT32_MAX)
+      return bad("field 'rank' is " + JsonPreview(idx["rank"]) + ", not a rank (0..2147483647)");
+    h.rank = static_cast<int>(idx["rank"].get<uint64_t>());
+  }
+  if (!idx.contains("tensors") || !idx["tensors"].is_array()) return bad("field 'tensors' missing");
+  return h;
+}
+
+// A lazy record (docs/FORMAT.md 4.1): its spec, resolved under the store's seed, must derive
+// the key the record holds. `where`: "tensors[k]".
+Result<TensorRecord> ParseLazyRecord(json rec, const std::string& where, const IndexHeader& h,
+                                     const std::string& w) {
+  auto bad = [&](const std::string& m) { return BadIndex(w, m); };
+  TensorRecord tr;
+  if (!rec.contains("key_words") || !rec["key_words"].is_array() || rec["key_words"].size() != 2 ||
+      !rec["key_words"][0].is_number_unsigned() || !rec["key_words"][1].is_number_unsigned())
+    return bad(where + ": 'key_words' missing or not two uint32 words");
+  const Key key{rec["key_words"][0].get<uint32_t>(), rec["key_words"][1].get<uint32_t>()};
+  rec.erase("kind");
+  rec.erase("key_words");
+  rec.erase("fingerprint");
+  // A record without "flavour" was written before flavours existed: eager (FORMAT.md 4.1).
+  auto t = TensorSpecFromJson(rec, h.generator, where, Flavour::kEager);
+  if (!t.ok()) return bad(t.status().message());
+  auto l = LazyTensor::Resolve(*t, h.seed);
+  if (!l.ok()) return bad(l.status().message());
+  if (!(l->key == key))
+    return bad(where + " ('" + t->name + "'): key_words do not match the key derived from the spec");
+  tr.name = t->name;
+  tr.shape = t->shape;
+  tr.dtype = t->dtype;
+  tr.lazy = std::move(*l);
+  return tr;
+}
+
+// A dense record's name, shape, dtype and piece (docs/FORMAT.md 4.1); *stored_bytes from
+// its "stored_bytes" when present.
+Result<TensorRecord> ParseDenseRecord(const json& rec, const std::string& where, const std::string& w,
+                                      uint64_t* stored_bytes) {
+  auto bad = [&](const std::string& m) { return BadIndex(w, m); };
+  TensorRecord tr;
+  if (!rec.contains("name") || !rec["name"].is_string() || !rec.contains("shape") ||
+      !rec["shape"].is_array() || !rec.contains("dtype") || !rec["dtype"].is_string())
+    return bad(where + ": dense record needs name, shape and dtype");
+  tr.name = rec["name"].get<std::string>();
+  if (tr.name.empty()) return bad(where + ": empty tensor name");
+  for (const auto& d : rec["shape"]) {
+    if (!d.is_number_unsigned()) return bad(where + ": bad shape");
+    tr.shape.push_back(d.get<uint64_t>());
+  }
+  auto dt = ParseDType(rec["dtype"].get<std::string>());
+  if (!dt.ok()) return bad(where + ": " + dt.status().message());
+  tr.dtype = *dt;
+  if (auto v = ValidateShape(tr.shape, tr.dtype, where); !v.ok()) return bad(v.message());
+  if (rec.contains("piece")) {  // a piece of a larger tensor (docs/FORMAT.md 4.1)
+    const json& pc = rec["piece"];
+    std::vector<uint64_t> gshape;
+    bool ok = pc.is_object() && pc.contains("shape") && pc["shape"].is_array() &&
+              pc.contains("region") && pc["shape"].size() <= static_cast<size_t>(kMaxRank);
+    for (size_t d = 0; ok && d < pc["shape"].size(); ++d) {
+      ok = pc["shape"][d].is_number_unsigned();
+      if (ok) gshape.push_back(pc["shape"][d].get<uint64_t>());
+    }
+    if (!ok) return bad(where + " ('" + tr.name + "'): 'piece' needs 'shape' and 'region'");
+    if (auto v = ValidateShape(gshape, tr.dtype, where + " piece"); !v.ok()) return bad(v.message());
+    auto reg = RegionFromJson(pc["region"], gshape);
+    if (!reg.ok()) return bad(where + " ('" + tr.name + "'): piece: " + reg.status().message());
+    if (LocalShape(*reg) != tr.shape)
+      return bad(where + " ('" + tr.name + "'): piece " + DescribeRegion(*reg) +
+                 " does not have the tensor's shape " + ShapeText(tr.shape));
+    tr.piece = *reg;
+  }
+  if (rec.contains("stored_bytes") && rec["stored_bytes"].is_number_unsigned())
+    *stored_bytes = rec["stored_bytes"].get<uint64_t>();
+  return tr;
+}
+
+// What Open learns from a dense tensor's own objects.
+struct DenseObjects {
+  StoredTensor stored;
+  std::vector<uint64_t> checksums;
+  std::vector<ChunkInfo> info;
+  std::vector<ChunkLoc> located;
+};
+
+// The dataset's attributes (seedstore.name, .dtype, .fingerprint), shape and HDF5 type
+// against its record (whose recorded fingerprint is `fp`). `tw` names file and tensor.
+Status CheckDatasetAgainstRecord(hid_t d, const TensorRecord& tr, const std::optional<Fingerprint>& fp,
+                                 const std::string& dataset, const std::string& where, const std::string& w,
+                                 const std::string& tw) {
+  SEEDSTORE_ASSIGN_OR_RETURN(std::string aname, ReadStringAttr(d, "seedstore.name", tw));
+  if (aname != tr.name)
+    return BadIndex(w, where + ": dataset '" + dataset + "' says its name is '" + aname + "'");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::string adt, ReadStringAttr(d, "seedstore.dtype", tw));
+  if (adt != DTypeName(tr.dtype))
+    return StoreStatus(StoreError::kDtypeMismatch, tw + ": seedstore.dtype is '" + adt +
+                                                       "', the index says '" + DTypeName(tr.dtype) + "'");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> afp, ReadU64Attr(d, "seedstore.fingerprint", tw));
+  if (afp.size() != 2) return Corrupt(tw + ": seedstore.fingerprint must hold 2 words");
+  if (!fp) return BadIndex(w, where + ": dense record without fingerprint");
+  if (afp[0] != fp->lane0 || afp[1] != fp->lane1)
+    return StoreStatus(StoreError::kFingerprintMismatch, tw + ": seedstore.fingerprint differs from the index");
+  Hid sp(H5Dget_space(d), H5Sclose);
+  const int nd = H5Sget_simple_extent_ndims(sp.get());
+  std::vector<hsize_t> dims(std::max(nd, 0));
+  if (nd > 0) H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
+  std::vector<uint64_t> dshape(dims.begin(), dims.end());
+  if (nd < 0 || dshape != tr.shape)
+    return StoreStatus(StoreError::kShapeMismatch, tw + ": dataset shape " + ShapeText(dshape) +
+                                                       " differs from the record's " + ShapeText(tr.shape));
+  Hid ty(H5Dget_type(d), H5Tclose);
+  if (!TypeMatches(ty.get(), tr.dtype))
+    return StoreStatus(StoreError::kDtypeMismatch, tw + ": HDF5 type does not store " + DTypeName(tr.dtype));
+  return Status::Ok();
+}
+
+// The dataset's storage layout (chunked; contiguous or compact only for a scalar or an empty
+// tensor, docs/FORMAT.md 4.2) and filter pipeline (shuffle and zstd only): *chunk (empty when
+// not chunked), stt->filters and stt->zstd_level.
+Status ReadPipeline(hid_t d, const TensorRecord& tr, const std::string& tw, std::vector<uint64_t>* chunk,
+                    StoredTensor* stt) {
+  const int nd = static_cast<int>(tr.shape.size());
+  Hid pl(H5Dget_create_plist(d), H5Pclose);
+  const H5D_layout_t lay = H5Pget_layout(pl.get());
+  if (lay == H5D_CHUNKED) {
+    std::vector<hsize_t> c(std::max(nd, 1));
+    if (H5Pget_chunk(pl.get(), nd, c.data()) != nd) return Corrupt(tw + ": cannot read the chunk shape");
+    chunk->assign(c.begin(), c.begin() + nd);
+  } else if (lay != H5D_CONTIGUOUS && lay != H5D_COMPACT) {
+    return StoreStatus(StoreError::kBadLayout, tw + ": unsupported dataset layout");
+  } else if (tr.NumElements() > 1) {  // docs/FORMAT.md 4.2: only scalars and empty tensors
+    return StoreStatus(StoreError::kBadLayout,
+                       tw + ": a tensor of " + std::to_string(tr.NumElements()) +
+                           " elements stored without chunks (only a scalar or an empty tensor may be)");
+  }
+  const int nf = H5Pget_nfilters(pl.get());
+  for (int k2 = 0; k2 < nf; ++k2) {
+    unsigned flags = 0;
+    size_t ncd = 8;
+    unsigned cd[8];
+    char fname[64];
+    unsigned fcfg = 0;
+    const H5Z_filter_t id = H5Pget_filter2(pl.get(), k2, &flags, &ncd, cd, sizeof fname, fname, &fcfg);
+    if (id != kH5FilterShuffle && id != kH5FilterZstd)
+      return StoreStatus(StoreError::kUnknownFilter,
+                         tw + ": filter id " + std::to_string(id) + " (" + FilterName(id) +
+                             ") in the pipeline; seedstore reads only shuffle (2) and zstd (32015)");
+    if (id == kH5FilterShuffle && ncd >= 1 && cd[0] != static_cast<unsigned>(DTypeSize(tr.dtype)))
+      return Corrupt(tw + ": shuffle element size " + std::to_string(cd[0]) + " is not the dtype's");
+    if (id == kH5FilterZstd) stt->zstd_level = ncd >= 1 ? static_cast<int>(cd[0]) : 0;
+    stt->filters.push_back(id);
+  }
+  return Status::Ok();
+}
+
+// Where the chunks of a tensor of few chunks (H5Store::kLocatedChunks) are, so that its reads
+// open no dataset (ChunksOf); empty when it has more, or when a chunk is missing (the reads
+// find and name that).
+std::vector<ChunkLoc> LocateFewChunks(hid_t d, const Grid& grid) {
+  std::vector<ChunkLoc> located;
+  if (!grid.chunked() || grid.num > H5Store::kLocatedChunks) return located;
+  for (uint64_t j = 0; j < grid.num; ++j) {
+    uint64_t c[kMaxRank];
+    hsize_t off[kMaxRank];
+    grid.Coords(j, c);
+    for (int q = 0; q < grid.rank; ++q) off[q] = c[q] * grid.chunk[q];
+    located.push_back(LocateChunk(d, off));
+    if (located.back().size == 0) return {};
+  }
+  return located;
+}
+
+// The checksum table at `sums_path`: one entry per chunk, its own hash checked.
+Result<std::vector<uint64_t>> ReadChecksumTable(hid_t f, const std::string& sums_path, const Grid& grid,
+                                                const std::string& tw) {
+  Hid cs(H5Dopen2(f, sums_path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!cs.ok()) return H5ReadFailure(tw + ": opening " + sums_path);
+  Hid csp(H5Dget_space(cs.get()), H5Sclose);
+  if (H5Sget_simple_extent_ndims(csp.get()) != 1 ||
+      static_cast<uint64_t>(H5Sget_simple_extent_npoints(csp.get())) != grid.num)
+    return StoreStatus(StoreError::kShapeMismatch,
+                       tw + ": checksum table " + sums_path + " does not have one entry per chunk (" +
+                           std::to_string(grid.num) + ")");
+  std::vector<uint64_t> checks(grid.num);
+  if (H5Dread(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, checks.data()) < 0)
+    return H5ReadFailure(tw + ": reading " + sums_path);
+  SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(cs.get(), checks, tw + ": checksum table " + sums_path));
+  return checks;
+}
+
+// The chunk-info table at `info_path` (optional: files written before it existed have none;
+// then empty): one row per chunk, its own hash checked, its fingerprints adding up to `fp`.
+Result<std::vector<ChunkInfo>> ReadChunkInfoTable(hid_t f, const std::string& info_path, const Grid& grid,
+                                                  const Fingerprint& fp, const std::string& tw) {
+  std::vector<ChunkInfo> infos;
+  SEEDSTORE_ASSIGN_OR_RETURN(bool has_info, LinkExists(f, info_path, tw));
+  if (!has_info) return infos;
+  SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, info_path, tw));
+  Hid ci(H5Dopen2(f, info_path.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ci.ok()) return H5ReadFailure(tw + ": opening " + info_path);
+  Hid isp(H5Dget_space(ci.get()), H5Sclose);
+  hsize_t idims[2] = {0, 0};
+  if (H5Sget_simple_extent_ndims(isp.get()) != 2 || H5Sget_simple_extent_dims(isp.get(), idims, nullptr) != 2 ||
+      idims[0] != grid.num || idims[1] != 3)
+    return StoreStatus(StoreError::kShapeMismatch,
+                       tw + ": chunk-info table " + info_path + " is not [" + std::to_string(grid.num) +
+                           ", 3] (one row per chunk)");
+  std::vector<uint64_t> rows(grid.num * 3);
+  if (H5Dread(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
+    return H5ReadFailure(tw + ": reading " + info_path);
+  SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(ci.get(), rows, tw + ": chunk-info table " + info_path));
+  Fingerprint total;
+  infos.resize(grid.num);
+  for (uint64_t j = 0; j < grid.num; ++j) {
+    infos[j].stored_hash = rows[3 * j];
+    infos[j].fingerprint = Fingerprint{rows[3 * j + 1], rows[3 * j + 2]};
+    total.Add(infos[j].fingerprint);
+  }
+  if (total != fp)
+    return StoreStatus(StoreError::kFingerprintMismatch,
+                       tw + ": the chunk fingerprints of " + info_path + " add up to " + FingerprintHex(total) +
+                           ", the record says " + FingerprintHex(fp));
+  return infos;
+}
+
+// A dense tensor's own objects -- its dataset and tables -- checked against its record: what
+// fails here damages this tensor alone (H5Store::Damage). out->stored holds `dense`,
+// `stored_bytes` and `dataset` already.
+Status CheckDenseObjects(hid_t f, const TensorRecord& tr, const std::optional<Fingerprint>& fp,
+                         const std::string& where, const std::string& w, DenseObjects* out) {
+  const std::string tw = w + " tensor '" + tr.name + "'";
+  const std::string esc = EscapeH5Name(tr.name);
+  StoredTensor& stt = out->stored;
+  const std::string sums_path = "/checksums/" + esc;
+  for (const std::string& p : {stt.dataset, sums_path}) {
+    SEEDSTORE_ASSIGN_OR_RETURN(bool exists, LinkExists(f, p, tw));
+    if (!exists) return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
+    SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, tw));
+  }
+  // Closed once checked, as are its tables: reads open it again when they need its chunk
+  // addresses (H5Store::Dataset; a few are kept open). Chunks never go through HDF5's
+  // chunk cache -- they are read with pread and decoded here -- so it gets none: 20,000
+  // tiny dense tensors, `inspect` peak RSS 642 -> 349 MB; closing it: 349 -> 116 MB.
+  Hid d(H5Dopen2(f, stt.dataset.c_str(), NoChunkCache()), H5Dclose);
+  if (!d.ok()) return H5ReadFailure(tw + ": opening " + stt.dataset);
+  SEEDSTORE_RETURN_IF_ERROR(CheckDatasetAgainstRecord(d.get(), tr, fp, stt.dataset, where, w, tw));
+  std::vector<uint64_t> chunk;
+  SEEDSTORE_RETURN_IF_ERROR(ReadPipeline(d.get(), tr, tw, &chunk, &stt));
+  const Grid grid = Grid::Make(tr.shape, chunk);
+  stt.chunk = chunk;
+  stt.num_chunks = grid.num;
+  out->located = LocateFewChunks(d.get(), grid);
+  SEEDSTORE_ASSIGN_OR_RETURN(out->checksums, ReadChecksumTable(f, sums_path, grid, tw));
+  SEEDSTORE_ASSIGN_OR_RETURN(out->info, ReadChunkInfoTable(f, "/chunkinfo/" + esc, grid, *fp, tw));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
+  const std::string w = "file '" + path + "'";
+  struct stat st;
+  SEEDSTORE_RETURN_IF_ERROR(CheckOpenable(path, w, &st));
   H5Guard g;
   std::unique_ptr<H5Store> s(new H5Store());
   s->path_ = path;
@@ -128,65 +473,14 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   }
   s->AttachDescriptor();
   const hid_t f = s->file_;
-  // Root attributes: magic and version.
-  SEEDSTORE_ASSIGN_OR_RETURN(std::string magic, ReadStringAttr(f, "seedstore.format", w));
-  if (magic != "seedstore")
-    return StoreStatus(StoreError::kBadMagic,
-                       w + ": seedstore.format is '" + magic + "', expected 'seedstore'");
-  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> ver, ReadU64Attr(f, "seedstore.version", w));
-  if (ver.size() != 1 || ver[0] != static_cast<uint64_t>(kStoreFormatVersion))
-    return StoreStatus(StoreError::kUnsupportedVersion,
-                       w + ": format version " + (ver.empty() ? "?" : std::to_string(ver[0])) +
-                           " (this build reads version " + std::to_string(kStoreFormatVersion) + ")");
-  // The index.
-  SEEDSTORE_ASSIGN_OR_RETURN(bool has_index, LinkExists(f, "/seedstore/index", w));
-  if (!has_index)
-    return StoreStatus(StoreError::kMissingObject, w + ": dataset '/seedstore/index' is missing");
-  SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, "/seedstore/index", w));
-  std::string text;
-  {
-    Hid d(H5Dopen2(f, "/seedstore/index", H5P_DEFAULT), H5Dclose);
-    if (!d.ok()) return H5ReadFailure(w + ": opening /seedstore/index");
-    Hid sp(H5Dget_space(d.get()), H5Sclose);
-    const hssize_t n = H5Sget_simple_extent_npoints(sp.get());
-    if (n <= 0 || H5Sget_simple_extent_ndims(sp.get()) != 1)
-      return StoreStatus(StoreError::kBadIndex, w + ": /seedstore/index is not a 1-D byte array");
-    text.resize(static_cast<size_t>(n));
-    if (H5Dread(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
-      return StoreStatus(StoreError::kBadIndex,
-                         w + ": /seedstore/index cannot be read: " + H5ErrorText());
-    SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> sum,
-                               ReadU64Attr(d.get(), "seedstore.xxh3", w + " /seedstore/index"));
-    const uint64_t computed = Checksum64(text.data(), text.size());
-    if (sum.size() != 1 || sum[0] != computed)
-      return StoreStatus(StoreError::kBadIndex,
-                         w + ": /seedstore/index checksum mismatch (stored " +
-                             (sum.empty() ? "?" : Hex64(sum[0])) + ", computed " +
-                             Hex64(computed) + ")");
-  }
+  SEEDSTORE_RETURN_IF_ERROR(CheckRootAttributes(f, w));
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadIndexText(f, w));
   json idx = ParseJson(text, nullptr);
-  auto bad = [&](const std::string& m) { return StoreStatus(StoreError::kBadIndex, w + ": index " + m); };
-  if (idx.is_discarded() || !idx.is_object()) return bad("is not a JSON object");
-  // What the index says it is must agree with the file's attributes (checked above).
-  if (idx.contains("format") && idx["format"] != "seedstore")
-    return bad("field 'format' is " + JsonPreview(idx["format"]) + ", not \"seedstore\"");
-  if (idx.contains("version") && idx["version"] != kStoreFormatVersion)
-    return bad("field 'version' is " + JsonPreview(idx["version"]) + ", the file's is " +
-               std::to_string(kStoreFormatVersion));
-  if (!idx.contains("seed") || !idx["seed"].is_number_unsigned()) return bad("field 'seed' missing or not an unsigned integer");
-  s->seed_ = idx["seed"].get<uint64_t>();
-  if (!idx.contains("generator") || !idx["generator"].is_string()) return bad("field 'generator' missing");
-  {
-    auto gen = ParseGenerator(idx["generator"].get<std::string>());
-    if (!gen.ok()) return bad(gen.status().message());
-    s->generator_ = *gen;
-  }
-  if (idx.contains("rank")) {
-    if (!idx["rank"].is_number_unsigned() || idx["rank"].get<uint64_t>() > INT32_MAX)
-      return bad("field 'rank' is " + JsonPreview(idx["rank"]) + ", not a rank (0..2147483647)");
-    s->rank_ = static_cast<int>(idx["rank"].get<uint64_t>());
-  }
-  if (!idx.contains("tensors") || !idx["tensors"].is_array()) return bad("field 'tensors' missing");
+  SEEDSTORE_ASSIGN_OR_RETURN(const IndexHeader h, ParseIndexHeader(idx, w));
+  s->seed_ = h.seed;
+  s->generator_ = h.generator;
+  s->rank_ = h.rank;
+  auto bad = [&](const std::string& m) { return BadIndex(w, m); };
   std::set<std::string> names;
   for (size_t k = 0; k < idx["tensors"].size(); ++k) {
     json rec = idx["tensors"][k];
@@ -202,213 +496,19 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       fp = *f2;
     }
     TensorRecord tr;
-    StoredTensor stt;
-    std::vector<uint64_t> checks;
-    std::vector<ChunkInfo> infos;
-    std::vector<ChunkLoc> located;
+    DenseObjects obj;
     Status damage;  // of a dense tensor's own objects (Damage)
     if (kind == "lazy") {
-      if (!rec.contains("key_words") || !rec["key_words"].is_array() || rec["key_words"].size() != 2 ||
-          !rec["key_words"][0].is_number_unsigned() || !rec["key_words"][1].is_number_unsigned())
-        return bad(where + ": 'key_words' missing or not two uint32 words");
-      const Key key{rec["key_words"][0].get<uint32_t>(), rec["key_words"][1].get<uint32_t>()};
-      rec.erase("kind");
-      rec.erase("key_words");
-      rec.erase("fingerprint");
-      // A record without "flavour" was written before flavours existed: eager (FORMAT.md 4.1).
-      auto t = TensorSpecFromJson(rec, s->generator_, where, Flavour::kEager);
-      if (!t.ok()) return bad(t.status().message());
-      auto l = LazyTensor::Resolve(*t, s->seed_);
-      if (!l.ok()) return bad(l.status().message());
-      if (!(l->key == key))
-        return bad(where + " ('" + t->name + "'): key_words do not match the key derived from the spec");
-      tr.name = t->name;
-      tr.shape = t->shape;
-      tr.dtype = t->dtype;
-      tr.lazy = std::move(*l);
+      SEEDSTORE_ASSIGN_OR_RETURN(tr, ParseLazyRecord(std::move(rec), where, h, w));
     } else if (kind == "dense") {
-      if (!rec.contains("name") || !rec["name"].is_string() || !rec.contains("shape") ||
-          !rec["shape"].is_array() || !rec.contains("dtype") || !rec["dtype"].is_string())
-        return bad(where + ": dense record needs name, shape and dtype");
-      tr.name = rec["name"].get<std::string>();
-      if (tr.name.empty()) return bad(where + ": empty tensor name");
-      for (const auto& d : rec["shape"]) {
-        if (!d.is_number_unsigned()) return bad(where + ": bad shape");
-        tr.shape.push_back(d.get<uint64_t>());
-      }
-      auto dt = ParseDType(rec["dtype"].get<std::string>());
-      if (!dt.ok()) return bad(where + ": " + dt.status().message());
-      tr.dtype = *dt;
-      if (auto v = ValidateShape(tr.shape, tr.dtype, where); !v.ok()) return bad(v.message());
-      if (rec.contains("piece")) {  // a piece of a larger tensor (docs/FORMAT.md 4.1)
-        const json& pc = rec["piece"];
-        std::vector<uint64_t> gshape;
-        bool ok = pc.is_object() && pc.contains("shape") && pc["shape"].is_array() &&
-                  pc.contains("region") && pc["shape"].size() <= static_cast<size_t>(kMaxRank);
-        for (size_t d = 0; ok && d < pc["shape"].size(); ++d) {
-          ok = pc["shape"][d].is_number_unsigned();
-          if (ok) gshape.push_back(pc["shape"][d].get<uint64_t>());
-        }
-        if (!ok) return bad(where + " ('" + tr.name + "'): 'piece' needs 'shape' and 'region'");
-        if (auto v = ValidateShape(gshape, tr.dtype, where + " piece"); !v.ok()) return bad(v.message());
-        auto reg = RegionFromJson(pc["region"], gshape);
-        if (!reg.ok()) return bad(where + " ('" + tr.name + "'): piece: " + reg.status().message());
-        if (LocalShape(*reg) != tr.shape)
-          return bad(where + " ('" + tr.name + "'): piece " + DescribeRegion(*reg) +
-                     " does not have the tensor's shape " + ShapeText(tr.shape));
-        tr.piece = *reg;
-      }
-      if (rec.contains("stored_bytes") && rec["stored_bytes"].is_number_unsigned())
-        stt.stored_bytes = rec["stored_bytes"].get<uint64_t>();
-      const std::string tw = w + " tensor '" + tr.name + "'";
-      const std::string esc = EscapeH5Name(tr.name);
-      stt.dense = true;
-      stt.dataset = "/tensors/" + esc;
-      const std::string sums_path = "/checksums/" + esc;
-      // The tensor's own objects: what fails here damages this tensor alone (Damage).
-      damage = [&]() -> Status {
-        for (const std::string& p : {stt.dataset, sums_path}) {
-          SEEDSTORE_ASSIGN_OR_RETURN(bool exists, LinkExists(f, p, tw));
-          if (!exists) return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
-          SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, tw));
-        }
-        // Closed once checked, as are its tables: reads open it again when they need its chunk
-        // addresses (H5Store::Dataset; a few are kept open). Chunks never go through HDF5's
-        // chunk cache -- they are read with pread and decoded here -- so it gets none: 20,000
-        // tiny dense tensors, `inspect` peak RSS 642 -> 349 MB; closing it: 349 -> 116 MB.
-        Hid d(H5Dopen2(f, stt.dataset.c_str(), NoChunkCache()), H5Dclose);
-        if (!d.ok()) return H5ReadFailure(tw + ": opening " + stt.dataset);
-        // Attributes.
-        SEEDSTORE_ASSIGN_OR_RETURN(std::string aname, ReadStringAttr(d.get(), "seedstore.name", tw));
-        if (aname != tr.name)
-          return bad(where + ": dataset '" + stt.dataset + "' says its name is '" + aname + "'");
-        SEEDSTORE_ASSIGN_OR_RETURN(std::string adt, ReadStringAttr(d.get(), "seedstore.dtype", tw));
-        if (adt != DTypeName(tr.dtype))
-          return StoreStatus(StoreError::kDtypeMismatch, tw + ": seedstore.dtype is '" + adt +
-                                                             "', the index says '" + DTypeName(tr.dtype) + "'");
-        SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> afp,
-                                   ReadU64Attr(d.get(), "seedstore.fingerprint", tw));
-        if (afp.size() != 2) return Corrupt(tw + ": seedstore.fingerprint must hold 2 words");
-        if (!fp) return bad(where + ": dense record without fingerprint");
-        if (afp[0] != fp->lane0 || afp[1] != fp->lane1)
-          return StoreStatus(StoreError::kFingerprintMismatch,
-                             tw + ": seedstore.fingerprint differs from the index");
-        // Shape and type.
-        Hid sp(H5Dget_space(d.get()), H5Sclose);
-        const int nd = H5Sget_simple_extent_ndims(sp.get());
-        std::vector<hsize_t> dims(std::max(nd, 0));
-        if (nd > 0) H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
-        std::vector<uint64_t> dshape(dims.begin(), dims.end());
-        if (nd < 0 || dshape != tr.shape)
-          return StoreStatus(StoreError::kShapeMismatch, tw + ": dataset shape " + ShapeText(dshape) +
-                                                             " differs from the record's " +
-                                                             ShapeText(tr.shape));
-        Hid ty(H5Dget_type(d.get()), H5Tclose);
-        if (!TypeMatches(ty.get(), tr.dtype))
-          return StoreStatus(StoreError::kDtypeMismatch,
-                             tw + ": HDF5 type does not store " + DTypeName(tr.dtype));
-        // Layout and filters.
-        Hid pl(H5Dget_create_plist(d.get()), H5Pclose);
-        const H5D_layout_t lay = H5Pget_layout(pl.get());
-        std::vector<uint64_t> chunk;
-        if (lay == H5D_CHUNKED) {
-          std::vector<hsize_t> c(std::max(nd, 1));
-          if (H5Pget_chunk(pl.get(), nd, c.data()) != nd)
-            return Corrupt(tw + ": cannot read the chunk shape");
-          chunk.assign(c.begin(), c.begin() + nd);
-        } else if (lay != H5D_CONTIGUOUS && lay != H5D_COMPACT) {
-          return StoreStatus(StoreError::kBadLayout, tw + ": unsupported dataset layout");
-        } else if (tr.NumElements() > 1) {  // docs/FORMAT.md 4.2: only scalars and empty tensors
-          return StoreStatus(StoreError::kBadLayout,
-                             tw + ": a tensor of " + std::to_string(tr.NumElements()) +
-                                 " elements stored without chunks (only a scalar or an empty tensor may be)");
-        }
-        const int nf = H5Pget_nfilters(pl.get());
-        for (int k2 = 0; k2 < nf; ++k2) {
-          unsigned flags = 0;
-          size_t ncd = 8;
-          unsigned cd[8];
-          char fname[64];
-          unsigned fcfg = 0;
-          const H5Z_filter_t id = H5Pget_filter2(pl.get(), k2, &flags, &ncd, cd, sizeof fname, fname, &fcfg);
-          if (id != kH5FilterShuffle && id != kH5FilterZstd)
-            return StoreStatus(StoreError::kUnknownFilter,
-                               tw + ": filter id " + std::to_string(id) + " (" + FilterName(id) +
-                                   ") in the pipeline; seedstore reads only shuffle (2) and zstd (32015)");
-          if (id == kH5FilterShuffle && ncd >= 1 && cd[0] != static_cast<unsigned>(DTypeSize(tr.dtype)))
-            return Corrupt(tw + ": shuffle element size " + std::to_string(cd[0]) + " is not the dtype's");
-          if (id == kH5FilterZstd) stt.zstd_level = ncd >= 1 ? static_cast<int>(cd[0]) : 0;
-          stt.filters.push_back(id);
-        }
-        Grid grid = Grid::Make(tr.shape, chunk);
-        stt.chunk = chunk;
-        stt.num_chunks = grid.num;
-        // Where the chunks of a tensor of few chunks are (ChunksOf): its reads then open no
-        // dataset. A missing chunk leaves it to the reads to find and name.
-        if (grid.chunked() && grid.num <= kLocatedChunks) {
-          for (uint64_t j = 0; j < grid.num; ++j) {
-            uint64_t c[kMaxRank];
-            hsize_t off[kMaxRank];
-            grid.Coords(j, c);
-            for (int q = 0; q < grid.rank; ++q) off[q] = c[q] * grid.chunk[q];
-            located.push_back(LocateChunk(d.get(), off));
-            if (located.back().size == 0) {
-              located.clear();
-              break;
-            }
-          }
-        }
-        // Checksum table.
-        Hid cs(H5Dopen2(f, sums_path.c_str(), H5P_DEFAULT), H5Dclose);
-        if (!cs.ok()) return H5ReadFailure(tw + ": opening " + sums_path);
-        Hid csp(H5Dget_space(cs.get()), H5Sclose);
-        if (H5Sget_simple_extent_ndims(csp.get()) != 1 ||
-            static_cast<uint64_t>(H5Sget_simple_extent_npoints(csp.get())) != grid.num)
-          return StoreStatus(StoreError::kShapeMismatch,
-                             tw + ": checksum table " + sums_path + " does not have one entry per chunk (" +
-                                 std::to_string(grid.num) + ")");
-        checks.resize(grid.num);
-        if (H5Dread(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, checks.data()) < 0)
-          return H5ReadFailure(tw + ": reading " + sums_path);
-        SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(cs.get(), checks, tw + ": checksum table " + sums_path));
-        // Chunk-info table (optional: files written before it existed have none).
-        const std::string info_path = "/chunkinfo/" + esc;
-        SEEDSTORE_ASSIGN_OR_RETURN(bool has_info, LinkExists(f, info_path, tw));
-        if (has_info) {
-          SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, info_path, tw));
-          Hid ci(H5Dopen2(f, info_path.c_str(), H5P_DEFAULT), H5Dclose);
-          if (!ci.ok()) return H5ReadFailure(tw + ": opening " + info_path);
-          Hid isp(H5Dget_space(ci.get()), H5Sclose);
-          hsize_t idims[2] = {0, 0};
-          if (H5Sget_simple_extent_ndims(isp.get()) != 2 ||
-              H5Sget_simple_extent_dims(isp.get(), idims, nullptr) != 2 || idims[0] != grid.num ||
-              idims[1] != 3)
-            return StoreStatus(StoreError::kShapeMismatch,
-                               tw + ": chunk-info table " + info_path + " is not [" +
-                                   std::to_string(grid.num) + ", 3] (one row per chunk)");
-          std::vector<uint64_t> rows(grid.num * 3);
-          if (H5Dread(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
-            return H5ReadFailure(tw + ": reading " + info_path);
-          SEEDSTORE_RETURN_IF_ERROR(CheckTableHash(ci.get(), rows, tw + ": chunk-info table " + info_path));
-          Fingerprint total;
-          infos.resize(grid.num);
-          for (uint64_t j = 0; j < grid.num; ++j) {
-            infos[j].stored_hash = rows[3 * j];
-            infos[j].fingerprint = Fingerprint{rows[3 * j + 1], rows[3 * j + 2]};
-            total.Add(infos[j].fingerprint);
-          }
-          if (total != *fp)
-            return StoreStatus(StoreError::kFingerprintMismatch,
-                               tw + ": the chunk fingerprints of " + info_path + " add up to " +
-                                   FingerprintHex(total) + ", the record says " + FingerprintHex(*fp));
-        }
-        return Status::Ok();
-      }();
+      uint64_t stored_bytes = 0;
+      SEEDSTORE_ASSIGN_OR_RETURN(tr, ParseDenseRecord(rec, where, w, &stored_bytes));
+      obj.stored.stored_bytes = stored_bytes;
+      obj.stored.dense = true;
+      obj.stored.dataset = "/tensors/" + EscapeH5Name(tr.name);
+      damage = CheckDenseObjects(f, tr, fp, where, w, &obj);
       if (!damage.ok()) {  // the record stands; its reads fail with `damage`
-        stt = StoredTensor{true, stt.stored_bytes, {}, 0, {}, 0, stt.dataset};
-        checks.clear();
-        infos.clear();
-        located.clear();
+        obj = DenseObjects{StoredTensor{true, stored_bytes, {}, 0, {}, 0, obj.stored.dataset}, {}, {}, {}};
         H5ErrorText();  // what the checks left on HDF5's error stack
       }
     } else {
@@ -417,10 +517,10 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     if (!names.insert(tr.name).second) return bad(where + ": duplicate tensor '" + tr.name + "'");
     tr.fingerprint = fp;
     s->records_.push_back(std::move(tr));
-    s->stored_.push_back(std::move(stt));
-    s->checksums_.push_back(std::move(checks));
-    s->info_.push_back(std::move(infos));
-    s->located_.push_back(std::move(located));
+    s->stored_.push_back(std::move(obj.stored));
+    s->checksums_.push_back(std::move(obj.checksums));
+    s->info_.push_back(std::move(obj.info));
+    s->located_.push_back(std::move(obj.located));
     s->damage_.push_back(std::move(damage));
   }
   SEEDSTORE_RETURN_IF_ERROR(s->DropCachedMetadata());
@@ -428,7 +528,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
 }
 
 void H5Store::AttachDescriptor() {
-  // Chunks are read with pread at their file addresses (io/h5store.cc, LoadChunk) when the
+  // Chunks are read with pread at their file addresses (io/store_chunks.cc, LoadChunk) when the
   // file uses the default sec2 driver and has no user block (addresses are then offsets).
   fd_ = -1;
   Hid fapl(H5Fget_access_plist(file_), H5Pclose), fcpl(H5Fget_create_plist(file_), H5Pclose);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "io/store_format.h"
+#include "io/stored_chunks.h"
 #include "store/catalog.h"
 #include "store/layout.h"
 
@@ -50,7 +51,7 @@ struct ChunkWhere {
 
 
 /// A seedstore file opened for reading; a Catalog (lazy and dense tensors alike).
-class H5Store : public Catalog {
+class H5Store : public Catalog, public StoredChunks {
  public:
   /// Opens and validates a store: root attributes, index checksum and JSON, and for each dense
   /// record its dataset (shape, dtype, filters, checksum table) -- then closes the datasets
@@ -59,7 +60,7 @@ class H5Store : public Catalog {
   /// named StoreErrors (not-hdf5, truncated, bad-magic, unsupported-version, metadata-corrupt,
   /// ...); a missing file is kNotFound, a directory kInvalidArgument. A file that starts with a
   /// distributed save's seal has it checked before HDF5 reads a byte (master-corrupt,
-  /// CheckMasterSeal in io/h5_util.h).
+  /// CheckMasterSeal in io/master_seal.h).
   ///
   /// A dense tensor whose own objects fail those checks (its dataset, checksum or chunk-info
   /// table: missing, unreadable metadata, another shape or dtype, a table failing its hash...)
@@ -88,12 +89,22 @@ class H5Store : public Catalog {
   /// index's; stored(i) then holds only `dense`, `dataset` and `stored_bytes`, and it has no
   /// chunk-info table.
   const Status& Damage(size_t i) const { return damage_.at(i); }
-  uint64_t root_seed() const { return seed_; }
-  Generator generator() const { return generator_; }
+  uint64_t root_seed() const override { return seed_; }
+  Generator generator() const override { return generator_; }
+  bool seedstore_format() const override { return true; }
+  /// Stored-chunk access (io/stored_chunks.h): a dense tensor is one part, the whole tensor,
+  /// held by this store (PartStore hands out this store, not owned).
+  const StoredChunks* stored_chunks() const override { return this; }
+  std::vector<StoredPart> StoredParts(size_t i) const override;
+  Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PartStore(size_t i, int piece) const override;
+  /// ProveStored(i) when tensor i has a chunk-info table and is no piece (its table is then in
+  /// the global frame, whatever `r` is: a store's pieces are whole tensors); else nullopt.
+  Result<std::optional<Fingerprint>> ProveStoredPiece(size_t i, const Region& r, bool cells,
+                                                      CpuOptions o) const override;
   std::optional<int> shard_rank() const override { return rank_; }
   /// File size in bytes.
   uint64_t file_bytes() const { return file_bytes_; }
-  /// Whether the file is a distributed save's master (FileIsDistributedMaster, io/h5_util.h):
+  /// Whether the file is a distributed save's master (FileIsDistributedMaster, io/rank_files.h):
   /// then this store holds only its lazy tensors and scalars; DistCatalog reads the save.
   bool distributed_master() const;
 

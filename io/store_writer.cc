@@ -53,7 +53,7 @@ struct WriteScratch {
 };
 
 // Chunk-encoding buffers, shared by every open writer as ReadScratch is by every open store: a
-// reshard keeps dozens of rank files open at once (io/dist_store.cc, WriteRankFiles).
+// reshard keeps dozens of rank files open at once (io/rank_file_writer.cc, WriteRankFiles).
 static ScratchPool<WriteScratch>& WriteScratchPool() {
   static ScratchPool<WriteScratch>* pool = new ScratchPool<WriteScratch>();  // never destroyed
   return *pool;
@@ -206,6 +206,155 @@ Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t
   return AddDenseFrom(name, shape, dtype, copy, whole, std::move(progress), chunking);
 }
 
+namespace {
+
+// The chunk shape of a dense tensor of `shape` (elements of `es` bytes): `requested` when
+// given (DenseChunking::chunk; it must fit the shape and hold less than 4 GiB), else the
+// writer's rule (ChooseChunk). Empty for a tensor stored contiguously.
+Result<std::vector<uint64_t>> ChunkShapeFor(const std::vector<uint64_t>& shape, int es, uint64_t chunk_bytes,
+                                            const std::vector<uint64_t>& requested, const std::string& tw) {
+  std::vector<uint64_t> chunk_shape = ChooseChunk(shape, es, chunk_bytes);
+  if (chunk_shape.empty() || requested.empty()) return chunk_shape;
+  bool fits = requested.size() == shape.size();
+  unsigned __int128 bytes = es;
+  for (size_t d = 0; fits && d < shape.size(); ++d) {
+    fits = requested[d] >= 1 && requested[d] <= shape[d];
+    bytes *= requested[d];
+  }
+  if (!fits || bytes >= (static_cast<unsigned __int128>(1) << 32))
+    return InvalidArgument(tw + ": chunk shape " + ShapeText(requested) + " does not fit the shape " +
+                           ShapeText(shape) + " (or is 4 GiB or more)");
+  return requested;
+}
+
+// The record of a dense tensor as readers will see it, whose frame its fingerprints are taken
+// in: a piece of a larger tensor when `piece` is given (it must lie in its global tensor and
+// have the tensor's shape).
+Result<TensorRecord> FrameOf(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
+                             const std::optional<Region>& piece, const std::string& tw) {
+  TensorRecord frame;
+  frame.name = name;
+  frame.shape = shape;
+  frame.dtype = dtype;
+  if (piece) {
+    const Region& p = *piece;
+    bool in = p.rank >= 0 && p.rank <= kMaxRank;
+    unsigned __int128 n = 1;
+    for (int d = 0; in && d < p.rank; ++d) {
+      n *= p.shape[d];
+      in = p.flat || (p.start[d] <= p.stop[d] && p.stop[d] <= p.shape[d]);
+    }
+    if (in && p.flat) in = p.begin <= p.end && p.end <= n;
+    if (!in || LocalShape(p) != shape)
+      return InvalidArgument(tw + ": piece " + DescribeRegion(p) +
+                             " does not lie in its global tensor or has not the shape " + ShapeText(shape));
+    frame.piece = p;
+  }
+  return frame;
+}
+
+// Creates dataset `esc` in group `group` for a dense tensor of dtype `dtype` on grid `g`:
+// chunked with the writer's pipeline (shuffle when options.shuffle and the elements have more
+// than one byte, zstd at its level), never filled, no times. *dset: the dataset, *type: its
+// file type.
+Status CreateDenseDataset(hid_t group, const std::string& esc, DType dtype, const Grid& g,
+                          const WriteOptions& options, const std::string& tw, Hid* dset, Hid* type) {
+  H5Guard gl;
+  const int rank = g.rank;
+  *type = StorageType(dtype);
+  std::vector<hsize_t> dims(g.shape.begin(), g.shape.end());
+  Hid space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
+  Hid dcpl(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  if (g.chunked()) {
+    std::vector<hsize_t> cd(g.chunk.begin(), g.chunk.end());
+    H5Pset_chunk(dcpl.get(), rank, cd.data());
+    if (options.shuffle && DTypeSize(dtype) > 1) H5Pset_shuffle(dcpl.get());
+    const unsigned level = static_cast<unsigned>(options.zstd_level);
+    if (H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level) < 0)
+      return SEEDSTORE_H5_ERROR(tw + ": adding the zstd filter");
+  }
+  *dset = Hid(H5Dcreate2(group, esc.c_str(), type->get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+              H5Dclose);
+  if (!dset->ok()) return SEEDSTORE_H5_ERROR(tw + ": creating dataset");
+  return Status::Ok();
+}
+
+// What an item leaves in its slot for its commit, which writes it: chunks are written in
+// index order, so that they lie in the file in that order whatever the thread count.
+struct Pending {
+  const uint8_t* bytes = nullptr;
+  size_t size = 0;
+  unsigned filter_mask = 0;
+  bool copied = false;  // as stored in the source (raw)
+};
+
+// Chunk j's elements `elems` (the chunk's box `box` clipped to the tensor, row-major) as the
+// bytes to store, in `s`'s buffers: zero-padded to a full chunk at an edge, *checksum the
+// XXH3-64 of that full chunk; chunked, shuffled (`shuffle`) and compressed at `level`, else
+// stored as is; *stored_hash the XXH3-64 of the bytes stored.
+Result<Pending> EncodeChunk(const uint8_t* elems, const Region& box, const Grid& g, size_t es, bool shuffle,
+                            int level, const std::string& tw, WriteScratch& s, uint64_t* checksum,
+                            uint64_t* stored_hash) {
+  const size_t chunk_bytes = g.ChunkElems() * es;
+  const uint8_t* chunk = elems;
+  if (g.chunked() && box.Count() != g.ChunkElems()) {
+    s.chunk.assign(chunk_bytes, 0);  // edge chunk: zero outside the tensor
+    uint64_t ext[kMaxRank];
+    for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
+    CopyIntersection(elems, box.start, ext, s.chunk.data(), box.start, g.chunk.data(), box.start, box.stop,
+                     g.rank, es);
+    chunk = s.chunk.data();
+  }
+  *checksum = Checksum64(chunk, chunk_bytes);
+  *stored_hash = *checksum;  // contiguous data is stored as is
+  if (!g.chunked()) return Pending{chunk, chunk_bytes, 0, false};
+  const uint8_t* src = chunk;
+  if (shuffle) {
+    s.shuf.resize(chunk_bytes);
+    Shuffle(src, s.shuf.data(), chunk_bytes, es);
+    src = s.shuf.data();
+  }
+  s.comp.resize(ZSTD_compressBound(chunk_bytes));
+  const size_t c = CompressChunk(s.comp.data(), s.comp.size(), src, chunk_bytes, level);
+  if (ZSTD_isError(c)) return Internal(tw + ": zstd: " + ZSTD_getErrorName(c));
+  *stored_hash = Checksum64(s.comp.data(), c);
+  return Pending{s.comp.data(), c, 0, false};
+}
+
+// Writes a dense tensor's checksum table (group `g_sums`) and chunk-info table (`g_info`),
+// each with its own hash (docs/FORMAT.md 4.3). Call holding the HDF5 lock.
+Status WriteChunkTables(hid_t g_sums, hid_t g_info, const std::string& esc, const std::vector<uint64_t>& sums,
+                        const std::vector<ChunkInfo>& infos, const std::string& tw) {
+  const uint64_t num = sums.size();
+  Hid untimed(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
+  {
+    const hsize_t n = num;
+    Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+    Hid cs(H5Dcreate2(g_sums, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(), H5P_DEFAULT),
+           H5Dclose);
+    if (!cs.ok() || H5Dwrite(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
+      return SEEDSTORE_H5_ERROR(tw + ": writing the checksum table");
+    SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(cs.get(), kTableHashAttr, {TableHash(sums)}, true));
+  }
+  const hsize_t dims[2] = {num, 3};
+  std::vector<uint64_t> rows(num * 3);
+  for (uint64_t j = 0; j < num; ++j) {
+    rows[3 * j] = infos[j].stored_hash;
+    rows[3 * j + 1] = infos[j].fingerprint.lane0;
+    rows[3 * j + 2] = infos[j].fingerprint.lane1;
+  }
+  Hid space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  Hid ci(H5Dcreate2(g_info, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(), H5P_DEFAULT),
+         H5Dclose);
+  if (!ci.ok() || H5Dwrite(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
+    return SEEDSTORE_H5_ERROR(tw + ": writing the chunk-info table");
+  SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(ci.get(), kTableHashAttr, {TableHash(rows)}, true));
+  return Status::Ok();
+}
+
+}  // namespace
+
 // A bool is stored as byte 0 or 1 (docs/FORMAT.md 4.2): h5py, numpy and torch disagree on
 // what any other byte means, so the writer refuses one, naming the element (tensor indices)
 // of the box `b` whose row-major bytes are `p`.
@@ -234,84 +383,25 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   SEEDSTORE_RETURN_IF_ERROR(ValidateShape(shape, dtype, tw + " shape"));
   const int es = DTypeSize(dtype);
   const int rank = static_cast<int>(shape.size());
-  std::vector<uint64_t> chunk_shape = ChooseChunk(shape, es, m.opt.chunk_bytes);
-  if (!chunk_shape.empty() && !chunking.chunk.empty()) {
-    bool fits = chunking.chunk.size() == shape.size();
-    unsigned __int128 bytes = es;
-    for (size_t d = 0; fits && d < shape.size(); ++d) {
-      fits = chunking.chunk[d] >= 1 && chunking.chunk[d] <= shape[d];
-      bytes *= chunking.chunk[d];
-    }
-    if (!fits || bytes >= (static_cast<unsigned __int128>(1) << 32))
-      return InvalidArgument(tw + ": chunk shape " + ShapeText(chunking.chunk) +
-                             " does not fit the shape " + ShapeText(shape) + " (or is 4 GiB or more)");
-    chunk_shape = chunking.chunk;
-  }
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<uint64_t> chunk_shape,
+                             ChunkShapeFor(shape, es, m.opt.chunk_bytes, chunking.chunk, tw));
   const Grid g = Grid::Make(shape, chunk_shape);
   const std::string esc = EscapeH5Name(name);
   // The record as readers will see it: its fingerprints are taken in its frame.
-  TensorRecord frame;
-  frame.name = name;
-  frame.shape = shape;
-  frame.dtype = dtype;
-  if (chunking.piece) {
-    const Region& p = *chunking.piece;
-    bool in = p.rank >= 0 && p.rank <= kMaxRank;
-    unsigned __int128 n = 1;
-    for (int d = 0; in && d < p.rank; ++d) {
-      n *= p.shape[d];
-      in = p.flat || (p.start[d] <= p.stop[d] && p.stop[d] <= p.shape[d]);
-    }
-    if (in && p.flat) in = p.begin <= p.end && p.end <= n;
-    if (!in || LocalShape(p) != shape)
-      return InvalidArgument(tw + ": piece " + DescribeRegion(p) +
-                             " does not lie in its global tensor or has not the shape " + ShapeText(shape));
-    frame.piece = p;
-  }
+  SEEDSTORE_ASSIGN_OR_RETURN(const TensorRecord frame, FrameOf(name, shape, dtype, chunking.piece, tw));
   Hid dset, type;
-  {
-    H5Guard gl;
-    type = StorageType(dtype);
-    std::vector<hsize_t> dims(shape.begin(), shape.end());
-    Hid space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
-    Hid dcpl(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
-    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-    if (g.chunked()) {
-      std::vector<hsize_t> cd(g.chunk.begin(), g.chunk.end());
-      H5Pset_chunk(dcpl.get(), rank, cd.data());
-      if (m.opt.shuffle && es > 1) H5Pset_shuffle(dcpl.get());
-      const unsigned level = static_cast<unsigned>(m.opt.zstd_level);
-      if (H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level) < 0)
-        return SEEDSTORE_H5_ERROR(tw + ": adding the zstd filter");
-    }
-    dset = Hid(H5Dcreate2(m.g_tensors, esc.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(),
-                          H5P_DEFAULT),
-               H5Dclose);
-    if (!dset.ok()) return SEEDSTORE_H5_ERROR(tw + ": creating dataset");
-  }
+  SEEDSTORE_RETURN_IF_ERROR(CreateDenseDataset(m.g_tensors, esc, dtype, g, m.opt, tw, &dset, &type));
   std::vector<uint64_t> sums(g.num);
   std::vector<ChunkInfo> infos(g.num);
   std::atomic<uint64_t> stored{0}, copied{0};
   const int threads = ThreadCount(m.opt.threads, g.num);
   const int slots = InOrderSlots(threads);
   std::vector<Fingerprint> parts(slots);
-  const size_t chunk_bytes = g.ChunkElems() * es;
   const bool do_shuffle = m.opt.shuffle && es > 1;
   std::vector<std::unique_ptr<WriteScratch>> scratch = WriteScratchPool().Take(slots);
-  // What an item leaves in its slot for its commit, which writes it: chunks are written in
-  // index order, so that they lie in the file in that order whatever the thread count.
-  struct Pending {
-    const uint8_t* bytes = nullptr;
-    size_t size = 0;
-    unsigned filter_mask = 0;
-    bool copied = false;  // as stored in the source (raw)
-  };
   std::vector<Pending> pending(slots);
   auto work = [&](uint64_t j, int th) -> Status {
     std::vector<uint8_t>& box_buf = scratch[th]->box;
-    std::vector<uint8_t>& chunk_buf = scratch[th]->chunk;
-    std::vector<uint8_t>& shuf = scratch[th]->shuf;
-    std::vector<uint8_t>& comp = scratch[th]->comp;
     StoredChunk& raw = scratch[th]->raw;
     Pending& out = pending[th];
     out = Pending{};
@@ -347,32 +437,8 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
     if (dtype == DType::kBool) SEEDSTORE_RETURN_IF_ERROR(CheckBoolBytes(elems, box, tw));
     infos[j].fingerprint = FingerprintOf(frame, box, elems, CpuOptions{1});
     parts[th].Add(infos[j].fingerprint);
-    const uint8_t* chunk = elems;
-    if (g.chunked() && n != g.ChunkElems()) {
-      chunk_buf.assign(chunk_bytes, 0);  // edge chunk: zero outside the tensor
-      uint64_t ext[kMaxRank];
-      for (int d = 0; d < rank; ++d) ext[d] = box.stop[d] - box.start[d];
-      CopyIntersection(elems, box.start, ext, chunk_buf.data(), box.start, g.chunk.data(),
-                       box.start, box.stop, rank, es);
-      chunk = chunk_buf.data();
-    }
-    sums[j] = Checksum64(chunk, chunk_bytes);
-    infos[j].stored_hash = sums[j];  // contiguous data is stored as is (chunked: set below)
-    if (!g.chunked()) {
-      out = Pending{chunk, chunk_bytes, 0, false};
-      return Status::Ok();
-    }
-    const uint8_t* src = chunk;
-    if (do_shuffle) {
-      shuf.resize(chunk_bytes);
-      Shuffle(src, shuf.data(), chunk_bytes, es);
-      src = shuf.data();
-    }
-    comp.resize(ZSTD_compressBound(chunk_bytes));
-    const size_t c = CompressChunk(comp.data(), comp.size(), src, chunk_bytes, m.opt.zstd_level);
-    if (ZSTD_isError(c)) return Internal(tw + ": zstd: " + ZSTD_getErrorName(c));
-    infos[j].stored_hash = Checksum64(comp.data(), c);
-    out = Pending{comp.data(), c, 0, false};
+    SEEDSTORE_ASSIGN_OR_RETURN(out, EncodeChunk(elems, box, g, es, do_shuffle, m.opt.zstd_level, tw, *scratch[th],
+                                                &sums[j], &infos[j].stored_hash));
     return Status::Ok();
   };
   auto commit = [&](uint64_t j, int th) -> Status {
@@ -406,33 +472,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   Fingerprint fp;
   for (const auto& p : parts) fp.Add(p);
   H5Guard gl;
-  Hid untimed(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
-  {
-    const hsize_t n = g.num;
-    Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    Hid cs(H5Dcreate2(m.g_sums, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(),
-                      H5P_DEFAULT),
-           H5Dclose);
-    if (!cs.ok() || H5Dwrite(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
-      return SEEDSTORE_H5_ERROR(tw + ": writing the checksum table");
-    SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(cs.get(), kTableHashAttr, {TableHash(sums)}, true));
-  }
-  {
-    const hsize_t dims[2] = {g.num, 3};
-    std::vector<uint64_t> rows(g.num * 3);
-    for (uint64_t j = 0; j < g.num; ++j) {
-      rows[3 * j] = infos[j].stored_hash;
-      rows[3 * j + 1] = infos[j].fingerprint.lane0;
-      rows[3 * j + 2] = infos[j].fingerprint.lane1;
-    }
-    Hid space(H5Screate_simple(2, dims, nullptr), H5Sclose);
-    Hid ci(H5Dcreate2(m.g_info, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(),
-                      H5P_DEFAULT),
-           H5Dclose);
-    if (!ci.ok() || H5Dwrite(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
-      return SEEDSTORE_H5_ERROR(tw + ": writing the chunk-info table");
-    SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(ci.get(), kTableHashAttr, {TableHash(rows)}, true));
-  }
+  SEEDSTORE_RETURN_IF_ERROR(WriteChunkTables(m.g_sums, m.g_info, esc, sums, infos, tw));
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.name", name));
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.dtype", DTypeName(dtype)));
   SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));

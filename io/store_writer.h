@@ -99,7 +99,7 @@ class StoreWriter {
   /// Writes the index, closes the file, fsyncs and renames it over the destination. When
   /// given, `before_rename(temp)` runs between the close and the fsync, on the closed
   /// temporary file (its path): what it adds to the file (the distributed save's master
-  /// objects, io/dist_store.cc) is made durable and renamed with it. Its error fails the
+  /// objects, io/master_vds.h) is made durable and renamed with it. Its error fails the
   /// commit; the temporary is then removed and the destination left untouched.
   Status Commit(const std::function<Status(const std::string& temp)>& before_rename = {});
   const std::string& path() const;
