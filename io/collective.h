@@ -1,6 +1,7 @@
 // Collectives: one small interface over MPI (CPU, under mpirun, across nodes), NCCL (GPU
-// buffers; its unique id bootstrapped over MPI or given by the caller) and a world of one -- and the cross-rank
-// verification entry points built on it (store/verify.h has the decision logic).
+// buffers; its unique id bootstrapped over MPI, over a key-value store (io/bootstrap.h), or
+// given by the caller), a store (CPU, no MPI: under torchrun) and a world of one -- and the
+// cross-rank verification entry points built on it (store/verify.h has the decision logic).
 //
 // Fault handling. MPI cannot time out a collective, so with a timeout every operation is
 // started non-blocking (MPI_Iallgather, MPI_Iallreduce, MPI_Ibcast, MPI_Ibarrier) and polled
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "gen/materialize_cpu.h"
+#include "io/bootstrap.h"
 #include "io/nccl_comm.h"
 #include "store/catalog.h"
 #include "store/layout.h"
@@ -41,7 +43,7 @@ struct CollectiveOptions {
 /// and -- on rank 0 -- the ranks that did not arrive); after a kIo the object is unusable.
 class Collective : public Exchange {
  public:
-  /// "self", "mpi" or "nccl".
+  /// "self", "mpi", "store" or "nccl".
   virtual const char* backend() const = 0;
   /// Copies root's `bytes` bytes of `data` into `data` on every rank.
   virtual Status Broadcast(void* data, size_t bytes, int root, const char* what) = 0;
@@ -69,7 +71,8 @@ std::unique_ptr<Collective> CreateSelfCollective(CollectiveOptions o = {});
 /// without MPI; kIo when MPI fails to initialize.
 Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions o = {});
 
-/// NCCL on this rank's GPU, bootstrapped over `bootstrap` (MPI, or self for a world of one),
+/// NCCL on this rank's GPU, bootstrapped over `bootstrap` (MPI; a store, CreateStoreCollective,
+/// under a launcher without MPI; self for a world of one),
 /// which the result owns (Abort goes through it): the rank binds its node-local GPU
 /// (BindNodeLocalGpu, io/device.h), the ranks all-gather their GPU claims and refuse two ranks
 /// on one GPU by name (CheckOneRankPerGpu, io/gpu_select.h: NCCL itself would fail or hang
@@ -79,8 +82,20 @@ Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions o = {}
 /// a non-blocking communicator and ncclCommAbort. Errors (the same on every rank):
 /// kUnsupported (built without CUDA/NCCL, or a rank has no GPU), kInvalidArgument (ranks
 /// sharing a GPU), kIo.
+/// `device` >= 0 binds that CUDA device instead of the node-local one (a launcher without MPI,
+/// e.g. torchrun's LOCAL_RANK, knows it).
 Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective> bootstrap,
-                                                         CollectiveOptions o = {});
+                                                         CollectiveOptions o = {}, int device = -1);
+
+/// The "store" backend: a world of ranks over a key-value store (io/bootstrap.h), no MPI. Every
+/// step is one Bootstrap::GatherAll (Broadcast: one Put and Gets), with o.timeout_s as its
+/// deadline: a rank that stalls or dies is named on every live rank (kIo), never a hang; after
+/// a kIo the object is unusable (broken()). Abort ends this process only (the launcher ends the
+/// rest). Creating it is itself a step ("store setup") that every rank must make. Errors:
+/// kInvalidArgument (no bootstrap; ranks started with different world sizes, naming both),
+/// kIo (a rank did not arrive, naming it; the store failed).
+Result<std::unique_ptr<Collective>> CreateStoreCollective(std::unique_ptr<Bootstrap> bootstrap,
+                                                          CollectiveOptions o = {});
 
 /// NCCL rank `rank` of `nranks` on CUDA device `device`, from a unique id the caller made
 /// (NcclNewUniqueId on one rank) and distributed by its own means; no bootstrap, so Abort

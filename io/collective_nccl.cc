@@ -1,6 +1,6 @@
 // The NCCL backend of io/collective.h: an NcclComm (io/nccl_comm.h) behind the Collective
-// interface. Bootstrapped over another Collective (MPI under mpirun, self for a world of one):
-// every rank binds its node-local GPU, the ranks gather their GPU claims and refuse shared
+// interface. Bootstrapped over another Collective (MPI under mpirun, a store under torchrun,
+// self for a world of one): every rank binds its node-local GPU (or the one it is given), the ranks gather their GPU claims and refuse shared
 // GPUs by name (CheckOneRankPerGpu), rank 0 makes the unique id and broadcasts it, and the
 // communicator is created from that id. Without NCCL the factories return kUnsupported.
 #include <unistd.h>
@@ -63,7 +63,7 @@ class NcclCollective final : public Collective {
   }
 
   std::unique_ptr<NcclComm> comm_;
-  std::unique_ptr<Collective> boot_;  // MPI (or self): the unique id's carrier, and Abort
+  std::unique_ptr<Collective> boot_;  // MPI, a store or self: the unique id's carrier, and Abort
 };
 
 std::string HostName() {
@@ -83,7 +83,7 @@ Result<std::unique_ptr<Collective>> CreateNcclCollective(const NcclUniqueId& id,
 }
 
 Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective> bootstrap,
-                                                         CollectiveOptions o) {
+                                                         CollectiveOptions o, int device) {
   if (!bootstrap) return InvalidArgument("NCCL backend: no bootstrap collective");
   if (!NcclBuilt()) return NcclNewUniqueId().status();  // kUnsupported, naming why
   Collective& boot = *bootstrap;
@@ -95,7 +95,7 @@ Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collect
   mine.device = -1;
   mine.host = HostName();
   std::string local_error;
-  Result<int> dev = BindNodeLocalGpu();
+  Result<int> dev = device >= 0 ? Result<int>(device) : BindNodeLocalGpu();
   if (dev.ok()) {
     Result<GpuClaim> c = LocalGpuClaim(me, *dev);
     if (c.ok()) mine = *c;

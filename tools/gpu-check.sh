@@ -7,11 +7,17 @@
 #   3. seedstore_gpu_bench (materialize / fingerprint throughput, copy bandwidth, Llama-3-8B);
 #   4. jax.random.normal (jitted, warmed up) and torch.randn on the same GPU and sizes;
 #   5. per-kernel floor = max(bytes / measured bandwidth, SASS ops per element / chip rate)
-#      and the achieved fraction; the targets (docs/PERF.md, "GPU") marked PASS/FAIL.
+#      and the achieved fraction; the targets (docs/PERF.md, "GPU") marked PASS/FAIL;
+#   6. (the Python step, on by default) the Python package (_seedstore, CUDA + NCCL) built in
+#      the same CMake build; tests/pkg/test_py_cuda.py and test_py_nccl.py (DLPack into torch
+#      CUDA tensors on the current stream; NCCL bootstrapped from a TCPStore) with pytest; and
+#      the DLPack timing: Catalog.materialize into a torch CUDA tensor against
+#      seedstore_gpu_bench's materialize at the same size, generator and dtype (medians). A
+#      failure there is a row of the report, never the loss of the rest.
 # $OUT (default ./gpu-check-out) receives five files, within the device tool's limit of 8:
 # gpu-check.log, table.md, report.json, bench.json and gpu-check-files.tgz (configure, build
 # and test logs, SASS, PTX, the peers' timings); intermediate files live in $BUILD/check.
-# Usage: tools/gpu-check.sh [--prepare] [--dry-run] [--quick] [--build-only]
+# Usage: tools/gpu-check.sh [--prepare] [--dry-run] [--quick] [--build-only] [--python | --no-python]
 #   --prepare  here, before the run: copy GoogleTest's sources (/usr/src/googletest, Debian's
 #              googletest package), NCCL's header (/usr/local/cuda/include/nccl.h, with any
 #              nccl*.h it includes) and xxHash's header (/usr/include/xxhash.h, for gen/'s
@@ -22,6 +28,9 @@
 #              run the report generator on synthetic numbers (for CI / machines without GPU).
 #   --quick    small sizes (smoke test of the script itself on a GPU).
 #   --build-only  stop after the build (works without a GPU).
+#   --python   the Python step only, with the benchmark it is compared with: builds _seedstore
+#              and seedstore_gpu_bench, skips the gpu tests, SASS and the jax/torch peers.
+#   --no-python  leave the Python step out of the full run.
 #   --tiers=LABELS  after the gpu tier, also run these CTest tiers (a regex, e.g. 'kat|unit|cli')
 #              on the GPU machine, where `--device auto` resolves to CUDA: the CPU tiers'
 #              expected bytes and fingerprints then check the CUDA paths (I2). CMake build only;
@@ -37,6 +46,8 @@ QUICK=0
 BUILD_ONLY=0
 PREPARE=0
 TIERS=""
+PYSTEP=1    # the Python step (6.)
+PY_ONLY=0   # --python: that step and the benchmark only
 for a in "$@"; do
   case "$a" in
     --prepare) PREPARE=1 ;;
@@ -44,7 +55,9 @@ for a in "$@"; do
     --quick) QUICK=1 ;;
     --build-only) BUILD_ONLY=1 ;;
     --tiers=*) TIERS=${a#--tiers=} ;;
-    *) echo "usage: $0 [--prepare] [--dry-run] [--quick] [--build-only] [--tiers=LABELS]" >&2; exit 1 ;;
+    --python) PY_ONLY=1; PYSTEP=1 ;;
+    --no-python) PYSTEP=0 ;;
+    *) echo "usage: $0 [--prepare] [--dry-run] [--quick] [--build-only] [--tiers=LABELS] [--python | --no-python]" >&2; exit 1 ;;
   esac
 done
 if [ "$PREPARE" = 1 ]; then
@@ -127,17 +140,44 @@ build_cmake() {
   stamp "configure (cmake, Release)"
   local prefix="$ROOT/.gpu-deps/prefix"
   [ -d "$prefix" ] && export PKG_CONFIG_PATH="$prefix/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  # The Python package builds against the Python that holds torch (step 6); NCCL against the
+  # library torch loads and the header --prepare carried (as the standalone NCCL test does).
+  local pyexe nlib ninc nccl_args=()
+  pyexe=$(command -v "$PY" || true)
+  if nlib=$(find_nccl_lib) && ninc=$(find_nccl_header "$nlib"); then
+    nccl_args=(-DSEEDSTORE_NCCL_INCLUDE_DIR="$ninc" -DSEEDSTORE_NCCL_LIBRARY="$nlib")
+  fi
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release ${prefix:+-DCMAKE_PREFIX_PATH=$prefix} \
         ${CMAKE_CUDA_ARCHITECTURES:+-DCMAKE_CUDA_ARCHITECTURES=$CMAKE_CUDA_ARCHITECTURES} \
+        ${pyexe:+-DPython_EXECUTABLE=$pyexe} "${nccl_args[@]}" \
         > "$W/configure.log" 2>&1 || { tail -20 "$W/configure.log"; return 1; }
   grep -q "CUDA kernels ON" "$W/configure.log" || { echo "gpu-check: CMake did not enable CUDA"; return 1; }
-  stamp "build seedstore_gpu_tests seedstore_gpu_bench (-j$JOBS)"
   local targets=(seedstore_gpu_tests seedstore_gpu_bench)
+  [ "$PY_ONLY" = 1 ] && targets=(seedstore_gpu_bench)
   [ -n "$TIERS" ] && targets=(all)
+  stamp "build ${targets[*]} (-j$JOBS)"
   timeout 300 cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}" \
         > "$W/build.log" 2>&1 || { grep -E "error|Error" "$W/build.log" | head -30; return 1; }
   BENCH="$BUILD/kernels/seedstore_gpu_bench"
-  TESTS="$BUILD/tests/seedstore_gpu_tests"
+  [ "$PY_ONLY" = 1 ] || TESTS="$BUILD/tests/seedstore_gpu_tests"
+  [ "$PYSTEP" = 1 ] && build_python
+  return 0
+}
+# The Python package in the CMake build (step 6): a failure is recorded in PY_NOTE, not fatal.
+PY_BUILT=0
+PY_NOTE=""
+build_python() {
+  if ! grep -q "seedstore: Python package ON" "$W/configure.log"; then
+    PY_NOTE="CMake found no Python with nanobind and its headers ($PY): $(grep -m1 -i "Could NOT find Python\|nanobind" "$W/configure.log" || echo 'see configure.log')"
+    echo "gpu-check: Python package NOT built: $PY_NOTE"; return 1
+  fi
+  stamp "build the Python package (_seedstore, -j$JOBS; $(grep -m1 -o 'NCCL backend [A-Z]*' "$W/configure.log"))"
+  if timeout 300 cmake --build "$BUILD" -j"$JOBS" --target _seedstore > "$W/py-build.log" 2>&1; then
+    PY_BUILT=1
+  else
+    PY_NOTE="the _seedstore build failed (py-build.log)"
+    echo "gpu-check: $PY_NOTE"; grep -E "error" "$W/py-build.log" | head -20; return 1
+  fi
 }
 # Fallback when the full project cannot be configured here (the GPU machine has CUDA, CMake
 # and Python but none of HDF5, GoogleTest, nlohmann-json, CLI11, zstd, xxHash, MPI): build the
@@ -295,7 +335,10 @@ run_gtest() {
     echo PASS
   fi
 }
-if [ "$DRY" = 0 ]; then
+if [ "$DRY" = 0 ] && [ "$PY_ONLY" = 1 ]; then
+  export SEEDSTORE_REQUIRE_GPU=1
+  stamp "--python: the gpu tests are left out"
+elif [ "$DRY" = 0 ]; then
   export SEEDSTORE_REQUIRE_GPU=1  # a gpu test without a GPU fails here instead of skipping
   export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
   if [ -n "$TESTS" ] && [ -x "$TESTS" ]; then
@@ -355,7 +398,7 @@ else
 fi
 
 # ---- 3. SASS of the kernels ---------------------------------------------------------------
-if [ "$DRY" = 0 ] && [ -n "$BENCH" ]; then
+if [ "$DRY" = 0 ] && [ -n "$BENCH" ] && [ "$PY_ONLY" = 0 ]; then
   if command -v cuobjdump >/dev/null; then
     cuobjdump -sass "$BENCH" > "$W/sass.txt" 2>/dev/null || echo "gpu-check: cuobjdump failed"
   else
@@ -372,6 +415,8 @@ if [ "$DRY" = 0 ] && [ -n "$BENCH" ]; then
   stamp "seedstore_gpu_bench ($ELEMS elements)"
   timeout 240 "$BENCH" --json "$W/bench.json" --elements "$ELEMS" $([ "$QUICK" = 1 ] && echo --quick) \
     || { echo "gpu-check: BENCH FAILED"; STATUS=1; }
+fi
+if [ "$DRY" = 0 ] && [ -n "$BENCH" ] && [ "$PY_ONLY" = 0 ]; then
   stamp "jax.random.normal and torch.randn"
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 150 "$PY" - "$ELEMS" "$W/peers_jax.json" jax <<'EOF' || echo "gpu-check: jax timing failed"
 import json, sys, time
@@ -417,6 +462,72 @@ json.dump(res, open(out, "w"))
 EOF
 fi
 
+# ---- 6. the Python package ------------------------------------------------------------------
+# Rows for its tests and the DLPack timing ($W/py_timing.json, read by the report). Every
+# command has its own timeout; nothing here ends the script.
+if [ "$PYSTEP" = 1 ] && [ "$DRY" = 0 ]; then
+  if [ "$PY_BUILT" != 1 ]; then
+    note=${PY_NOTE:-"no CMake build (the standalone build has no Python package)"}
+    row "Python package: test_py_cuda + test_py_nccl" "NOT RUN" "$note"
+    row "Python package: DLPack timing" "NOT RUN" "$note"
+    STATUS=1
+  else
+    export PYTHONPATH="$BUILD/python:$ROOT/tests/pkg${PYTHONPATH:+:$PYTHONPATH}"
+    if "$PY" -c "import pytest" 2>/dev/null; then
+      stamp "Python package tests (pytest tests/pkg/test_py_cuda.py test_py_nccl.py)"
+      (cd "$ROOT" && SEEDSTORE_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 timeout 300 "$PY" -m pytest -q -rs -p no:cacheprovider \
+          tests/pkg/test_py_cuda.py tests/pkg/test_py_nccl.py) > "$W/py-tests.log" 2>&1
+      rc=$?
+      tail -15 "$W/py-tests.log"
+      summary=$(grep -E "[0-9]+ (passed|failed|error)" "$W/py-tests.log" | tail -1)
+      skips=$(grep -c "^SKIPPED" "$W/py-tests.log")
+      if [ $rc -eq 0 ]; then row "Python package: test_py_cuda + test_py_nccl" PASS "${summary:-?}; $skips skipped (two-rank NCCL needs 2 GPUs)"
+      else row "Python package: test_py_cuda + test_py_nccl" FAIL "rc $rc: ${summary:-see py-tests.log}"; STATUS=1; fi
+      cp "$W/py-tests.log" "$OUT/" 2>/dev/null
+    else
+      row "Python package: test_py_cuda + test_py_nccl" "NOT RUN" "pytest is not installed for $PY (carry its wheel: /work/.library/device/README.md)"
+      STATUS=1
+    fi
+    stamp "DLPack timing: Catalog.materialize into torch CUDA tensors ($ELEMS elements)"
+    timeout 180 "$PY" - "$ELEMS" "$W/py_timing.json" > "$W/py-timing.log" 2>&1 <<'EOF'
+import json, statistics, sys, time
+import torch
+import seedstore
+n, out = int(sys.argv[1]), sys.argv[2]
+res = []
+for g in ("threefry", "philox"):
+    for dt, tdt, short in (("bfloat16", torch.bfloat16, "bf16"), ("float32", torch.float32, "f32")):
+        cat = seedstore.open({"seedstore": 1, "seed": 0, "generator": g, "tensors": [
+            {"name": "t", "shape": [n], "dtype": dt, "init": {"dist": "normal"}}]})
+        x = torch.empty(n, dtype=tdt, device="cuda")
+        for _ in range(2):
+            cat.materialize("t", x)
+        torch.cuda.synchronize()
+        ev, wall = [], []
+        for _ in range(7):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t = time.perf_counter()
+            a.record()
+            cat.materialize("t", x)  # enqueued on torch's current stream (DLPack, in place)
+            b.record()
+            b.synchronize()
+            wall.append(time.perf_counter() - t)
+            ev.append(a.elapsed_time(b) * 1e-3)
+        res.append({"name": f"{g} normal {short}", "elements": n, "bytes": n * x.element_size(),
+                    "seconds": statistics.median(ev), "wall_seconds": statistics.median(wall)})
+        print(res[-1], flush=True)
+        del x
+json.dump(res, open(out, "w"))
+EOF
+    rc=$?
+    cat "$W/py-timing.log"
+    if [ $rc -eq 0 ] && [ -f "$W/py_timing.json" ]; then row "Python package: DLPack timing" PASS "4 cases, medians of 7 (table below)"
+    else row "Python package: DLPack timing" FAIL "rc $rc (py-timing.log)"; STATUS=1; fi
+  fi
+elif [ "$PYSTEP" = 1 ]; then
+  row "Python package: test_py_cuda + test_py_nccl" "NOT RUN" "dry run"
+fi
+
 # ---- 5. report: floors, fractions, targets ----------------------------------------------------
 stamp "report"
 "$PY" - "$W" "$DRY" <<'EOF' || { echo "gpu-check: report failed"; STATUS=1; }
@@ -448,15 +559,17 @@ if dry:  # synthetic numbers: exercises the parser and the arithmetic, nothing i
         {"name": "llama3-8b materialize bf16 (philox)", "kind": "model", "kernel": "", "elements": 8030261248, "bytes": 16060522496, "seconds": 0.1, "peak_bytes": 16060522496 + (2 << 20), "output_bytes": 16060522496},
         {"name": "llama3-8b fingerprint bf16 (all tensors)", "kind": "model_fingerprint", "kernel": "", "elements": 8030261248, "bytes": 16060522496, "seconds": 0.04}]}
     peers = [{"name": "jax.random.normal bfloat16", "elements": 1 << 30, "bytes": 2 << 30, "seconds": 3e-3}]
+    pytiming = [{"name": "philox normal bf16", "elements": 1 << 30, "bytes": 2 << 30, "seconds": 1.02e-3, "wall_seconds": 1.1e-3}]
 else:
     bench = load("bench.json", None)
     if bench is None:  # the tests' rows still make a table
         print("no bench.json: no benchmark to report")
         print("\n".join(test_lines))
         open(os.path.join(out, "table.md"), "w").write("no bench.json: the benchmark did not run\n" + "\n".join(test_lines) + "\n")
-        json.dump({"tests": tests}, open(os.path.join(out, "report.json"), "w"), indent=1)
+        json.dump({"tests": tests, "python": load("py_timing.json", [])}, open(os.path.join(out, "report.json"), "w"), indent=1)
         sys.exit(1)
     peers = load("peers_jax.json", []) + load("peers_torch.json", [])
+    pytiming = load("py_timing.json", [])
 
 recs = bench["records"]
 sms, clock = bench["sms"], bench["sm_clock_khz"] * 1e3
@@ -632,11 +745,21 @@ for r in recs:
         extra = r["peak_bytes"] - r["output_bytes"]
         checks.append((f"{r['name']} peak memory = outputs + O(1) (< 64 MiB extra)", extra < (64 << 20), f"+{extra/2**20:.1f} MiB"))
 tl = ["\n| target | result | value |", "|---|---|---|"] + [f"| {n} | {'PASS' if ok else 'FAIL'} | {v} |" for n, ok, v in checks]
-tl += test_lines
+# The Python package's DLPack path against the C++ benchmark's kernel, same case and size.
+py_lines = []
+if pytiming:
+    py_lines = ["\n| Python DLPack materialize (torch CUDA tensor) | C++ seedstore_gpu_bench ms | Python ms (CUDA events) | Python wall ms | Python / C++ |",
+                "|---|---|---|---|---|"]
+    for p in pytiming:
+        c = next((r for r in recs if r["name"] == p["name"] and r["elements"] == p["elements"]), None)
+        p["cpp_seconds"] = c["seconds"] if c else None
+        p["ratio"] = p["seconds"] / c["seconds"] if c else None
+        py_lines.append(f"| {p['name']} ({p['elements']} elements) | {fmt(c and c['seconds']*1e3)} | {p['seconds']*1e3:.3f} | {p['wall_seconds']*1e3:.3f} | {fmt(p['ratio'])} |")
+tl += py_lines + test_lines
 print("\n".join(tl))
 note = "DRY RUN: synthetic numbers, nothing measured\n\n" if dry else ""
 open(os.path.join(out, "table.md"), "w").write(note + f"GPU: {bench['device']}\n\n" + table + "\n" + "\n".join(tl) + "\n")
-json.dump({"bench": bench, "peers": peers, "checks": checks, "tests": tests}, open(os.path.join(out, "report.json"), "w"), indent=1, default=str)
+json.dump({"bench": bench, "peers": peers, "python": pytiming, "checks": checks, "tests": tests}, open(os.path.join(out, "report.json"), "w"), indent=1, default=str)
 EOF
 for f in table.md report.json bench.json; do [ -f "$W/$f" ] && cp "$W/$f" "$OUT/"; done
 tar czf "$OUT/gpu-check-files.tgz" -C "$W" . 2>/dev/null || echo "gpu-check: tar of $W failed"

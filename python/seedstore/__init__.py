@@ -14,6 +14,10 @@ fingerprints itself. The core API:
 Errors are seedstore.Error subclasses carrying the CLI's code name and exit code
 (InvalidArgumentError: 'INVALID_ARGUMENT', exit 2; NotFoundError; CorruptError; IoError;
 UnsupportedError; MismatchError; InternalError). Torch integration: seedstore.torch.
+
+Without MPI (under torchrun): `comm = seedstore.init_distributed()` makes a communicator
+through torch.distributed's store (TCPStore) -- the store itself on CPU, NCCL on GPUs -- that
+seedstore.torch.verify_replicas takes as `group=` (seedstore.distributed).
 """
 from __future__ import annotations
 
@@ -70,6 +74,7 @@ __all__ = [
     "open", "Catalog", "Spec", "Layout", "TensorInfo", "Region", "Shard", "Fingerprint",
     "fingerprint", "cuda_available", "Error", "InvalidArgumentError", "NotFoundError",
     "CorruptError", "IoError", "UnsupportedError", "MismatchError", "InternalError",
+    "init_distributed", "Communicator",
 ]
 
 CUDA_BUILT: bool = _core.cuda_built
@@ -330,3 +335,6 @@ def fingerprint(array: Any, name: str, box: Any = None, *, shape: Optional[Seque
     return _core.fingerprint_array(_as_dlpack(array), name, None if shape is None else list(shape),
                                    box, None if flat is None else tuple(flat), threads,
                                    _stream_of(array))
+
+
+from .distributed import Communicator, init_distributed  # noqa: E402

@@ -324,7 +324,25 @@ class _TorchExchange:
         dist.barrier(group=self.group)
 
 
-def _layout_groups(named, name_map: NameMap, group, world: int, what: str):
+def _exchange_of(group, what: str):
+    """The exchange verify_replicas / Writer run over, its size, and the map from a global
+    torch rank to its rank in it: a torch.distributed group (`group`, default the world), or a
+    seedstore.Communicator (seedstore.init_distributed), whose ranks are the job's global
+    ranks."""
+    if isinstance(group, _ss.Communicator):
+        if dist.is_available() and dist.is_initialized() and (
+                group.size != dist.get_world_size() or group.rank != dist.get_rank()):
+            raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                       f"{what}: the communicator's rank {group.rank} of {group.size} is not this "
+                       f"process's torch.distributed rank {dist.get_rank()} of {dist.get_world_size()}")
+        return group._c, group.size, (lambda g: g)
+    if group is None:
+        group = dist.group.WORLD
+    ex = _TorchExchange(group)
+    return ex, ex.size(), (lambda g: dist.get_group_rank(group, g))
+
+
+def _layout_groups(named, name_map: NameMap, to_rank, world: int, what: str):
     """Tensors `named` ((name, tensor) pairs) as few library layouts over the group as their placements allow
     (one, unless two tensors nest the same mesh axes in opposite orders): a list of
     (Layout, [(name, global shape, local shard)]) -- plain tensors, unmatched by any rule,
@@ -341,7 +359,7 @@ def _layout_groups(named, name_map: NameMap, group, world: int, what: str):
         if not _is_dtensor(t):
             plain.append((name, list(t.shape), local))
             continue
-        mp = _mesh_placement(name, t, lambda g: dist.get_group_rank(group, g), world)
+        mp = _mesh_placement(name, t, to_rank, world)
         if len(mp.devices) != world:
             raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
                        f"{what}: tensor '{n}': its DeviceMesh has {len(mp.devices)} ranks, "
@@ -369,7 +387,8 @@ def _layout_groups(named, name_map: NameMap, group, world: int, what: str):
 def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
                     name_map: NameMap = None, threads: int = 0,
                     raise_on_failure: bool = False) -> ReplicaReport:
-    """In a live job, checks that the ranks of `group` (default: the world) hold one model:
+    """In a live job, checks that the ranks of `group` (default: the world; or a
+    seedstore.Communicator from seedstore.init_distributed) hold one model:
     each rank fingerprints its local shard of every parameter and buffer and the ranks exchange
     16 bytes (+1 flag byte) per shard. Per tensor the report says whether the replicas of each
     region agree, naming the ranks that differ from the majority (a tie blames nobody and lists
@@ -378,12 +397,9 @@ def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
     the same module structure. Errors: InvalidArgumentError when ranks pass different tensors
     or a DTensor's mesh is not the group; IoError from the exchange. With raise_on_failure a
     failed verdict raises MismatchError."""
-    if group is None:
-        group = dist.group.WORLD
-    ex = _TorchExchange(group)
-    world = ex.size()
+    ex, world, to_rank = _exchange_of(group, "verify_replicas")
     ref = _ss.open(source)._c if source is not None else None
-    groups, cuda = _layout_groups(((n, t) for _, n, t in _named_tensors(module)), name_map, group,
+    groups, cuda = _layout_groups(((n, t) for _, n, t in _named_tensors(module)), name_map, to_rank,
                                   world, "verify_replicas")
     if cuda:
         torch.cuda.current_stream().synchronize()
@@ -543,9 +559,8 @@ class Writer(_StorageWriter):
             raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
                        "seedstore.torch.Writer: a seedstore save holds tensors only; not tensors: " +
                        ", ".join(f"'{k}'" for k in bad))
-        group = self.group if self.group is not None else dist.group.WORLD
-        ex = _TorchExchange(group)
-        groups, _ = _layout_groups(sorted(state.items()), None, group, ex.size(), "seedstore.torch.Writer")
+        ex, world, to_rank = _exchange_of(self.group, "seedstore.torch.Writer")
+        groups, _ = _layout_groups(sorted(state.items()), None, to_rank, world, "seedstore.torch.Writer")
         if len(groups) != 1:
             raise _err(_ss.UnsupportedError, "UNSUPPORTED",
                        "seedstore.torch.Writer: the state dict's DTensors nest the same mesh axes in "

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "io/bootstrap.h"
 #include "io/collective.h"
 #include "io/device.h"
 #include "io/dist_store.h"
@@ -386,6 +387,107 @@ class PyExchange : public Exchange {
   int rank_ = 0, size_ = 1;
 };
 
+// A communicator of the library (io/collective.h) made by seedstore.init_distributed: the
+// "store" backend, or NCCL bootstrapped over it, on a key-value store reached through Python
+// callables (seedstore/distributed.py adapts torch.distributed stores to them).
+struct PyStoreFns;
+struct PyComm {
+  std::unique_ptr<Collective> c;
+  int device = -1;  // the CUDA device of an NCCL communicator
+  std::shared_ptr<PyStoreFns> fns;  // the store callables c's bootstrap calls (for the GC)
+
+  Collective& get() const {
+    if (!c) Throw(InvalidArgument("the communicator is closed"));
+    return *c;
+  }
+};
+
+// The Python callables behind a Bootstrap. Released with the GIL held, wherever the last
+// reference goes (the library may drop its bootstrap while the GIL is released).
+struct PyStoreFns {
+  nb::object put, get, has;
+  ~PyStoreFns() {
+    nb::gil_scoped_acquire g;
+    put = nb::object();
+    get = nb::object();
+    has = nb::object();
+  }
+};
+
+// The store callables may refer back to the communicator (a store defined in a module that
+// holds the communicator): the GC sees them through these slots and can break such cycles.
+int PyCommTraverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  PyComm* c = nb::inst_ptr<PyComm>(self);
+  if (c->fns) {
+    Py_VISIT(c->fns->put.ptr());
+    Py_VISIT(c->fns->get.ptr());
+    Py_VISIT(c->fns->has.ptr());
+  }
+  return 0;
+}
+int PyCommClear(PyObject* self) {
+  PyComm* c = nb::inst_ptr<PyComm>(self);
+  c->c.reset();
+  c->fns.reset();
+  return 0;
+}
+PyType_Slot kPyCommSlots[] = {{Py_tp_traverse, reinterpret_cast<void*>(PyCommTraverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(PyCommClear)},
+                              {0, nullptr}};
+
+// A Python exception raised by a store callable, as a library status (kIo, its message).
+Status FromPython(const std::exception& e) { return IoError(e.what()); }
+
+BootstrapCallbacks StoreCallbacks(std::shared_ptr<PyStoreFns> fns) {
+  BootstrapCallbacks cb;
+  cb.put = [fns](const std::string& key, std::string_view bytes) -> Status {
+    nb::gil_scoped_acquire g;
+    try {
+      fns->put(key, nb::bytes(bytes.data(), bytes.size()));
+      return Status::Ok();
+    } catch (const std::exception& e) {
+      return FromPython(e);
+    }
+  };
+  cb.get = [fns](const std::string& key, double timeout_s) -> Result<std::optional<std::string>> {
+    nb::gil_scoped_acquire g;
+    try {
+      nb::object v = fns->get(key, timeout_s);
+      if (v.is_none()) return std::optional<std::string>();
+      nb::bytes b = nb::cast<nb::bytes>(v);
+      return std::optional<std::string>(std::string(b.c_str(), b.size()));
+    } catch (const std::exception& e) {
+      return FromPython(e);
+    }
+  };
+  if (!fns->has.is_none())
+    cb.has = [fns](const std::string& key) -> bool {
+      nb::gil_scoped_acquire g;
+      try {
+        return nb::cast<bool>(fns->has(key));
+      } catch (const std::exception&) {
+        return false;
+      }
+    };
+  return cb;
+}
+
+// The Exchange a verification or save runs over: a communicator, or any Python object with
+// rank(), size(), all_gather(bytes), barrier() (PyExchange).
+struct ExchangeArg {
+  std::optional<PyExchange> py;
+  Exchange* ex = nullptr;
+  explicit ExchangeArg(nb::object o) {
+    if (nb::isinstance<PyComm>(o)) {
+      ex = &nb::cast<PyComm&>(o).get();
+    } else {
+      py.emplace(o);
+      ex = &*py;
+    }
+  }
+};
 
 }  // namespace
 }  // namespace seedstore
@@ -658,13 +760,13 @@ NB_MODULE(_seedstore, m) {
                              const Layout& layout, std::optional<PyCatalog> reference, int threads) {
     std::vector<std::vector<ParamBuffer>> bufs;
     for (const ParamList& params : hosted) bufs.push_back(ToParamBuffers(params, "verify"));
-    PyExchange ex(exchange);
+    ExchangeArg ex(exchange);
     VerifyOptions o;
     o.cpu.threads = threads;
     Result<VerifyReport> rep = VerifyReport{};
     {
       nb::gil_scoped_release rel;
-      rep = VerifyHostedBuffers(ex, bufs, layout, reference ? reference->c.get() : nullptr, o);
+      rep = VerifyHostedBuffers(*ex.ex, bufs, layout, reference ? reference->c.get() : nullptr, o);
     }
     return Take(std::move(rep));
   }, "exchange"_a, "hosted"_a, "layout"_a, "reference"_a.none(), "threads"_a = 0);
@@ -677,16 +779,91 @@ NB_MODULE(_seedstore, m) {
     for (const ParamBuffer& p : bufs)
       if (p.on_device) Throw(Unsupported("save " + Quoted(p.name) + ": the local shard is in CUDA memory; "
                                          "the save reads host memory (move the state dict to the CPU)"));
-    PyExchange ex(exchange);
+    ExchangeArg ex(exchange);
     DistSaveOptions o;
     o.cpu.threads = threads;
     Result<ReshardReport> rep = ReshardReport{};
     {
       nb::gil_scoped_release rel;
-      rep = SaveBuffers(ex, bufs, layout, path, o);
+      rep = SaveBuffers(*ex.ex, bufs, layout, path, o);
     }
     ReshardReport r = Take(std::move(rep));
     Check(r.ToStatus());
     return r.Table();
   }, "exchange"_a, "params"_a, "layout"_a, "path"_a, "threads"_a = 0);
+
+  m.attr("nccl_built") = NcclBuilt();
+  m.def("nccl_version", &NcclVersionString);
+
+  nb::class_<PyComm>(m, "_Communicator",
+                     "A communicator of the library (io/collective.h): the store backend, or NCCL "
+                     "bootstrapped over a store. Made by seedstore.init_distributed.",
+                     nb::type_slots(kPyCommSlots))
+      .def_prop_ro("rank", [](const PyComm& c) { return c.get().rank(); })
+      .def_prop_ro("size", [](const PyComm& c) { return c.get().size(); })
+      .def_prop_ro("backend", [](const PyComm& c) { return std::string(c.get().backend()); })
+      .def_prop_ro("device", [](const PyComm& c) { return c.device; })
+      .def_prop_ro("broken", [](const PyComm& c) { return c.get().broken(); })
+      .def_prop_ro("comm_seconds", [](const PyComm& c) { return c.get().comm_seconds(); })
+      .def_prop_rw("timeout", [](const PyComm& c) { return c.get().timeout(); },
+                   [](PyComm& c, double s) { c.get().set_timeout(s); })
+      .def("all_gather", [](PyComm& c, nb::bytes data, const std::string& what) {
+        Collective& k = c.get();
+        const size_t n = data.size();
+        const std::string in(data.c_str(), n);
+        std::string out(n * static_cast<size_t>(k.size()), '\0');
+        Status st;
+        {
+          nb::gil_scoped_release rel;
+          st = k.AllGather(in.data(), n, out.data(), what.c_str());
+        }
+        Check(st);
+        return nb::bytes(out.data(), out.size());
+      }, "data"_a, "what"_a = "all_gather")
+      .def("barrier", [](PyComm& c, const std::string& what) {
+        Collective& k = c.get();
+        Status st;
+        {
+          nb::gil_scoped_release rel;
+          st = k.Barrier(what.c_str());
+        }
+        Check(st);
+      }, "what"_a = "barrier")
+      .def("close", [](PyComm& c) {
+        std::unique_ptr<Collective> k = std::move(c.c);
+        {
+          nb::gil_scoped_release rel;  // NCCL's teardown may wait; the store callables re-take the GIL
+          k.reset();
+        }
+        c.fns.reset();
+      });
+
+  // rank `rank` of `size` over the store reached through put(key, bytes), get(key, timeout_s)
+  // -> bytes or None (not there within the timeout) and has(key) -> bool (or None), keys
+  // prefixed with `prefix`; backend "store" or "nccl" (on CUDA device `device`, -1: the
+  // node-local one). Blocks until every rank has arrived (io/collective.h CreateStoreCollective).
+  m.def("_store_communicator", [](int rank, int size, const std::string& prefix, nb::object put,
+                                  nb::object get, nb::object has, const std::string& backend,
+                                  int device, double timeout) {
+    if (backend != "store" && backend != "nccl")
+      Throw(InvalidArgument("backend '" + backend + "': expected store or nccl"));
+    auto fns = std::make_shared<PyStoreFns>();
+    fns->put = std::move(put);
+    fns->get = std::move(get);
+    fns->has = std::move(has);
+    std::unique_ptr<Bootstrap> b = Take(CreateCallbackBootstrap(rank, size, prefix, StoreCallbacks(fns)));
+    const CollectiveOptions o{timeout};
+    Result<std::unique_ptr<Collective>> c = std::unique_ptr<Collective>();
+    {
+      nb::gil_scoped_release rel;
+      c = CreateStoreCollective(std::move(b), o);
+      if (c.ok() && backend == "nccl") c = CreateNcclCollective(std::move(c).value(), o, device);
+    }
+    PyComm out;
+    out.c = Take(std::move(c));
+    out.fns = std::move(fns);
+    if (backend == "nccl") out.device = device;
+    return out;
+  }, "rank"_a, "size"_a, "prefix"_a, "put"_a, "get"_a, "has"_a.none(), "backend"_a, "device"_a,
+     "timeout"_a);
 }
