@@ -66,7 +66,7 @@ def test_cuda_tensors_on_the_current_stream_equal_the_cpu_path(source, tmp_path)
     if source == "dense":  # a safetensors file: read on the host, staged to the device
         from safetensors.torch import save_file
         save_file({t.name: torch.from_numpy(cat.read(t.name).view(np.uint16)).view(torch.bfloat16)
-                   if t.dtype == "bfloat16" else torch.from_numpy(np.ascontiguousarray(cat.read(t.name)))
+                   if t.dtype == "bfloat16" else torch.from_numpy(np.array(cat.read(t.name), copy=True))
                    for t in cat.tensors}, str(tmp_path / "m.safetensors"))
         src = seedstore.open(str(tmp_path / "m.safetensors"))
     else:

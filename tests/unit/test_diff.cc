@@ -122,7 +122,7 @@ TEST(Diff, RandomModelsAgainstThemselvesTheirDenseCopiesAndOneChange) {
     EXPECT_FALSE(d->Identical());
     int differing = 0;
     for (const DiffRow& r : d->rows) {
-      if (r.name == m.spec["tensors"][k]["name"]) {
+      if (r.name == m.spec["tensors"][k]["name"].get<std::string>()) {
         EXPECT_EQ(r.verdict, want) << r.name << " " << DiffVerdictName(r.verdict);
       } else if (r.name == "renamed") {
         EXPECT_EQ(r.verdict, DiffVerdict::kOnlyB);
