@@ -194,8 +194,7 @@ Result<std::string> ResolveSymlinks(const std::string& path) {
     if (n < 0 || static_cast<size_t>(n) >= target.size())
       return IoError("cannot read the symbolic link '" + p + "': " + (n < 0 ? Errno() : "target too long"));
     target.resize(static_cast<size_t>(n));
-    const size_t slash = p.rfind('/');
-    p = target[0] == '/' || slash == std::string::npos ? target : p.substr(0, slash + 1) + target;
+    p = target[0] == '/' ? target : DirPrefix(p) + target;
   }
 }
 
