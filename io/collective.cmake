@@ -1,7 +1,7 @@
 # Collectives (io/collective*.cc, io/nccl_comm.cc). Included from io/CMakeLists.txt after
 # seedstore_io. collective_mpi.cc compiles to a stub without MPI. io/nccl_comm.cc has NCCL
 # (SEEDSTORE_HAVE_NCCL) when CUDA, nccl.h and libnccl are found -- MPI is not needed: a world
-# of one (tests/gpu/nccl_comm_test.cc) or a caller-given unique id need no bootstrap; under
+# of one (tests/gpu/test_nccl_comm.cc) or a caller-given unique id need no bootstrap; under
 # mpirun the MPI backend carries the unique id, under torchrun a key-value store
 # (io/bootstrap.h). Without NCCL the NCCL factories return kUnsupported.
 set(SEEDSTORE_HAVE_NCCL OFF)

@@ -1,6 +1,6 @@
 // An NCCL communicator on one GPU, created from a unique id that the caller distributes: the
 // NCCL backend of io/collective.h broadcasts it over MPI; a world of one (the one-rank test in
-// tests/gpu/nccl_comm_test.cc, tools/gpu-check.sh) just makes one. Depends on nothing of the
+// tests/gpu/test_nccl_comm.cc, tools/gpu-check.sh) just makes one. Depends on nothing of the
 // store (store/status.h only) and has no CUDA or NCCL syntax in this header, so the GPU
 // machine's standalone build compiles it without HDF5, MPI or JSON.
 //

@@ -12,6 +12,7 @@
 #include "io/dist_store.h"
 #include "io/h5store.h"
 #include "io/interop.h"
+#include "store/integer_text.h"
 
 namespace seedstore::cli {
 
@@ -33,46 +34,6 @@ bool StdoutIsTty() { return isatty(STDOUT_FILENO) == 1; }
 bool StderrIsTty() { return isatty(STDERR_FILENO) == 1; }
 
 namespace detail {
-namespace {
-
-std::string Int128Text(__int128 v) {
-  if (v == 0) return "0";
-  const bool neg = v < 0;
-  unsigned __int128 u = static_cast<unsigned __int128>(v);
-  if (neg) u = -u;
-  std::string s;
-  for (; u != 0; u /= 10) s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(u % 10)));
-  return neg ? "-" + s : s;
-}
-
-// The text as shown in a message: at most 64 characters.
-std::string Shown(std::string_view text) {
-  return text.size() <= 64 ? std::string(text) : std::string(text.substr(0, 61)) + "...";
-}
-
-}  // namespace
-
-std::string ParseIntegerIn(std::string_view text, __int128 min, __int128 max, __int128* out) {
-  const bool neg = !text.empty() && text[0] == '-';
-  const std::string range = Int128Text(min) + ".." + Int128Text(max);
-  if (text.size() == (neg ? 1u : 0u))
-    return "'" + Shown(text) + "' is not an integer (expected " + range + ")";
-  __int128 v = 0;
-  bool huge = false;  // beyond every 64-bit range: keep checking the digits, stop accumulating
-  for (size_t i = neg ? 1 : 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c < '0' || c > '9')
-      return "'" + Shown(text) + "' is not an integer (expected " + range + ")";
-    if (!huge) {
-      v = v * 10 + (c - '0');
-      huge = v > (static_cast<__int128>(1) << 80);
-    }
-  }
-  if (neg) v = -v;
-  if (huge || v < min || v > max) return Shown(text) + " is out of range (" + range + ")";
-  *out = v;
-  return "";
-}
 
 std::string OptionDisplayName(const std::string& names) {
   std::string first, shown;
@@ -100,11 +61,11 @@ CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
                              ? NAN
                              : std::strtod(text.c_str(), &end);
         if (end != text.c_str() + text.size() || !std::isfinite(v))
-          throw CLI::ValidationError(shown, "'" + detail::Shown(text) + "' is not a finite number");
+          throw CLI::ValidationError(shown, "'" + ShownValue(text) + "' is not a finite number");
         if (v < min) {
           char m[32];
           std::snprintf(m, sizeof m, "%.17g", min);
-          throw CLI::ValidationError(shown, detail::Shown(text) + " is below the minimum " + m);
+          throw CLI::ValidationError(shown, ShownValue(text) + " is below the minimum " + m);
         }
         *value = v;
         return true;

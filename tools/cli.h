@@ -12,6 +12,7 @@
 
 #include "io/collective.h"
 #include "store/catalog.h"
+#include "store/integer_text.h"
 #include "store/layout.h"
 #include "store/status.h"
 
@@ -67,15 +68,8 @@ class Progress {
   bool on_;
 };
 
-/// The one parser of integers on the command line (every integer option, and the integers
-/// inside option values such as --shape and --key): decimal digits with an optional leading
-/// '-', nothing else (no '+', spaces, hex, octal, exponent or fraction), of a value in
-/// [min, max]. Never clamps or wraps. Errors: kInvalidArgument "<what>: '<text>' is not an
-/// integer (expected <min>..<max>)" or "<what>: <text> is out of range (<min>..<max>)".
-template <class T>
-Result<T> ParseInteger(std::string_view text, const std::string& what,
-                       T min = std::numeric_limits<T>::min(),
-                       T max = std::numeric_limits<T>::max());
+/// Integers on the command line -- every integer option, and the integers inside option values
+/// such as --shape and --key -- are parsed by ParseInteger (store/integer_text.h).
 
 /// Adds an integer option (or a list of integers, e.g. --ranks 0,5) whose values are parsed
 /// by ParseInteger within [min, max]; a value outside is a usage error (exit 2) naming the
@@ -138,21 +132,9 @@ extern std::string g_command;
 
 // ---- templates' implementation ----
 namespace detail {
-/// Parses `text` as above into *out when it lies in [min, max]; else returns why not (without
-/// the option's name): "'x' is not an integer" or "x is out of range (min..max)".
-std::string ParseIntegerIn(std::string_view text, __int128 min, __int128 max, __int128* out);
 /// The name an option is shown by in messages: its long name ("--seed" of "-s,--seed").
 std::string OptionDisplayName(const std::string& names);
 }  // namespace detail
-
-template <class T>
-Result<T> ParseInteger(std::string_view text, const std::string& what, T min, T max) {
-  static_assert(std::is_integral_v<T> && sizeof(T) <= 8);
-  __int128 v = 0;
-  const std::string err = detail::ParseIntegerIn(text, min, max, &v);
-  if (!err.empty()) return InvalidArgument(what + ": " + err);
-  return static_cast<T>(v);
-}
 
 template <class T>
 CLI::Option* AddInteger(CLI::App& app, const std::string& name, T* value, const std::string& help,
@@ -162,7 +144,7 @@ CLI::Option* AddInteger(CLI::App& app, const std::string& name, T* value, const 
       name,
       [value, min, max, shown = detail::OptionDisplayName(name)](const CLI::results_t& r) {
         __int128 v = 0;
-        const std::string err = detail::ParseIntegerIn(r.back(), min, max, &v);
+        const std::string err = ParseIntegerIn(r.back(), min, max, &v);
         if (!err.empty()) throw CLI::ValidationError(shown, err);
         *value = static_cast<T>(v);
         return true;
@@ -182,7 +164,7 @@ CLI::Option* AddInteger(CLI::App& app, const std::string& name, std::vector<T>* 
         std::vector<T> out;
         for (const std::string& text : r) {
           __int128 v = 0;
-          const std::string err = detail::ParseIntegerIn(text, min, max, &v);
+          const std::string err = ParseIntegerIn(text, min, max, &v);
           if (!err.empty()) throw CLI::ValidationError(shown, err);
           out.push_back(static_cast<T>(v));
         }

@@ -7,11 +7,10 @@
 // reopened and the updated tensors verified (chunk checksums and fingerprints).
 #include <chrono>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
+#include "io/demo.h"
 #include "io/h5store.h"
 #include "store/catalog.h"
-#include "store/layout.h"
 #include "store/presets.h"
 #include "tools/cli.h"
 #include "tools/output.h"
@@ -31,93 +30,29 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-const char* kFsdp8 = R"J({"mesh": {"axes": ["fsdp"], "shape": [8]},
-  "placements": [{"match": "*", "flat": ["fsdp"]}]})J";
-const char* kFsdp4Tp2 = R"J({"mesh": {"axes": ["fsdp", "tp"], "shape": [4, 2]},
-  "placements": [
-    {"match": "*.self_attn.[qkv]_proj.weight", "spec": ["tp", "fsdp"]},
-    {"match": "*.mlp.gate_proj.weight", "spec": ["tp", "fsdp"]},
-    {"match": "*.mlp.up_proj.weight", "spec": ["tp", "fsdp"]},
-    {"match": "*.self_attn.o_proj.weight", "spec": ["fsdp", "tp"]},
-    {"match": "*.mlp.down_proj.weight", "spec": ["fsdp", "tp"]},
-    {"match": "model.embed_tokens.weight", "dtensor": ["Shard(1)", "Shard(0)"]},
-    {"match": "lm_head.weight", "dtensor": ["Shard(1)", "Shard(0)"]},
-    {"match": "*norm.weight", "spec": [null]}]})J";
-
-// Sum of the fingerprints of a tensor's distinct shards under `layout`.
-Result<Fingerprint> LayoutFingerprint(const Catalog& c, size_t i, const Layout& layout, int threads) {
-  const TensorRecord& t = c.tensors()[i];
-  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> shards, layout.DistinctShards(t.name, t.shape));
-  Fingerprint sum;
-  for (const Shard& s : shards) {
-    SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, c.FingerprintRegion(i, s.region, CpuOptions{threads}));
-    sum.Add(f);
-  }
-  return sum;
-}
-
-// A train-like update: w + 0.001 * (normal noise from another key), in the tensor's dtype.
-BoxSource Updated(const Catalog& c, size_t i) {
-  const TensorRecord& t = c.tensors()[i];
-  TensorSpec noise = t.lazy->spec;
-  noise.key.kind = KeySpec::Kind::kRaw;
-  noise.key.raw = FoldIn(t.lazy->key, 1);
-  noise.init = InitSpec{};
-  noise.init.dist = Dist::kNormal;
-  noise.init.scale = 0.001;
-  return [&c, i, noise](const Region& box, void* out) -> Status {
-    SEEDSTORE_RETURN_IF_ERROR(c.Read(i, box, out, CpuOptions{1}));
-    SEEDSTORE_ASSIGN_OR_RETURN(LazyTensor n, LazyTensor::Resolve(noise, 0));
-    std::vector<uint16_t> d(box.Count());
-    SEEDSTORE_RETURN_IF_ERROR(n.Materialize(box, d.data(), CpuOptions{1}));
-    auto* w = static_cast<uint16_t*>(out);
-    for (size_t k = 0; k < d.size(); ++k) w[k] = F32ToBF16(BF16ToF32(w[k]) + BF16ToF32(d[k]));
-    return Status::Ok();
-  };
-}
-
 // Saves the lazy model as a store with its fingerprints, replaces a few tensors by trained
 // (dense) values, reopens the store and verifies the updated tensors.
 Status SaveUpdateVerify(const Catalog& c, const ModelSpec& spec,
                         const std::vector<Fingerprint>& fps, const Options& o) {
   double t = Now();
-  SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(o.store, spec.seed, spec.generator));
-  for (size_t i = 0; i < spec.tensors.size(); ++i)
-    SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(spec.tensors[i], &fps[i]));
-  SEEDSTORE_RETURN_IF_ERROR(w->Commit());
+  SEEDSTORE_RETURN_IF_ERROR(SaveLazyStore(o.store, spec, fps));
   {
     SEEDSTORE_ASSIGN_OR_RETURN(auto st, H5Store::Open(o.store));
     std::printf("saved lazily: %s, %zu tensors, %.1f KB (%.2f s); inspect with `seedstore inspect %s`\n",
                 o.store.c_str(), st->tensors().size(), st->file_bytes() / 1e3, Now() - t, o.store.c_str());
   }
   // Train-like update of a few tensors: they become dense.
-  const std::vector<std::string> names = {"model.layers.0.self_attn.k_proj.weight",
-                                          "model.layers.0.input_layernorm.weight", "model.norm.weight"};
-  std::map<std::string, BoxSource> values;
-  for (const auto& n : names) {
-    const int i = c.Find(n);
-    if (i < 0) return NotFound("demo: tensor '" + n + "' is not in the preset");
-    values[n] = Updated(c, i);
-  }
+  const std::vector<std::string>& names = DemoUpdatedTensors();
   t = Now();
-  SEEDSTORE_RETURN_IF_ERROR(ReplaceWithDense(o.store, values));
+  SEEDSTORE_RETURN_IF_ERROR(UpdateToDense(o.store, c, names));
   SEEDSTORE_ASSIGN_OR_RETURN(auto st, H5Store::Open(o.store));
   std::printf("updated %zu tensors to dense values and saved atomically: %.1f MB (%.2f s)\n",
               names.size(), st->file_bytes() / 1e6, Now() - t);
   // Verify the updated tensors: every chunk checksum (checked on read) and the fingerprint.
   for (const auto& n : names) {
-    const int i = st->Find(n);
-    const TensorRecord& r = st->tensors()[i];
-    if (r.lazy) return Internal("demo: '" + n + "' is still lazy after the update");
-    std::vector<unsigned char> buf(r.NumBytes());
-    const Region whole = WholeTensor(r.shape);
-    SEEDSTORE_RETURN_IF_ERROR(st->Read(i, whole, buf.data()));
-    const Fingerprint f = FingerprintCpu(r.dtype, whole, buf.data(), r.fp_seed());
-    if (!r.fingerprint || *r.fingerprint != f)
-      return Mismatch("demo: tensor '" + n + "': recorded fingerprint does not match its data");
-    const int li = c.Find(n);
+    SEEDSTORE_ASSIGN_OR_RETURN(const Fingerprint f, VerifyDense(*st, n));
     std::printf("  verified %-40s dense  %s  (was %s)\n", n.c_str(), FingerprintHex(f).c_str(),
-                FingerprintHex(fps[li]).c_str());
+                FingerprintHex(fps[c.Find(n)]).c_str());
   }
   std::printf("`seedstore verify %s` checks every chunk and recomputes every fingerprint\n",
               o.store.c_str());
@@ -138,48 +73,30 @@ int Run(const Options& o) {
   std::printf("model: %s, %zu tensors, %s parameters, generator %s, seed %llu (lazy: no bytes)\n",
               o.preset.c_str(), c.tensors().size(), CountText(params).c_str(), o.generator.c_str(),
               static_cast<unsigned long long>(o.seed));
-  struct Named {
-    const char* name;
-    Layout layout;
-  };
-  std::vector<Named> layouts;
-  for (auto [name, text] : {std::pair{"FSDP=8 (flat)", kFsdp8}, std::pair{"FSDP=4 x TP=2", kFsdp4Tp2}}) {
-    auto l = Layout::Parse(text, name);
-    if (!l.ok()) return Fail(l.status());
-    layouts.push_back({name, std::move(*l)});
-  }
+  auto layouts = DemoLayouts();
+  if (!layouts.ok()) return Fail(layouts.status());
   // 1. Materialize a few ranks' shards on the CPU.
-  for (const auto& [name, layout] : layouts) {
+  for (const auto& [name, layout] : *layouts) {
     for (int rank : o.ranks) {
       if (rank < 0 || rank >= layout.world_size())
         return Fail(InvalidArgument("--ranks: rank " + std::to_string(rank) + " is outside " + name));
       const double t = Now();
-      uint64_t bytes = 0;
-      int n = 0;
-      std::vector<unsigned char> buf;
-      for (size_t i = 0; i < c.tensors().size(); ++i) {
-        const TensorRecord& rec = c.tensors()[i];
-        auto s = layout.ShardOf(rec.name, rec.shape, rank);
-        if (!s.ok()) return Fail(s.status());
-        buf.resize(s->region.Count() * DTypeSize(rec.dtype));
-        if (auto st = c.Read(i, s->region, buf.data(), CpuOptions{o.threads}); !st.ok()) return Fail(st);
-        bytes += buf.size();
-        ++n;
-      }
-      std::printf("materialized %-14s rank %d: %d shards, %.2f GB in %.1f s\n", name, rank, n,
-                  bytes / 1e9, Now() - t);
+      auto done = MaterializeRank(c, layout, rank, CpuOptions{o.threads});
+      if (!done.ok()) return Fail(done.status());
+      std::printf("materialized %-14s rank %d: %d shards, %.2f GB in %.1f s\n", name.c_str(), rank,
+                  done->shards, done->bytes / 1e9, Now() - t);
     }
   }
   // 2. Every tensor's fingerprint under both layouts (sum of distinct shards).
   int agree = 0, differ = 0;
-  Progress bar("fingerprinting", c.tensors().size() * layouts.size());
+  Progress bar("fingerprinting", c.tensors().size() * layouts->size());
   const double tf = Now();
   std::vector<std::string> examples;
   std::vector<Fingerprint> fingerprints;
   for (size_t i = 0; i < c.tensors().size(); ++i) {
     std::vector<Fingerprint> fps;
-    for (const auto& [name, layout] : layouts) {
-      auto f = LayoutFingerprint(c, i, layout, o.threads);
+    for (const auto& [name, layout] : *layouts) {
+      auto f = LayoutFingerprint(c, i, layout, CpuOptions{o.threads});
       if (!f.ok()) return Fail(f.status());
       fps.push_back(*f);
       bar.Advance();

@@ -38,7 +38,7 @@
 # SEEDSTORE_GPU_CHECK_STANDALONE=1 skips CMake and builds with nvcc/g++ alone. The gpu tests
 # run with SEEDSTORE_REQUIRE_GPU=1: a test that finds no GPU (or no NCCL) fails instead of
 # skipping. The table's "tests" rows say PASS only for tests that ran and passed: the NCCL
-# backend (one rank, tests/gpu/nccl_comm_test.cc) is NOT RUN when no libnccl.so.2 is found.
+# backend (one rank, tests/gpu/test_nccl_comm.cc) is NOT RUN when no libnccl.so.2 is found.
 set -uo pipefail
 
 DRY=0
@@ -189,10 +189,10 @@ build_python() {
 }
 # Fallback when the full project cannot be configured here (the GPU machine has CUDA, CMake
 # and Python but none of HDF5, GoogleTest, nlohmann-json, CLI11, zstd, xxHash, MPI): build the
-# kernels, the benchmark and the gpu tests that need only gen/ and kernels/ (cuda_kernels_test,
-# kernel_emulation_test) with nvcc and g++, against GoogleTest compiled from source:
+# kernels, the benchmark and the gpu tests that need only gen/ and kernels/ (test_cuda_kernels,
+# test_kernel_emulation) with nvcc and g++, against GoogleTest compiled from source:
 # .gpu-deps/googletest (carried, see --prepare), else /usr/src/googletest, else an installed
-# libgtest. And the NCCL test (nccl_comm_test: io/nccl_comm.cc, io/gpu_select.cc and
+# libgtest. And the NCCL test (test_nccl_comm: io/nccl_comm.cc, io/gpu_select.cc and
 # store/status.cc need no HDF5, MPI or JSON) as its own binary, against nccl.h from
 # .gpu-deps/nccl (see --prepare) or the machine, and the machine's libnccl.so.2 (find_nccl_lib)
 # linked by full path with an rpath; without one it is NOT built and the table says NOT RUN.
@@ -277,7 +277,7 @@ build_standalone() {
   BENCH="$sb/seedstore_gpu_bench"
   if [ ${#gtlib[@]} -gt 0 ]; then
     g++ -std=c++20 -O2 -ffp-contract=off -I"$ROOT" "${gtinc[@]}" -I/usr/local/cuda/include -DSEEDSTORE_HAVE_CUDA_KERNELS=1 \
-        "$ROOT"/tests/gpu/cuda_kernels_test.cc "$ROOT"/tests/gpu/kernel_emulation_test.cc \
+        "$ROOT"/tests/gpu/test_cuda_kernels.cc "$ROOT"/tests/gpu/test_kernel_emulation.cc \
         "${cuobj[@]}" "${extra[@]}" "${gtlib[@]}" \
         -L/usr/local/cuda/lib64 -lcudart -pthread -o "$sb/seedstore_gpu_tests" > "$sb/tests-link.log" 2>&1 \
         && TESTS="$sb/seedstore_gpu_tests" \
@@ -297,7 +297,7 @@ build_standalone() {
     stamp "NCCL test against $ninc/nccl.h and $nlib"
     if g++ -std=c++20 -O2 -ffp-contract=off -Wall -Wextra -I"$ROOT" "${gtinc[@]}" -I"$ninc" -I/usr/local/cuda/include \
           -DSEEDSTORE_HAVE_CUDA_KERNELS=1 -DSEEDSTORE_HAVE_NCCL=1 \
-          "$ROOT"/tests/gpu/nccl_comm_test.cc "$ROOT"/io/nccl_comm.cc "$ROOT"/io/gpu_select.cc "$ROOT"/store/status.cc \
+          "$ROOT"/tests/gpu/test_nccl_comm.cc "$ROOT"/io/nccl_comm.cc "$ROOT"/io/gpu_select.cc "$ROOT"/store/status.cc \
           "${cuobj[@]}" "${extra[@]}" "${gtlib[@]}" "$nlib" -Wl,-rpath,"$(dirname "$nlib")" \
           -L/usr/local/cuda/lib64 -lcudart -pthread -o "$sb/seedstore_gpu_nccl_tests" > "$sb/nccl-link.log" 2>&1; then
       NCCL_TESTS="$sb/seedstore_gpu_nccl_tests"
@@ -371,7 +371,7 @@ elif [ "$DRY" = 0 ]; then
       else row "NCCL backend, one rank" "PASS" "$(echo "$n" | grep -c Passed) tests (CMake build)"; fi
     else
       r=$(run_gtest "gpu tests" "$TESTS" "-CudaErrors.WithoutCudaEveryLauncherSaysSo" "$W/ctest.log" 300)  # that test is for builds without CUDA
-      row "gpu tests: kernels" "$r" "$(grep -c '^\[       OK \]' "$W/ctest.log") passed; cuda_kernels_test + kernel_emulation_test"
+      row "gpu tests: kernels" "$r" "$(grep -c '^\[       OK \]' "$W/ctest.log") passed; test_cuda_kernels + test_kernel_emulation"
       [ "$r" = PASS ] || STATUS=1
     fi
     if [ -n "$TIERS" ]; then

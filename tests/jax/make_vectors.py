@@ -2,7 +2,7 @@
 
 Run: build/venv/bin/python tests/jax/make_vectors.py   (JAX 0.10.2 made the checked-in file)
      build/venv/bin/python tests/jax/make_vectors.py --jit   (writes jax_vectors_jit.json only)
-The GoogleTest suite tests/jax/jax_vectors_test.cc replays these without Python.
+The GoogleTest suite tests/jax/test_jax_vectors.cc replays these without Python.
 
 jax_vectors.json holds op-by-op ("eager") references: its samples carry no "flavour". Its
 float16 uniform/truncated_normal samples need a host with native float16 arithmetic (the

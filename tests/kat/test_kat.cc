@@ -1,4 +1,6 @@
-// Known-answer vectors (label kat): Random123, JAX-published values, libxxhash.
+// Known-answer vectors (label kat): Random123, JAX-published values, libxxhash. The vectors
+// live in data files (tests/kat/vectors/*.json), which tests/py/test_kat_vectors.py checks
+// with independent implementations too.
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -8,7 +10,10 @@
 
 #include "gen/dtype.h"
 #include "gen/fingerprint.h"
+#include "gen/philox.h"
+#include "gen/threefry.h"
 #include "store/selftest.h"
+#include "tests/vectors_test_util.h"
 
 namespace seedstore {
 namespace {
@@ -17,6 +22,38 @@ TEST(Kat, SelfTestVectors) {
   const auto cases = RunSelfTest();
   ASSERT_GE(cases.size(), 19u);
   for (const auto& c : cases) EXPECT_TRUE(c.passed) << c.name << ": " << c.detail;
+}
+
+// Random123's kat_vectors lines (tests/kat/vectors/random123.json): Threefry-2x32 with 13, 20
+// and 32 rounds, Philox-4x32-10.
+TEST(Kat, Random123Vectors) {
+  using testutil::HexValue;
+  const nlohmann::json v = testutil::LoadVectorFile("tests/kat/vectors/random123.json");
+  ASSERT_FALSE(v.is_null());
+  int n = 0;
+  for (const auto& e : v["threefry2x32"]) {
+    const auto c = e["ctr"], k = e["key"];
+    const uint32_t k0 = HexValue(k[0]), k1 = HexValue(k[1]), c0 = HexValue(c[0]), c1 = HexValue(c[1]);
+    Word2 w;
+    switch (e["rounds"].get<int>()) {
+      case 13: w = Threefry2x32<13>(k0, k1, c0, c1); break;
+      case 20: w = Threefry2x32<20>(k0, k1, c0, c1); break;
+      case 32: w = Threefry2x32<32>(k0, k1, c0, c1); break;
+      default: ADD_FAILURE() << "rounds " << e["rounds"]; continue;
+    }
+    EXPECT_EQ(w.v0, HexValue(e["out"][0])) << e.dump();
+    EXPECT_EQ(w.v1, HexValue(e["out"][1])) << e.dump();
+    ++n;
+  }
+  for (const auto& e : v["philox4x32"]) {
+    ASSERT_EQ(e["rounds"], 10);
+    const auto c = e["ctr"], k = e["key"];
+    const Word4 w = Philox4x32<10>(HexValue(k[0]), HexValue(k[1]), HexValue(c[0]), HexValue(c[1]),
+                                   HexValue(c[2]), HexValue(c[3]));
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(w.v[i], HexValue(e["out"][i])) << e.dump();
+    ++n;
+  }
+  EXPECT_EQ(n, 12);
 }
 
 // The fingerprint record hash equals libxxhash's XXH3_128bits_withSeed, on random and
@@ -61,16 +98,14 @@ TEST(Kat, HalfConversionsExhaustive) {
       EXPECT_EQ(static_cast<double>(f), ref) << h;
     }
   }
-  // Ties round to even; just above a tie rounds up.
-  EXPECT_EQ(F32ToBF16(BitsFloat(0x3F808000u)), 0x3F80);  // tie, even stays
-  EXPECT_EQ(F32ToBF16(BitsFloat(0x3F818000u)), 0x3F82);  // tie, odd rounds up
-  EXPECT_EQ(F32ToBF16(BitsFloat(0x3F808001u)), 0x3F81);
-  EXPECT_EQ(F32ToF16(65519.0f), 0x7BFF);
-  EXPECT_EQ(F32ToF16(65520.0f), 0x7C00);                  // rounds to inf
-  EXPECT_EQ(F32ToF16(std::ldexp(1.0f, -25)), 0x0000);     // tie to even (zero)
-  EXPECT_EQ(F32ToF16(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(F32ToF16(std::ldexp(3.0f, -25)), 0x0002);     // 1.5 ulp tie -> even 2
-  EXPECT_EQ(F32ToF16(-0.0f), 0x8000);
+  // The rounding boundaries (tests/kat/vectors/rounding.json): ties to even, overflow to inf.
+  const nlohmann::json r = testutil::LoadVectorFile("tests/kat/vectors/rounding.json");
+  ASSERT_FALSE(r.is_null());
+  for (const auto& e : r["f32_to_bf16"])
+    EXPECT_EQ(F32ToBF16(BitsFloat(testutil::HexValue(e["in"]))), testutil::HexValue(e["out"])) << e.dump();
+  for (const auto& e : r["f32_to_f16"])
+    EXPECT_EQ(F32ToF16(BitsFloat(testutil::HexValue(e["in"]))), testutil::HexValue(e["out"])) << e.dump();
+  EXPECT_EQ(r["f32_to_bf16"].size() + r["f32_to_f16"].size(), 9u);
 }
 
 }  // namespace

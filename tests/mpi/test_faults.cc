@@ -20,30 +20,30 @@
 #include "io/atomic_file.h"
 #include "io/dist_store.h"
 #include "io/open.h"
-#include "tests/mpi/mpi_test_util.h"
+#include "tests/rank_test_util.h"
 
 namespace seedstore {
 namespace {
 
 namespace fs = std::filesystem;
-using mpitest::Mpirun;
-using mpitest::Proc;
-using mpitest::Shell;
-using mpitest::TempDir;
-using mpitest::Write;
+using ranktest::Mpirun;
+using ranktest::Proc;
+using ranktest::Shell;
+using ranktest::TempDir;
+using ranktest::Write;
 
-using mpitest::Bin;
+using ranktest::Bin;
 
 
 // The previous save is of seed 7; the interrupted one writes seed 8 (other bytes).
-std::string OldSpec() { return Write("faults_old.json", mpitest::kSmallSpec); }
+std::string OldSpec() { return Write("faults_old.json", ranktest::kSmallSpec); }
 std::string NewSpec() {
-  std::string s = mpitest::kSmallSpec;
+  std::string s = ranktest::kSmallSpec;
   s.replace(s.find("\"seed\": 7"), 9, "\"seed\": 8");
   return Write("faults_new.json", s);
 }
 std::string LayoutFile(int world) {
-  return Write("faults_mesh" + std::to_string(world) + ".json", mpitest::MeshLayout(world));
+  return Write("faults_mesh" + std::to_string(world) + ".json", ranktest::MeshLayout(world));
 }
 
 Proc SaveRanks(int np, const std::string& spec, const std::string& out, const std::string& extra) {
@@ -105,7 +105,7 @@ bool NextWriterRecovers(int np, const std::string& out,
   const bool stale = fs::exists(lock);
   std::string holder;
   if (stale) {
-    holder = mpitest::ReadAll(lock);
+    holder = ranktest::ReadAll(lock);
     while (!holder.empty() && holder.back() == '\n') holder.pop_back();
   }
   // A lock file left behind is held by nobody: the next writer takes it over, saying so (and

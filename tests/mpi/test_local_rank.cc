@@ -6,7 +6,7 @@
 
 #include "io/collective.h"
 #include "io/gpu_select.h"
-#include "tests/mpi/mpi_test_util.h"
+#include "tests/rank_test_util.h"
 
 namespace seedstore {
 namespace {
@@ -29,15 +29,15 @@ TEST(MpiLocalRank, EveryRankOfANodeGetsItsOwnLocalRank) {
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   ASSERT_GT(n, 0);
   self[n] = '\0';
-  const std::string dir = mpitest::TempDir() + "/local-rank";
+  const std::string dir = ranktest::TempDir() + "/local-rank";
   mkdir(dir.c_str(), 0755);
   const int np = 3;
-  mpitest::Proc p = mpitest::Shell("SEEDSTORE_LOCAL_RANK_OUT=" + dir + " " + mpitest::Mpirun(np) +
+  ranktest::Proc p = ranktest::Shell("SEEDSTORE_LOCAL_RANK_OUT=" + dir + " " + ranktest::Mpirun(np) +
                                    " " + self + " --gtest_filter=LocalRankWorker.Run");
   ASSERT_EQ(p.code, 0) << p.out << p.err;
   std::set<int> locals;
   for (int r = 0; r < np; ++r) {
-    std::istringstream in(mpitest::ReadAll(dir + "/rank" + std::to_string(r)));
+    std::istringstream in(ranktest::ReadAll(dir + "/rank" + std::to_string(r)));
     int local = -1, size = -1, env_local = -1, threads = 0;
     std::string source, env_source;
     in >> local >> size >> source >> env_local >> env_source >> threads;

@@ -6,22 +6,22 @@
 #include <set>
 
 #include "io/collective.h"
-#include "tests/mpi/mpi_test_util.h"
+#include "tests/rank_test_util.h"
 
 namespace seedstore {
 namespace {
 
-using mpitest::Mpirun;
-using mpitest::Proc;
-using mpitest::Shell;
-using mpitest::Write;
+using ranktest::Mpirun;
+using ranktest::Proc;
+using ranktest::Shell;
+using ranktest::Write;
 
-using mpitest::Bin;
+using ranktest::Bin;
 
 
-std::string Spec() { return Write("small.json", mpitest::kSmallSpec); }
+std::string Spec() { return Write("small.json", ranktest::kSmallSpec); }
 std::string LayoutFile(int world) {
-  return Write("mesh" + std::to_string(world) + ".json", mpitest::MeshLayout(world));
+  return Write("mesh" + std::to_string(world) + ".json", ranktest::MeshLayout(world));
 }
 
 Proc VerifyRanks(int np, const std::string& args) {
@@ -68,14 +68,6 @@ TEST(VerifyRanksCli, AgreesAt1_2_4Ranks) {
   for (size_t i = 0; i < tensors[0].size(); ++i)
     for (size_t k = 1; k < tensors.size(); ++k)
       EXPECT_EQ(tensors[k][i]["composed"], tensors[0][i]["composed"]);
-}
-
-TEST(VerifyRanksCli, TableWithoutMpirunIsAWorldOfOne) {
-  SEEDSTORE_NEED_BIN();
-  Proc p = Shell(Bin() + " verify-ranks " + Spec() + " --layout " + LayoutFile(1));
-  ASSERT_EQ(p.code, 0) << p.out << p.err;
-  EXPECT_NE(p.out.find("1 rank(s) (self)"), std::string::npos) << p.out;
-  EXPECT_NE(p.out.find("5 tensors over 1 ranks: 5 ok"), std::string::npos) << p.out;
 }
 
 TEST(VerifyRanksCli, UnseededRanksAreNamed) {
@@ -136,7 +128,7 @@ TEST(VerifyRanksCli, FlippedElementNamesRankAndTensor) {
 
 TEST(VerifyRanksCli, DifferentCatalogsOnDifferentRanksAreNamed) {
   SEEDSTORE_NEED_BIN();
-  std::string other = mpitest::kSmallSpec;
+  std::string other = ranktest::kSmallSpec;
   other.replace(other.find("\"seed\": 7"), 9, "\"seed\": 8");
   nlohmann::json oj = nlohmann::json::parse(other);
   oj["tensors"][0]["shape"] = {64, 31};
@@ -185,17 +177,17 @@ TEST(MpiWorker, Run) {
   ASSERT_TRUE(comm.ok()) << comm.status().ToString();
   Collective& c = **comm;
   const std::string sc = scenario;
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   auto ref = SpecCatalog::Create(*spec, "small.json");
   auto layout = Layout::Parse(sc == "unseeded-replicated" || sc == "flip-replicated"
                                   ? Layout::Replicated(c.size()).ToJson().dump()
-                                  : mpitest::MeshLayout(c.size()));
+                                  : ranktest::MeshLayout(c.size()));
   ASSERT_TRUE(layout.ok());
-  mpitest::Init init = sc.rfind("unseeded", 0) == 0   ? mpitest::Init::kUnseeded
-                       : sc == "layout-rng"           ? mpitest::Init::kLayoutRng
-                                                      : mpitest::Init::kSeeded;
+  ranktest::Init init = sc.rfind("unseeded", 0) == 0   ? ranktest::Init::kUnseeded
+                       : sc == "layout-rng"           ? ranktest::Init::kLayoutRng
+                                                      : ranktest::Init::kSeeded;
   const bool flip = sc.rfind("flip", 0) == 0;
-  mpitest::JobShards job = mpitest::BuildJob(*spec, *layout, c.rank(), init,
+  ranktest::JobShards job = ranktest::BuildJob(*spec, *layout, c.rank(), init,
                                              flip ? c.size() - 1 : -1, "layers.0.wq");
   VerifyOptions o;
   o.cpu.threads = 1;
@@ -215,14 +207,14 @@ std::vector<nlohmann::json> RunWorker(int np, const std::string& scenario) {
   EXPECT_GT(n, 0);
   self[n > 0 ? n : 0] = '\0';
   static int run = 0;
-  const std::string dir = mpitest::TempDir() + "/worker" + std::to_string(run++);
+  const std::string dir = ranktest::TempDir() + "/worker" + std::to_string(run++);
   mkdir(dir.c_str(), 0755);
   Proc p = Shell("SEEDSTORE_MPI_WORKER=" + scenario + " SEEDSTORE_MPI_OUT=" + dir + " " +
                  Mpirun(np) + " " + self + " --gtest_filter=MpiWorker.Run");
   EXPECT_EQ(p.code, 0) << p.out << p.err;
   std::vector<nlohmann::json> reps(np);
   for (int r = 0; r < np; ++r) {
-    const std::string text = mpitest::ReadAll(dir + "/rank" + std::to_string(r) + ".json");
+    const std::string text = ranktest::ReadAll(dir + "/rank" + std::to_string(r) + ".json");
     if (text.empty()) {
       ADD_FAILURE() << "no report from rank " << r << "\n" << p.out << p.err;
       continue;
@@ -294,8 +286,8 @@ namespace {
 // A store with the small model: "embed" and "bias" dense (their bytes from the spec), the rest
 // lazy. `corrupt` flips a byte in the middle of the file afterwards.
 std::string MakeStore(const std::string& name, bool corrupt) {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
-  const std::string path = mpitest::TempDir() + "/" + name;
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
+  const std::string path = ranktest::TempDir() + "/" + name;
   WriteOptions wo;
   wo.chunk_bytes = 1024;  // embed: 4 chunks of 16 rows
   auto w = StoreWriter::Create(path, spec->seed, spec->generator, wo);

@@ -22,6 +22,33 @@ NP_DTYPE = {
 }
 
 
+def load_vectors(name):
+    """A known-answer file of tests/kat/vectors/ (fields: its README.md)."""
+    with open(os.path.join(ROOT, "tests", "kat", "vectors", name)) as f:
+        return json.load(f)
+
+
+def jax_sample(e, key):
+    """The sample a vector of jax_published.json or jax_flavours.json describes, computed by
+    JAX: under jax.jit (flavour "jit", Python-constant parameters) or op by op ("eager")."""
+    init, shape = e["init"], tuple(e["shape"])
+    dtype = NP_DTYPE[e["dtype"]]
+    dist, scale = init["dist"], init.get("scale")
+    assert set(init) <= {"dist", "scale", "lower", "upper"}, e
+    if dist == "bits":
+        f = lambda k: jax.random.bits(k, shape, dtype)  # noqa: E731
+    elif dist == "uniform":
+        f = lambda k: jax.random.uniform(k, shape, dtype)  # noqa: E731
+    elif dist == "normal" and scale is None:
+        f = lambda k: jax.random.normal(k, shape, dtype)  # noqa: E731
+    elif dist == "normal":
+        f = lambda k: jax.random.normal(k, shape, dtype) * scale  # noqa: E731
+    else:
+        assert dist == "truncated_normal" and scale is None, e
+        f = lambda k: jax.random.truncated_normal(k, init["lower"], init["upper"], shape, dtype)  # noqa: E731
+    return np.asarray(jax.jit(f)(key) if e["flavour"] == "jit" else f(key))
+
+
 def need_binary():
     if not os.access(BIN, os.X_OK):
         pytest.skip(f"seedstore binary not found at {BIN} (set SEEDSTORE_BIN)")

@@ -23,8 +23,8 @@ from jax import lax  # noqa: E402
 
 from jax_testlib import (BIN, F64_NORMAL_MAX_ULP, F64_NORMAL_MIN_EXACT,  # noqa: E402
                          F64_TRUNC_MAX_ULP, HOST_F16, NP_DTYPE, assert_same_bits, bits_of,
-                         erf_bounds, erf_of_bounds, f16_affine, f16_fma, need_binary,
-                         run_gen, ulp_stats)
+                         erf_bounds, erf_of_bounds, f16_affine, f16_fma, jax_sample,
+                         load_vectors, need_binary, run_gen, ulp_stats)
 
 FLAVOURS = ["eager", "jit"]
 DTYPES = ["float32", "float16", "bfloat16"]
@@ -237,24 +237,25 @@ def test_random_params_f64():
 
 
 def test_flavours_differ_where_documented():
-    """The issue's reproducers: jit and eager JAX differ, and each flavour matches its own."""
-    key = jax.random.key(1)
-    eager = jax.random.normal(key, (4,), jnp.float32) * 0.02
-    jit = jax.jit(lambda k: jax.random.normal(k, (4,), jnp.float32) * 0.02)(key)
-    assert np.asarray(eager).view(np.uint32)[1] == 0x3ade0e17
-    assert np.asarray(jit).view(np.uint32)[1] == 0x3ade0e16
-    for flavour, ref in (("eager", eager), ("jit", jit)):
-        assert_same_bits(run_gen((4,), "float32", {"dist": "normal", "scale": 0.02}, seed=1,
-                                 flavour=flavour), ref, flavour)
-    # The default flavour is jit.
-    out = subprocess.run([BIN, "gen", "--shape", "4", "--init", '{"dist":"normal","scale":0.02}',
-                          "--seed", "1", "--format", "raw"], check=True, capture_output=True)
-    assert_same_bits(np.frombuffer(out.stdout, np.float32), jit, "default")
-    ref = jax.random.truncated_normal(jax.random.key(77), -1.5, 1.7, (4,), jnp.float32)
-    assert list(np.asarray(ref).view(np.uint32)) == [0x3f062f0b, 0xbf43161b, 0x3f44303e,
-                                                      0x3f809afb]
-    assert_same_bits(run_gen((4,), "float32", {"dist": "truncated_normal", "lower": -1.5,
-                                               "upper": 1.7}, seed=77), ref, "eager bounds")
+    """The issue's reproducers (tests/kat/vectors/jax_flavours.json, which the C++ test
+    Flavour.KnownAnswersOfBothFlavours reads): JAX op by op and under jax.jit give the file's
+    bits, which differ between the flavours; the CLI gives each flavour's, jit by default."""
+    samples = load_vectors("jax_flavours.json")["samples"]
+    by_flavour = {}
+    for e in samples:
+        want = [int(b, 16) for b in e["bits"]]
+        ref = jax_sample(e, jax.random.key(e["seed"]))
+        assert [int(b) for b in bits_of(ref).reshape(-1)] == want, ("jax", e["name"])
+        ours = run_gen(tuple(e["shape"]), e["dtype"], e["init"], seed=e["seed"], flavour=e["flavour"])
+        assert_same_bits(ours, ref, e["name"])
+        by_flavour.setdefault(json.dumps([e["init"], e["seed"]]), {})[e["flavour"]] = (want, e)
+    for both in by_flavour.values():
+        assert both["eager"][0] != both["jit"][0], both  # the flavours differ here
+        jit = both["jit"][1]
+        out = subprocess.run([BIN, "gen", "--shape", ",".join(map(str, jit["shape"])),
+                              "--init", json.dumps(jit["init"]), "--seed", str(jit["seed"]),
+                              "--format", "raw"], check=True, capture_output=True)
+        assert [int(b) for b in np.frombuffer(out.stdout, np.uint32)] == both["jit"][0], "default"
 
 
 # ---- jit with out_shardings on 8 emulated CPU devices -----------------------------------

@@ -17,8 +17,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from jax_testlib import (BIN, F64_NORMAL_MAX_ULP, F64_NORMAL_MIN_EXACT,  # noqa: E402
                          F64_TRUNC_MAX_ULP, F64_TRUNC_MIN_EXACT, HOST_F16, NP_DTYPE,
-                         assert_same_bits, erf_bounds, f16_affine, key_words, need_binary,
-                         run_gen, ulp_stats)
+                         assert_same_bits, bits_of, erf_bounds, f16_affine, jax_sample,
+                         key_words, load_vectors, need_binary, run_gen, ulp_stats)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,12 +55,34 @@ KEYS = list(keys().keys())
 # ---- key ops and bits ------------------------------------------------------------------
 
 def test_published_values():
-    k = jax.random.key(0)
-    assert key_words(jax.random.fold_in(k, 4)) == (2285895361, 433833334)
-    u = run_gen((3,), "float32", {"dist": "uniform"}, seed=0)
-    np.testing.assert_array_equal(u, np.float32([0.947667, 0.9785799, 0.33229148]))
-    n = run_gen((1,), "float32", {"dist": "normal"}, seed=0)
-    assert n[0] == np.float32(1.6226422)
+    """The values of tests/kat/vectors/jax_published.json (which the C++ test
+    JaxPublished.Values reads): the installed JAX gives them, and so does the shipped CLI."""
+    published = load_vectors("jax_published.json")
+    for e in published["key_ops"]:
+        k = jax.random.key(e["seed"])
+        out = jax.random.fold_in(k, e["data"]) if e["op"] == "fold_in" \
+            else jax.random.split(k, e["num"])[e["index"]]
+        assert key_words(out) == tuple(int(w, 16) for w in e["out"]), e
+    for e in published["samples"]:
+        want = [int(b, 16) for b in e["bits"]]
+        got = bits_of(jax_sample(e, jax.random.key(e["seed"]))).reshape(-1)
+        assert [int(b) for b in got] == want, ("jax", e["name"])
+        cli = run_gen(tuple(e["shape"]), e["dtype"], e["init"], seed=e["seed"], flavour=e["flavour"])
+        assert [int(b) for b in bits_of(cli).reshape(-1)] == want, ("cli", e["name"])
+    for e in published["printed"]:
+        key = jax.random.key(e["seed"])
+        if "split_index" in e:
+            key = jax.random.split(key)[e["split_index"]]
+        if e["dtype"] == "float64":
+            jax.config.update("jax_enable_x64", True)  # float64 samples need it; seeds < 2^31
+        try:
+            ref = float(jax_sample(e, key).reshape(-1)[0])
+        finally:
+            jax.config.update("jax_enable_x64", False)
+        cli = float(run_gen(tuple(e["shape"]), e["dtype"], e["init"], key=key,
+                            flavour=e["flavour"]).reshape(-1)[0])
+        for who, v in (("jax", ref), ("cli", cli)):
+            assert abs(v - e["value"]) <= e["abs_tol"], (who, e["name"], v)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 43, 1701, 2**31 - 1, -1, -2**31])

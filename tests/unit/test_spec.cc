@@ -10,6 +10,7 @@
 #include "store/layout.h"
 #include "store/lazy.h"
 #include "store/spec.h"
+#include "tests/vectors_test_util.h"
 
 namespace seedstore {
 namespace {
@@ -421,19 +422,21 @@ std::vector<uint32_t> F32Bits(const std::string& init, Flavour f, int64_t seed, 
   return out;
 }
 
-// Known answers from JAX 0.10.2 on CPU (tests/py/test_jax_flavours.py checks them live):
-// jax.random.normal(key(1), (4,), float32) * 0.02 -- eager, and under jax.jit; and
-// jax.random.truncated_normal(key(77), -1.5, 1.7, (4,), float32) both ways.
+// Known answers from JAX 0.10.2 on CPU (tests/kat/vectors/jax_flavours.json; tests/py/
+// test_jax_flavours.py checks such values live): jax.random.normal(key(1), (4,), float32) * 0.02
+// and jax.random.truncated_normal(key(77), -1.5, 1.7, (4,), float32), op by op and under jax.jit.
 TEST(Flavour, KnownAnswersOfBothFlavours) {
-  EXPECT_EQ(F32Bits(R"({"dist": "normal", "scale": 0.02})", Flavour::kEager, 1, 4),
-            (std::vector<uint32_t>{0xbb4a6c85, 0x3ade0e17, 0xbb323b7b, 0xbb4b3589}));
-  EXPECT_EQ(F32Bits(R"({"dist": "normal", "scale": 0.02})", Flavour::kJit, 1, 4),
-            (std::vector<uint32_t>{0xbb4a6c85, 0x3ade0e16, 0xbb323b7b, 0xbb4b3589}));
-  const char* tn = R"({"dist": "truncated_normal", "lower": -1.5, "upper": 1.7})";
-  EXPECT_EQ(F32Bits(tn, Flavour::kEager, 77, 4),
-            (std::vector<uint32_t>{0x3f062f0b, 0xbf43161b, 0x3f44303e, 0x3f809afb}));
-  EXPECT_EQ(F32Bits(tn, Flavour::kJit, 77, 4),
-            (std::vector<uint32_t>{0x3f062f0c, 0xbf43161e, 0x3f44303e, 0x3f809afb}));
+  const nlohmann::json v = testutil::LoadVectorFile("tests/kat/vectors/jax_flavours.json");
+  ASSERT_FALSE(v.is_null());
+  ASSERT_EQ(v["samples"].size(), 4u);
+  for (const auto& e : v["samples"]) {
+    ASSERT_EQ(e["dtype"], "float32");
+    const Flavour f = e["flavour"] == "jit" ? Flavour::kJit : Flavour::kEager;
+    const std::vector<uint32_t> got = F32Bits(e["init"].dump(), f, e["seed"].get<int64_t>(),
+                                              static_cast<int>(e["bits"].size()));
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], testutil::HexValue(e["bits"][i])) << e["name"] << " element " << i;
+  }
 }
 
 }  // namespace

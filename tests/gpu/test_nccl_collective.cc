@@ -4,7 +4,7 @@
 // "auto" (a world of one outside mpirun), or from a unique id made here. A fake two-rank
 // bootstrap whose "rank 1" reports this GPU (or none) shows the refusal by name, before NCCL
 // is asked to create a communicator that could never complete. Skips with a message without a
-// GPU or an NCCL build. (tests/gpu/nccl_comm_test.cc tests the communicator itself.)
+// GPU or an NCCL build. (tests/gpu/test_nccl_comm.cc tests the communicator itself.)
 #include <gtest/gtest.h>
 
 #include <cstring>

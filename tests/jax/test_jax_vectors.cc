@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -14,18 +15,13 @@
 #include "gen/materialize_cpu.h"
 #include "gen/xla_math.h"
 #include "store/spec.h"
+#include "tests/vectors_test_util.h"
 
 namespace seedstore {
 namespace {
 
 nlohmann::json LoadVectors(const char* file) {
-  const char* root = std::getenv("SEEDSTORE_SOURCE_DIR");
-  std::string path = std::string(root ? root : ".") + "/tests/jax/vectors/" + file;
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path << " (set SEEDSTORE_SOURCE_DIR)";
-  nlohmann::json v;
-  if (in.good()) in >> v;
-  return v;
+  return testutil::LoadVectorFile(std::string("tests/jax/vectors/") + file);
 }
 /// Op-by-op references: samples without "flavour" are eager.
 const nlohmann::json& Vectors() {
@@ -77,24 +73,56 @@ std::vector<uint8_t> Generate(const std::vector<uint64_t>& shape, const std::str
   return out;
 }
 
+// Values published by JAX (tests/kat/vectors/jax_published.json): key ops, samples bit for
+// bit, and values JAX printed to a few digits within their printing.
 TEST(JaxPublished, Values) {
-  // Published by JAX (docs, tests, issues): see jax-random-spec section 9.1.
-  const Key k0 = KeyFromSeed32(0);
-  const Key f = FoldIn(k0, 4);
-  EXPECT_EQ(f.k0, 2285895361u);
-  EXPECT_EQ(f.k1, 433833334u);
-  auto u = Generate({3}, "float32", {{"dist", "uniform"}}, k0);
-  const float* uf = reinterpret_cast<const float*>(u.data());
-  EXPECT_EQ(uf[0], 0.947667f);
-  EXPECT_EQ(uf[1], 0.9785799f);
-  EXPECT_EQ(uf[2], 0.33229148f);
-  const Key sub = SplitKey(k0, 1);
-  auto us = Generate({}, "float32", {{"dist", "uniform"}}, sub);
-  EXPECT_NEAR(*reinterpret_cast<const float*>(us.data()), 0.00729382f, 5e-9f);  // printed to 6 digits
-  auto n = Generate({1}, "float32", {{"dist", "normal"}}, k0);
-  EXPECT_EQ(*reinterpret_cast<const float*>(n.data()), 1.6226422f);
-  auto n64 = Generate({1}, "float64", {{"dist", "normal"}}, k0);
-  EXPECT_NEAR(*reinterpret_cast<const double*>(n64.data()), -0.20584214, 5e-9);
+  using testutil::HexValue;
+  const nlohmann::json v = testutil::LoadVectorFile("tests/kat/vectors/jax_published.json");
+  ASSERT_FALSE(v.is_null());
+  auto key_of = [](const nlohmann::json& e) {
+    Key k = KeyFromSeed32(e["seed"].get<int64_t>());
+    if (e.contains("split_index")) k = SplitKey(k, e["split_index"].get<uint64_t>());
+    return k;
+  };
+  auto flavour_of = [](const nlohmann::json& e) {
+    auto f = ParseFlavour(e["flavour"].get<std::string>());
+    EXPECT_TRUE(f.ok()) << e.dump();
+    return f.ok() ? *f : Flavour::kEager;
+  };
+  for (const auto& e : v["key_ops"]) {
+    const Key k = KeyFromSeed32(e["seed"].get<int64_t>());
+    const Key got = e["op"] == "fold_in" ? FoldIn(k, e["data"].get<uint32_t>())
+                                         : SplitKey(k, e["index"].get<uint64_t>());
+    EXPECT_EQ(got.k0, HexValue(e["out"][0])) << e.dump();
+    EXPECT_EQ(got.k1, HexValue(e["out"][1])) << e.dump();
+  }
+  for (const auto& e : v["samples"]) {
+    const std::string dtype = e["dtype"];
+    const auto out = Generate(e["shape"].get<std::vector<uint64_t>>(), dtype, e["init"], key_of(e),
+                              flavour_of(e));
+    const size_t es = DTypeSize(*ParseDType(dtype));
+    ASSERT_EQ(out.size(), e["bits"].size() * es) << e.dump();
+    for (size_t i = 0; i < e["bits"].size(); ++i) {
+      uint64_t got = 0;
+      std::memcpy(&got, out.data() + i * es, es);
+      EXPECT_EQ(got, HexValue(e["bits"][i])) << e["name"] << " element " << i;
+    }
+  }
+  for (const auto& e : v["printed"]) {
+    const std::string dtype = e["dtype"];
+    const auto out = Generate(e["shape"].get<std::vector<uint64_t>>(), dtype, e["init"], key_of(e),
+                              flavour_of(e));
+    double got = 0;
+    if (dtype == "float64") {
+      std::memcpy(&got, out.data(), 8);
+    } else {
+      float f = 0;
+      std::memcpy(&f, out.data(), 4);
+      got = f;
+    }
+    EXPECT_NEAR(got, e["value"].get<double>(), e["abs_tol"].get<double>()) << e["name"];
+  }
+  EXPECT_EQ(v["key_ops"].size() + v["samples"].size() + v["printed"].size(), 10u);
 }
 
 TEST(JaxVectors, KeyOps) {

@@ -1,4 +1,5 @@
-// Helpers of the mpi tier: run commands (mpirun included), temp files, an in-process world.
+// Helpers of multi-rank tests, in-process (a world of threads, unit tier) or under mpirun (mpi
+// tier): run commands (mpirun included), temp files, an in-process world.
 #pragma once
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -24,7 +25,7 @@
 
 #include <xxhash.h>
 
-namespace seedstore::mpitest {
+namespace seedstore::ranktest {
 
 struct Proc {
   int code = -1;
@@ -97,7 +98,7 @@ inline std::string Mpirun(int np) {
 
 #define SEEDSTORE_NEED_MPIRUN()                                                        \
   do {                                                                                 \
-    if (::seedstore::mpitest::Mpirun(1).empty())                                       \
+    if (::seedstore::ranktest::Mpirun(1).empty())                                       \
       GTEST_SKIP() << "mpirun not found on PATH: multi-rank tests need OpenMPI/MPICH"; \
   } while (0)
 
@@ -111,7 +112,7 @@ inline std::string Bin() {
 #define SEEDSTORE_NEED_BIN()                                                          \
   do {                                                                                \
     SEEDSTORE_NEED_MPIRUN();                                                          \
-    if (::seedstore::mpitest::Bin().empty())                                          \
+    if (::seedstore::ranktest::Bin().empty())                                          \
       GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)";                     \
   } while (0)
 
@@ -170,11 +171,11 @@ class ThreadWorld {
   std::vector<std::vector<char>> slots_;
 };
 
-}  // namespace seedstore::mpitest
+}  // namespace seedstore::ranktest
 
 // ---- A "training job" that builds its parameter shards, rightly or wrongly ----------------
 
-namespace seedstore::mpitest {
+namespace seedstore::ranktest {
 
 /// How a job initializes its shards.
 enum class Init {
@@ -249,4 +250,4 @@ inline std::string MeshLayout(int world) {
    {"match": "flat.*", "flat": ["data"]}]})J";
 }
 
-}  // namespace seedstore::mpitest
+}  // namespace seedstore::ranktest

@@ -1,5 +1,5 @@
 // Randomized live-job verification (invariants I1, I4): random models and
-// layouts (tests/mpi/random_model.h) over an in-process world of the layout's ranks. Each rank
+// layouts (tests/random_model_test_util.h) over an in-process world of the layout's ranks. Each rank
 // passes its shard of every tensor, sliced from the whole values, to VerifyBuffers with the
 // model's store as reference:
 //   * untouched, every tensor agrees and composes, to the store's recorded fingerprint and to
@@ -16,14 +16,14 @@
 
 #include "io/collective.h"
 #include "io/h5store.h"
-#include "tests/mpi/mpi_test_util.h"
-#include "tests/mpi/random_model.h"
+#include "tests/rank_test_util.h"
+#include "tests/random_model_test_util.h"
 
 namespace seedstore {
 namespace {
 
-using mpitest::Model;
-using mpitest::TempDir;
+using ranktest::Model;
+using ranktest::TempDir;
 
 struct Flip {
   int rank = -1;  // -1: none
@@ -41,7 +41,7 @@ std::vector<Result<VerifyReport>> RunWorld(const Model& m, const Layout& layout,
   std::vector<int> threads(world);
   for (int& t : threads) t = 1 + static_cast<int>(rng() % 2);
   std::mutex mu;
-  mpitest::ThreadWorld w(world);
+  ranktest::ThreadWorld w(world);
   w.Run([&](Exchange& ex) {
     std::vector<std::vector<unsigned char>> storage;
     std::vector<ParamBuffer> params;
@@ -51,7 +51,7 @@ std::vector<Result<VerifyReport>> RunWorld(const Model& m, const Layout& layout,
       auto sh = layout.ShardOf(name, shape, ex.rank());
       EXPECT_TRUE(sh.ok()) << sh.status().ToString();
       const size_t es = DTypeSize(m.dtypes.at(name));
-      storage.push_back(mpitest::Slice(m.values.at(name), sh->region, es));
+      storage.push_back(ranktest::Slice(m.values.at(name), sh->region, es));
       if (flip.rank == ex.rank() && flip.tensor == name) storage.back()[flip.byte] ^= 1u << flip.bit;
       ParamBuffer p;
       p.name = name;
@@ -71,23 +71,23 @@ std::vector<Result<VerifyReport>> RunWorld(const Model& m, const Layout& layout,
 }
 
 TEST(VerifyRandom, OneFlippedBitNamesExactlyItsTensorAndRankUnderRandomLayouts) {
-  const uint64_t cases = mpitest::EnvU64("SEEDSTORE_VERIFY_CASES", 40);
-  const uint64_t base = mpitest::EnvU64("SEEDSTORE_VERIFY_SEED", 1);
+  const uint64_t cases = ranktest::EnvU64("SEEDSTORE_VERIFY_CASES", 40);
+  const uint64_t base = ranktest::EnvU64("SEEDSTORE_VERIFY_SEED", 1);
   std::map<std::string, int> seen;  // how many flips gave each verdict
   for (uint64_t c = 0; c < cases; ++c) {
     const uint64_t seed = base + c;
     SCOPED_TRACE("case seed " + std::to_string(seed) + " (SEEDSTORE_VERIFY_SEED=" + std::to_string(seed) +
                  " SEEDSTORE_VERIFY_CASES=1 reproduces it)");
     std::mt19937_64 rng(seed);
-    const Model m = mpitest::RandomModel(rng, seed);
+    const Model m = ranktest::RandomModel(rng, seed);
     const std::string store = TempDir() + "/vr" + std::to_string(seed) + ".h5";
     WriteOptions wo;
     wo.chunk_bytes = 256;
-    mpitest::WriteModelStore(m, store, wo);
+    ranktest::WriteModelStore(m, store, wo);
     if (HasFatalFailure()) return;
     auto ref = H5Store::Open(store);
     ASSERT_TRUE(ref.ok()) << ref.status().ToString();
-    const std::string lpath = mpitest::RandomLayout(rng, m, "vr" + std::to_string(seed) + ".json");
+    const std::string lpath = ranktest::RandomLayout(rng, m, "vr" + std::to_string(seed) + ".json");
     auto layout = Layout::Load(lpath);
     ASSERT_TRUE(layout.ok()) << layout.status().ToString();
     SCOPED_TRACE("layout " + lpath);

@@ -6,14 +6,14 @@
 
 #include "kernels/materialize.h"
 
-#include "tests/mpi/mpi_test_util.h"
+#include "tests/rank_test_util.h"
 
 namespace seedstore {
 namespace {
 
-using mpitest::BuildJob;
-using mpitest::Init;
-using mpitest::ThreadWorld;
+using ranktest::BuildJob;
+using ranktest::Init;
+using ranktest::ThreadWorld;
 
 Fingerprint Fp(uint64_t a) { return Fingerprint{a, ~a}; }
 
@@ -164,7 +164,7 @@ struct WorldResult {
 
 WorldResult RunJob(int world, const std::string& layout_json, Init init, bool with_reference,
                    int flip_rank = -1, const std::string& flip_tensor = "") {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   EXPECT_TRUE(spec.ok());
   auto layout = Layout::Parse(layout_json, "layout");
   EXPECT_TRUE(layout.ok()) << layout.status().ToString();
@@ -175,7 +175,7 @@ WorldResult RunJob(int world, const std::string& layout_json, Init init, bool wi
   std::mutex mu;
   ThreadWorld w(world);
   w.Run([&](Exchange& ex) {
-    mpitest::JobShards job = BuildJob(*spec, *layout, ex.rank(), init, flip_rank, flip_tensor);
+    ranktest::JobShards job = BuildJob(*spec, *layout, ex.rank(), init, flip_rank, flip_tensor);
     VerifyOptions o;
     o.cpu.threads = 1;
     auto rep = VerifyBuffers(ex, job.params, *layout, with_reference ? ref->get() : nullptr, o);
@@ -186,11 +186,11 @@ WorldResult RunJob(int world, const std::string& layout_json, Init init, bool wi
 }
 
 TEST(VerifyLive, SeededJobAgreesAndComposesAtEveryWorldSize) {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   auto ref = SpecCatalog::Create(*spec, "small.json");
   for (int world : {1, 2, 3, 4, 8}) {
     for (bool with_ref : {false, true}) {
-      WorldResult res = RunJob(world, mpitest::MeshLayout(world), Init::kSeeded, with_ref);
+      WorldResult res = RunJob(world, ranktest::MeshLayout(world), Init::kSeeded, with_ref);
       for (int r = 0; r < world; ++r) {
         ASSERT_TRUE(res.reports[r].ok()) << res.reports[r].status().ToString();
         const VerifyReport& rep = *res.reports[r];
@@ -245,7 +245,7 @@ TEST(VerifyLive, FlippedElementNamesRankAndTensor) {
 }
 
 TEST(VerifyLive, FlipInAShardedTensorIsAnOffSpecShard) {
-  WorldResult res = RunJob(4, mpitest::MeshLayout(4), Init::kSeeded, true, 3, "embed");
+  WorldResult res = RunJob(4, ranktest::MeshLayout(4), Init::kSeeded, true, 3, "embed");
   const VerifyReport& rep = *res.reports[0];
   for (const auto& t : rep.tensors) {
     if (t.name != "embed") continue;
@@ -256,7 +256,7 @@ TEST(VerifyLive, FlipInAShardedTensorIsAnOffSpecShard) {
 }
 
 TEST(VerifyLive, LayoutDependentRngReplicasAgreeButShardsDoNotCompose) {
-  WorldResult res = RunJob(4, mpitest::MeshLayout(4), Init::kLayoutRng, true);
+  WorldResult res = RunJob(4, ranktest::MeshLayout(4), Init::kLayoutRng, true);
   const VerifyReport& rep = *res.reports[0];
   EXPECT_EQ(rep.CountReplicaProblems(), 0u) << rep.Table();
   for (const auto& t : rep.tensors) {
@@ -270,14 +270,14 @@ TEST(VerifyLive, LayoutDependentRngReplicasAgreeButShardsDoNotCompose) {
 }
 
 TEST(VerifyLive, RanksWithDifferentInputsAreNamed) {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   Layout layout = Layout::Replicated(3);
   std::vector<Status> st(3);
   ThreadWorld w(3);
   w.Run([&](Exchange& ex) {
     ModelSpec s = *spec;
     if (ex.rank() == 2) s.tensors[1].name = "layers.0.wk";
-    mpitest::JobShards job = BuildJob(s, layout, ex.rank(), Init::kSeeded);
+    ranktest::JobShards job = BuildJob(s, layout, ex.rank(), Init::kSeeded);
     st[ex.rank()] = VerifyBuffers(ex, job.params, layout).status();
   });
   for (int r = 0; r < 3; ++r) {
@@ -287,12 +287,12 @@ TEST(VerifyLive, RanksWithDifferentInputsAreNamed) {
 }
 
 TEST(VerifyLive, WrongBufferSizeIsReportedWithoutHangingTheOthers) {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   Layout layout = Layout::Replicated(2);
   std::vector<Result<VerifyReport>> reps(2, Internal("not run"));
   ThreadWorld w(2);
   w.Run([&](Exchange& ex) {
-    mpitest::JobShards job = BuildJob(*spec, layout, ex.rank(), Init::kSeeded);
+    ranktest::JobShards job = BuildJob(*spec, layout, ex.rank(), Init::kSeeded);
     if (ex.rank() == 1) job.params[0].bytes -= 2;
     reps[ex.rank()] = VerifyBuffers(ex, job.params, layout);
   });
@@ -302,12 +302,12 @@ TEST(VerifyLive, WrongBufferSizeIsReportedWithoutHangingTheOthers) {
 }
 
 TEST(VerifyLive, LayoutWorldMustMatch) {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   Layout layout = Layout::Replicated(4);
   ThreadWorld w(2);
   std::vector<Status> st(2);
   w.Run([&](Exchange& ex) {
-    mpitest::JobShards job = BuildJob(*spec, Layout::Replicated(2), ex.rank(), Init::kSeeded);
+    ranktest::JobShards job = BuildJob(*spec, Layout::Replicated(2), ex.rank(), Init::kSeeded);
     st[ex.rank()] = VerifyBuffers(ex, job.params, layout).status();
   });
   EXPECT_EQ(st[0].code(), Code::kInvalidArgument);
@@ -316,9 +316,9 @@ TEST(VerifyLive, LayoutWorldMustMatch) {
 
 TEST(VerifyLive, DeviceBuffersWithoutCudaAreUnsupportedPerRank) {
   if (CudaAvailable()) GTEST_SKIP() << "a GPU is present: tests/gpu covers device buffers";
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   Layout layout = Layout::Replicated(1);
-  mpitest::JobShards job = BuildJob(*spec, layout, 0, Init::kSeeded);
+  ranktest::JobShards job = BuildJob(*spec, layout, 0, Init::kSeeded);
   job.params[0].on_device = true;
   ThreadWorld w(1);
   w.Run([&](Exchange& ex) {
@@ -340,8 +340,8 @@ namespace {
 // consecutive ranks (VerifyHostedBuffers), rank `flip_rank` flipping one bit of `flip_tensor`.
 std::vector<Result<VerifyReport>> RunHosted(int procs, bool with_reference, int flip_rank = -1,
                                             const std::string& flip_tensor = "") {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
-  auto layout = Layout::Parse(mpitest::MeshLayout(8), "layout");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
+  auto layout = Layout::Parse(ranktest::MeshLayout(8), "layout");
   auto ref = SpecCatalog::Create(*spec, "small.json");
   EXPECT_TRUE(spec.ok() && layout.ok() && ref.ok());
   const int k = 8 / procs;
@@ -350,7 +350,7 @@ std::vector<Result<VerifyReport>> RunHosted(int procs, bool with_reference, int 
   std::mutex mu;
   ThreadWorld w(procs);
   w.Run([&](Exchange& ex) {
-    std::vector<mpitest::JobShards> jobs;
+    std::vector<ranktest::JobShards> jobs;
     std::vector<std::vector<ParamBuffer>> hosted;
     for (int j = 0; j < k; ++j)
       jobs.push_back(BuildJob(*spec, *layout, ex.rank() * k + j, Init::kSeeded, flip_rank, flip_tensor));
@@ -389,15 +389,15 @@ TEST(VerifyHosted, SameVerdictAsOneRankPerProcess) {
 }
 
 TEST(VerifyHosted, ProcessesWithDifferentInputsAreNamedAsProcesses) {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   Layout layout = Layout::Replicated(4);
   std::vector<Status> st(2);
   ThreadWorld w(2);
   w.Run([&](Exchange& ex) {
     ModelSpec s = *spec;
     if (ex.rank() == 1) s.tensors[1].name = "layers.0.wk";
-    mpitest::JobShards a = BuildJob(s, layout, 2 * ex.rank(), Init::kSeeded);
-    mpitest::JobShards b = BuildJob(s, layout, 2 * ex.rank() + 1, Init::kSeeded);
+    ranktest::JobShards a = BuildJob(s, layout, 2 * ex.rank(), Init::kSeeded);
+    ranktest::JobShards b = BuildJob(s, layout, 2 * ex.rank() + 1, Init::kSeeded);
     st[ex.rank()] = VerifyHostedBuffers(ex, {a.params, b.params}, layout).status();
   });
   for (const Status& s : st) {
@@ -407,12 +407,12 @@ TEST(VerifyHosted, ProcessesWithDifferentInputsAreNamedAsProcesses) {
 }
 
 TEST(VerifyHosted, WorldIsProcessesTimesHostedRanks) {
-  auto spec = ModelSpec::Parse(mpitest::kSmallSpec, "small");
+  auto spec = ModelSpec::Parse(ranktest::kSmallSpec, "small");
   Layout layout = Layout::Replicated(8);
   std::vector<Status> st(2);
   ThreadWorld w(2);
   w.Run([&](Exchange& ex) {
-    mpitest::JobShards a = BuildJob(*spec, layout, 0, Init::kSeeded);
+    ranktest::JobShards a = BuildJob(*spec, layout, 0, Init::kSeeded);
     st[ex.rank()] = VerifyHostedBuffers(ex, {a.params, a.params, a.params}, layout).status();
   });
   EXPECT_EQ(st[0].code(), Code::kInvalidArgument);

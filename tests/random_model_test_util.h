@@ -14,10 +14,10 @@
 
 #include "io/h5store.h"
 #include "store/spec.h"
-#include "tests/mpi/mpi_test_util.h"
+#include "tests/rank_test_util.h"
 
 namespace seedstore {
-namespace mpitest {
+namespace ranktest {
 
 inline uint64_t EnvU64(const char* name, uint64_t dflt) {
   const char* v = std::getenv(name);
@@ -155,7 +155,7 @@ inline std::string RandomLayout(std::mt19937_64& rng, const Model& m, const std:
     }
   }
   const nlohmann::json layout = {{"mesh", {{"axes", names}, {"shape", sizes}}}, {"placements", placements}};
-  return mpitest::Write(file, layout.dump(1));
+  return ranktest::Write(file, layout.dump(1));
 }
 
 // Writes the model as one store at `path` (lazy tensors lazy, the others dense, in order).
@@ -174,5 +174,5 @@ inline void WriteModelStore(const Model& m, const std::string& path, const Write
   ASSERT_TRUE((*w)->Commit().ok());
 }
 
-}  // namespace mpitest
+}  // namespace ranktest
 }  // namespace seedstore

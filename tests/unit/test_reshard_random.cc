@@ -25,17 +25,17 @@
 #include "io/interop.h"
 #include "io/open.h"
 #include "store/spec.h"
-#include "tests/mpi/mpi_test_util.h"
-#include "tests/mpi/random_model.h"
+#include "tests/rank_test_util.h"
+#include "tests/random_model_test_util.h"
 
 namespace seedstore {
 namespace {
 
-using mpitest::Model;
-using mpitest::RandomLayout;
-using mpitest::RandomModel;
-using mpitest::Slice;
-using mpitest::TempDir;
+using ranktest::Model;
+using ranktest::RandomLayout;
+using ranktest::RandomModel;
+using ranktest::Slice;
+using ranktest::TempDir;
 using nlohmann::json;
 
 uint64_t RandomChunkBytes(std::mt19937_64& rng) {
@@ -146,8 +146,8 @@ void ReshardAndProve(const std::string& src, const std::string& layout, const st
 }
 
 TEST(ReshardRandom, ChainsOfRandomLayoutsKeepEveryByteAndProveEveryTensor) {
-  const uint64_t cases = mpitest::EnvU64("SEEDSTORE_RESHARD_CASES", 12);
-  const uint64_t base = mpitest::EnvU64("SEEDSTORE_RESHARD_SEED", 1);
+  const uint64_t cases = ranktest::EnvU64("SEEDSTORE_RESHARD_CASES", 12);
+  const uint64_t base = ranktest::EnvU64("SEEDSTORE_RESHARD_SEED", 1);
   uint64_t copied = 0, encoded = 0;
   for (uint64_t c = 0; c < cases; ++c) {
     const uint64_t seed = base + c;
@@ -163,7 +163,7 @@ TEST(ReshardRandom, ChainsOfRandomLayoutsKeepEveryByteAndProveEveryTensor) {
       WriteOptions wo;
       wo.chunk_bytes = RandomChunkBytes(rng);
       wo.threads = 1 + static_cast<int>(rng() % 2);
-      mpitest::WriteModelStore(m, src, wo);
+      ranktest::WriteModelStore(m, src, wo);
       if (HasFatalFailure()) return;
     }
     ExpectHoldsModel(src, m, rng);
@@ -223,7 +223,7 @@ TEST(ConcurrentReads, SharedCatalogsReadExactlyFromFourThreads) {
     const std::string src = dir + "/src.h5", save = dir + "/save.h5";
     WriteOptions wo;
     wo.chunk_bytes = 256;
-    mpitest::WriteModelStore(m, src, wo);
+    ranktest::WriteModelStore(m, src, wo);
     if (HasFatalFailure()) return;
     uint64_t copied = 0, encoded = 0;
     ReshardAndProve(src, RandomLayout(rng, m, "cr" + std::to_string(seed) + ".json"), save, rng, &copied, &encoded);

@@ -1,7 +1,7 @@
 // Host-side checks of the CUDA kernels' own code path (kernels/chunk.h, kernels/run_map.h):
 // the per-chunk work the kernels run, executed chunk by chunk in a shuffled order on the
 // CPU, must equal MaterializeCpu / FingerprintCpu byte for byte. These run without a GPU;
-// the device tests (cuda_kernels_test.cc) then only add the CUDA-specific parts.
+// the device tests (test_cuda_kernels.cc) then only add the CUDA-specific parts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
