@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include "gen/checksum.h"
+#include "io/path.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -21,16 +22,6 @@ namespace seedstore {
 namespace {
 std::atomic<unsigned> g_counter{0};
 std::string Errno() { return std::strerror(errno); }
-std::string DirOf(const std::string& path) {
-  const auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-std::string BaseOf(const std::string& path) {
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 // This machine's tag in temporary names: [A-Za-z0-9.] kept, anything else '_', at most 64.
 const std::string& HostTag() {
   static const std::string tag = [] {
@@ -70,15 +61,15 @@ long ParseDecimal(const std::string& s) {
 }  // namespace
 
 std::string AtomicFile::TempName(const std::string& path, pid_t pid, unsigned n) {
-  const std::string base = BaseOf(path);
+  const std::string base = BaseName(path);
   return path.substr(0, path.size() - base.size()) + TempStem(base) + ".tmp-" + HostTag() + "-" +
          std::to_string(pid) + "-" + std::to_string(n);
 }
 
 int AtomicFile::RemoveStaleTemporaries(const std::string& path) {
-  const std::string dir = DirOf(path);
+  const std::string dir = DirToOpen(path);
   // Every temporary of `path` written on this host starts with this; "<pid>-<n>" follows.
-  const std::string prefix = TempStem(BaseOf(path)) + ".tmp-" + HostTag() + "-";
+  const std::string prefix = TempStem(BaseName(path)) + ".tmp-" + HostTag() + "-";
   DIR* d = ::opendir(dir.c_str());
   if (!d) return 0;
   int removed = 0;
@@ -203,8 +194,7 @@ Result<std::string> ResolveSymlinks(const std::string& path) {
     if (n < 0 || static_cast<size_t>(n) >= target.size())
       return IoError("cannot read the symbolic link '" + p + "': " + (n < 0 ? Errno() : "target too long"));
     target.resize(static_cast<size_t>(n));
-    const size_t slash = p.rfind('/');
-    p = target[0] == '/' || slash == std::string::npos ? target : p.substr(0, slash + 1) + target;
+    p = target[0] == '/' ? target : DirPrefix(p) + target;
   }
 }
 
@@ -330,7 +320,7 @@ Status AtomicFile::Commit() {
   signal_cleanup::Unregister(cleanup_slot_);  // the name is the real file's now
   cleanup_slot_ = -1;
   signal_cleanup::EndChange();
-  const int dfd = ::open(DirOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = ::open(DirToOpen(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);

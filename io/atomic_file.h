@@ -148,7 +148,7 @@ bool ProcessIsGone(pid_t pid);
 
 /// This host's name (gethostname), as writer locks record it.
 std::string HostName();
-/// Reads a distributed save's writer lock file `lock` ("<path>.lock", io/dist_store.cc):
+/// Reads a distributed save's writer lock file `lock` ("<path>.lock", io/writer_lock.h):
 /// whether a live process holds it -- its writer keeps a write lock (fcntl F_OFD_SETLK) on it,
 /// which the kernel drops when that process ends, however it ends (SIGKILL included) -- and,
 /// in `holder`, the "pid <pid> on <host>" it records. false when it does not exist or nobody

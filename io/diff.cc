@@ -86,7 +86,9 @@ bool IsRankFile(const Catalog& c) {
   std::string save;
   uint32_t id = 0;
   int rank = 0;
-  return dynamic_cast<const H5Store*>(&c) != nullptr && ParseRankFileName(c.origin(), &save, &id, &rank);
+  // A one-file store: seedstore's format, reading no other file (a distributed save reads its
+  // rank files).
+  return c.seedstore_format() && c.other_files().empty() && ParseRankFileName(c.origin(), &save, &id, &rank);
 }
 
 // Both lazy, and every element is the same pure function of its index: the same init rule,

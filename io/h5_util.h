@@ -1,5 +1,6 @@
-// HDF5 helpers shared by the io/ files that write seedstore files (internal to io/; io/dist_store.h
-// includes it for RankFileName and ParseRankFileName).
+// HDF5 helpers shared by the io/ files that read and write seedstore files, declared without
+// <hdf5.h> (ids as int64_t; io/h5_handle.h has the HDF5-typed ones and the handle type).
+// Implemented in io/h5_handle.cc (lock, errors, closing) and io/h5_util.cc (attributes, types).
 #pragma once
 #include <cstdint>
 #include <mutex>
@@ -18,26 +19,6 @@ namespace seedstore {
 /// (kIo) name the attribute.
 Status WriteStringAttr(int64_t obj, const char* name, const std::string& value);
 
-/// Rank r's file name of a distributed save at `path` with save id `id` (defined in
-/// io/dist_store.cc).
-std::string RankFileName(const std::string& path, uint32_t id, int rank);
-
-/// Whether `path` is named as a rank file is (RankFileName: "<P>.<8 hex>.rank<r>.h5", r in
-/// decimal without leading zeros, at most 9 digits); then sets *save (P, in the same folder),
-/// *id and *rank. Defined in io/dist_store.cc.
-bool ParseRankFileName(const std::string& path, std::string* save, uint32_t* id, int* rank);
-
-/// Checks the seal of a distributed save's master (docs/FORMAT.md 10) at `path` before HDF5
-/// reads a byte of it (defined in io/dist_store.cc). master-corrupt (kCorrupt, naming the save)
-/// when the file starts with the seal and its bytes after the user block do not match it, or
-/// when it starts with neither the seal's magic nor HDF5's signature and either `is_master`
-/// (the caller knows it is one) or the rest of the seal matches those bytes (a damaged magic).
-/// OK for a file that starts with HDF5's signature (a store, or a master from before seals),
-/// one shorter than the seal or that cannot be opened (H5Store::Open names why), and -- when
-/// not `is_master` -- an HDF5 file with a user block of its own. kIo when reading it fails.
-/// *sealed (may be null): the file is a sealed master, intact or damaged.
-Status CheckMasterSeal(const std::string& path, bool is_master, bool* sealed);
-
 /// This thread's HDF5 error stack as one line, then cleared; a system call's failure that
 /// HDF5's file driver reports (e.g. "No space left on device") leads it.
 std::string H5ErrorText();
@@ -51,7 +32,7 @@ std::string H5ErrorText();
 /// flushed there once (which also recovers HDF5's cache from an earlier failed H5Fflush, after
 /// which H5Fclose failed the same way). Then closed; falls back to a plain close where that
 /// cannot be done. Like every HDF5 call, it must not run concurrently with other HDF5 calls
-/// (in io/h5store.cc: hold H5Guard).
+/// (hold LockH5 or H5Guard, io/h5_handle.h).
 void AbandonH5File(int64_t file);
 
 /// `v` as 16 lowercase hex digits (checksums in messages).
@@ -83,17 +64,7 @@ bool H5TypeStores(int64_t type, DType d);
 /// store's chunks spread work over threads that take this lock too: do not make them holding it.
 std::unique_lock<std::recursive_mutex> LockH5();
 
-/// The root attribute that marks a distributed save's master (docs/FORMAT.md 10), and its value.
-constexpr const char* kRoleAttr = "seedstore.role";
-constexpr const char* kMasterRole = "distributed-master";
-/// A distributed save's index (docs/FORMAT.md 10).
-constexpr const char* kDistIndexPath = "/distributed/index";
-
-/// Whether open HDF5 file `file` is a distributed save's master: its root attribute
-/// seedstore.role is kMasterRole (or unreadable), or, for masters written before that
-/// attribute, /distributed/index exists -- or HDF5 cannot tell whether /distributed exists
-/// (damaged links). Such a file is never taken for an ordinary store holding only its lazy
-/// tensors. Call holding LockH5().
-bool FileIsDistributedMaster(int64_t file, const std::string& where);
+/// Whether a file starts with the HDF5 signature (at offset 0, 512, 1024, ...).
+bool LooksLikeHdf5(const std::string& path);
 
 }  // namespace seedstore

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/path.h"
 #include "io/safetensors.h"
 #include "store/json_text.h"
 #include "store/layout.h"
@@ -24,14 +25,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string DirName(const std::string& p) {
-  const auto s = p.rfind('/');
-  return s == std::string::npos ? "" : p.substr(0, s + 1);
-}
-std::string BaseName(const std::string& p) {
-  const auto s = p.rfind('/');
-  return s == std::string::npos ? p : p.substr(s + 1);
-}
 bool EndsWith(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
@@ -94,7 +87,7 @@ std::string SplitStem(const std::string& path) {
 std::string SplitFileName(const std::string& path, size_t k, size_t n) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "-%05zu-of-%05zu.safetensors", k, n);
-  return DirName(path) + SplitStem(path) + buf;
+  return DirPrefix(path) + SplitStem(path) + buf;
 }
 
 // An export's output names a file: not a folder ("out/", ".", an existing directory) and,
@@ -270,7 +263,7 @@ std::vector<std::string> LeftoverExportFiles(const std::string& path,
   };
   consider(path);
   consider(path + ".index.json");
-  const std::string dir = DirName(path), stem = SplitStem(path);
+  const std::string dir = DirPrefix(path), stem = SplitStem(path);
   const size_t tail = std::string("-00001-of-00002.safetensors").size();
   DIR* d = ::opendir(dir.empty() ? "." : dir.c_str());
   if (!d) return left;
@@ -443,6 +436,13 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     c->files_.push_back(std::move(file));
   }
   return c;
+}
+
+std::vector<std::string> SafetensorsCatalog::other_files() const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < records_.size(); ++i)
+    if (std::find(out.begin(), out.end(), file_of(i)) == out.end()) out.push_back(file_of(i));
+  return out;
 }
 
 Status SafetensorsCatalog::Read(size_t i, const Region& r, void* out, CpuOptions) const {

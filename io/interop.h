@@ -82,6 +82,8 @@ class SafetensorsCatalog : public Catalog {
   Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
   /// The file holding tensor i (for messages).
   const std::string& file_of(size_t i) const { return files_[where_[i].first].path(); }
+  /// The files its tensors lie in (file_of), each once, in the order first met.
+  std::vector<std::string> other_files() const override;
   size_t num_files() const { return files_.size(); }
   /// __metadata__["seedstore.rank"] (every file that has it must agree; CORRUPT otherwise).
   std::optional<int> shard_rank() const override { return rank_; }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/path.h"
 #include "store/json_text.h"
 #include "store/spec.h"
 
@@ -231,8 +232,7 @@ Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std:
   if (!j["weight_map"].is_object())
     return InvalidArgument("index file '" + path + "': weight_map is not an object (" +
                            JsonPreview(j["weight_map"]) + ")");
-  const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string dir = DirPrefix(path);
   SafetensorsIndex idx;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it->is_string())

@@ -56,6 +56,7 @@ Status ReadByBoxes(const TensorRecord& t, const Region& r, void* out,
 Status CheckRegionIn(const TensorRecord& t, const Region& r);
 
 class Catalog;
+class StoredChunks;  // io/stored_chunks.h: stored-chunk access, defined where stores are
 
 /// OK unless tensor `t` of `c` is a piece of a larger tensor (TensorRecord::piece: a tensor of
 /// a rank's file -- a distributed save's rank file, or a rank's safetensors shard file). What
@@ -91,6 +92,22 @@ class Catalog {
   /// safetensors shard file's __metadata__["seedstore.rank"], kept by `import` in the store's
   /// index ("rank", docs/FORMAT.md 4.1). By default none.
   virtual std::optional<int> shard_rank() const { return std::nullopt; }
+  /// The root seed that derived keys use and the default generator: a spec's, a store's or a
+  /// distributed save's (docs/FORMAT.md 4.1), or the ones a live job's buffers are saved with.
+  /// By default 0 and threefry (catalogs that record none, e.g. safetensors files).
+  virtual uint64_t root_seed() const { return 0; }
+  virtual Generator generator() const { return Generator::kThreefry; }
+  /// Whether the catalog is a file in seedstore's own format -- a store or a distributed
+  /// save (io/) -- which `import --update` and `reshard` may replace in place. By default false.
+  virtual bool seedstore_format() const { return false; }
+  /// The files the catalog reads besides the one origin() names: a distributed save's rank
+  /// files, the shard files of a safetensors index (which may list that one too). By default
+  /// none.
+  virtual std::vector<std::string> other_files() const { return {}; }
+  /// Stored-chunk access: where the catalog keeps its dense tensors as chunks of seedstore
+  /// stores (a store, a distributed save), the interface io/ copies chunks and proves pieces
+  /// through without decoding them (io/stored_chunks.h). By default null: no stored chunks.
+  virtual const StoredChunks* stored_chunks() const { return nullptr; }
 };
 
 /// The fingerprint of region `r` of dense tensor `i` of `c`, read (Catalog::Read) and hashed
@@ -120,6 +137,8 @@ class SpecCatalog : public Catalog {
   std::string origin() const override { return origin_; }
   Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const override;
   const ModelSpec& spec() const { return spec_; }
+  uint64_t root_seed() const override { return spec_.seed; }
+  Generator generator() const override { return spec_.generator; }
 
  private:
   ModelSpec spec_;

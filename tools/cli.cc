@@ -101,14 +101,12 @@ Status CheckOutputIsNotInput(const std::string& out, const std::string& source, 
     struct stat s;
     return ::stat(f.c_str(), &s) == 0 && s.st_dev == o.st_dev && s.st_ino == o.st_ino;
   };
-  const bool store = dynamic_cast<const H5Store*>(cat) || dynamic_cast<const DistCatalog*>(cat);
+  const bool store = cat && cat->seedstore_format();
   if (same(source) && !(may_rewrite_store && store))
     return InvalidArgument("-o '" + out + "' is the input '" + source + "'; write to another path");
   std::set<std::string> files;  // the source's other files
-  if (const auto* st = dynamic_cast<const SafetensorsCatalog*>(cat))
-    for (size_t i = 0; i < st->tensors().size(); ++i) files.insert(st->file_of(i));
-  if (const auto* d = dynamic_cast<const DistCatalog*>(cat))
-    files.insert(d->rank_files().begin(), d->rank_files().end());
+  if (cat)
+    for (const std::string& f : cat->other_files()) files.insert(f);
   for (const std::string& f : files)
     if (f != source && same(f))
       return InvalidArgument("-o '" + out + "' is " + (f == out ? "" : "'" + f + "', ") +

@@ -1,0 +1,602 @@
+#include "io/dist_catalog.h"
+
+#include <hdf5.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/atomic_file.h"
+#include "io/chunk_grid.h"
+#include "io/h5_handle.h"
+#include "io/master_seal.h"
+#include "io/parallel.h"
+#include "io/path.h"
+#include "io/rank_files.h"
+#include "store/json_text.h"
+
+namespace seedstore {
+
+namespace {
+
+using json = nlohmann::json;
+
+bool FileExists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0;
+}
+
+// Region `local` of tensor k of rank file `s` (a file from before piece records, whose
+// fingerprints are in its own frame) read and hashed as region `global` of tensor `t`.
+Result<Fingerprint> ReadAndFingerprint(const H5Store& s, int k, const Region& local, const TensorRecord& t,
+                                       const Region& global, CpuOptions o) {
+  std::vector<unsigned char> tmp(local.Count() * DTypeSize(t.dtype));
+  SEEDSTORE_RETURN_IF_ERROR(s.Read(k, local, tmp.data(), o));
+  return FingerprintOf(t, global, tmp.data(), o);
+}
+
+// The part of `box` (global indices) that box piece `p` serves, as a region of its rank
+// file's tensor (the stored box's local indices); lo/hi get the part in global indices.
+// False when the box does not meet the piece.
+bool PiecePart(const DistCatalog::Piece& p, const Region& box, Region* local, uint64_t* lo, uint64_t* hi) {
+  const Region& g = p.region;
+  std::vector<uint64_t> ls(box.rank), lp(box.rank);
+  for (int d = 0; d < box.rank; ++d) {
+    lo[d] = std::max(box.start[d], g.start[d]);
+    hi[d] = std::min(box.stop[d], g.stop[d]);
+    if (hi[d] <= lo[d]) return false;
+    ls[d] = lo[d] - p.stored.start[d];
+    lp[d] = hi[d] - p.stored.start[d];
+  }
+  *local = BoxRegion(LocalShape(p.stored), ls, lp);
+  return true;
+}
+
+// bad-index of save `path`: "<kDistIndexPath>: <m>".
+Status BadDistIndex(const std::string& path, const std::string& m) {
+  return DistError("bad-index", Code::kCorrupt, path, -1, "", std::string(kDistIndexPath) + ": " + m);
+}
+
+// Reads /distributed/index of the open master `file` of save `path`, its checksum verified
+// (bad-index: missing, unreadable, no seedstore.xxh3, checksum mismatch).
+Result<std::string> ReadDistIndexText(hid_t file, const std::string& path) {
+  auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
+  std::string text;
+  Hid d(H5Dopen2(file, kDistIndexPath, H5P_DEFAULT), H5Dclose);
+  if (d.get() < 0) return bad("missing");
+  Hid space(H5Dget_space(d.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) return bad("unreadable");
+  text.resize(n);
+  if (H5Dread(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+    return bad("unreadable");
+  uint64_t h = 0;
+  Hid a(H5Aopen(d.get(), "seedstore.xxh3", H5P_DEFAULT), H5Aclose);
+  if (a.get() < 0 || H5Aread(a.get(), H5T_NATIVE_UINT64, &h) < 0) return bad("no seedstore.xxh3");
+  if (h != Checksum64(text.data(), text.size())) return bad("checksum mismatch");
+  return text;
+}
+
+// The pieces the index lists for dense tensor `rec` of a save of `world` ranks at `path`: each
+// piece's rank, region, stored box (holding the region) and recorded fingerprint; together they
+// must cover the tensor (bad-index otherwise). Throws what json::at throws on a missing field.
+Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const TensorRecord& rec, int world,
+                                                   const std::string& path) {
+  using Piece = DistCatalog::Piece;
+  auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
+  const std::string& name = rec.name;
+  std::vector<Piece> ps;
+  uint64_t covered = 0;
+  for (const auto& p : pieces) {
+    Piece piece;
+    piece.rank = p.at("rank");
+    if (piece.rank < 0 || piece.rank >= world) return bad("piece rank out of range");
+    auto reg = RegionFromJson(p.at("region"), rec.shape);
+    if (!reg.ok()) return bad("tensor '" + name + "': " + reg.status().message());
+    piece.region = piece.stored = *reg;
+    if (p.contains("stored")) {
+      auto sb = RegionFromJson(p.at("stored"), rec.shape);
+      if (!sb.ok()) return bad("tensor '" + name + "': stored: " + sb.status().message());
+      if (reg->flat || sb->flat || !BoxWithin(*reg, *sb))
+        return bad("tensor '" + name + "': stored box " + DescribeRegion(*sb) +
+                   " does not hold the piece " + DescribeRegion(*reg));
+      piece.stored = *sb;
+    }
+    if (p.contains("fingerprint")) {
+      auto f = p["fingerprint"].is_string() ? ParseFingerprintHex(p["fingerprint"].get<std::string>())
+                                            : Result<Fingerprint>(InvalidArgument("not a string"));
+      if (!f.ok())
+        return bad("tensor '" + name + "' piece " + std::to_string(ps.size()) + ": fingerprint: " +
+                   f.status().message());
+      piece.fingerprint = *f;
+    }
+    covered += piece.region.Count();
+    ps.push_back(piece);
+  }
+  if (covered != rec.NumElements()) return bad("pieces of '" + name + "' do not cover it");
+  return ps;
+}
+
+}  // namespace
+
+DistCatalog::~DistCatalog() = default;
+
+Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, bool check_rank_files) {
+  std::unique_ptr<DistCatalog> c(new DistCatalog());
+  c->path_ = path;
+  // The seal, before HDF5 reads the master (H5Store::Open checks a sealed one too); a master
+  // that starts with neither the seal nor HDF5's signature is damaged.
+  SEEDSTORE_RETURN_IF_ERROR(CheckMasterSeal(path, /*is_master=*/true, nullptr));
+  SEEDSTORE_ASSIGN_OR_RETURN(c->master_, H5Store::Open(path));
+  auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadDistIndexText(c->master_->h5_file(), path));
+  try {
+    std::string err;
+    const json j = ParseJson(text, &err);
+    if (j.is_discarded()) return bad(err);
+    if (j.at("format") != "seedstore-distributed" || j.at("version") != 1)
+      return bad("not a version 1 distributed index");
+    SEEDSTORE_ASSIGN_OR_RETURN(c->layout_, Layout::FromJson(j.at("layout")));
+    // Rank files lie next to the master itself, wherever symbolic links to it are.
+    SEEDSTORE_ASSIGN_OR_RETURN(const std::string master_file, ResolveSymlinks(path));
+    const std::string dir = DirPrefix(master_file);
+    for (const auto& f : j.at("rank_files")) {
+      const std::string name = f.get<std::string>();
+      if (name.find('/') != std::string::npos) return bad("rank file with a '/'");
+      c->rank_files_.push_back(dir + name);
+    }
+    if (static_cast<int>(c->rank_files_.size()) != j.at("world").get<int>() ||
+        c->layout_.world_size() != c->world())
+      return bad("world size differs from the rank files / layout");
+    c->rank_stores_.resize(c->rank_files_.size());
+    c->last_used_.resize(c->rank_files_.size());
+    struct rlimit lim;
+    c->max_open_ = 4096;
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+      c->max_open_ = std::clamp<size_t>(static_cast<size_t>(lim.rlim_cur / 2), 1, 4096);
+    if (j.contains("flat_mappings")) {  // absent: "runs" (docs/FORMAT.md 9)
+      const json& fm = j["flat_mappings"];
+      if (fm != "boxes" && fm != "runs")
+        return bad("field 'flat_mappings' is " + JsonPreview(fm) + ", not \"boxes\" or \"runs\"");
+      c->flat_boxes_ = fm == "boxes";
+    }
+    std::set<std::string> names;
+    for (const auto& t : j.at("tensors")) {
+      const std::string name = t.at("name");
+      if (name.empty()) return bad("a tensor has an empty name");
+      if (!names.insert(name).second) return bad("tensor '" + name + "' is listed twice");
+      if (t.at("kind") == "lazy") {
+        const int k = c->master_->Find(name);
+        if (k < 0) return bad("lazy tensor '" + name + "' is not in the master store");
+        c->records_.push_back(c->master_->tensors()[k]);
+        c->pieces_.emplace_back();
+        c->storage_.emplace_back();
+        continue;
+      }
+      TensorRecord rec;
+      rec.name = name;
+      rec.shape = t.at("shape").get<std::vector<uint64_t>>();
+      SEEDSTORE_ASSIGN_OR_RETURN(rec.dtype, ParseDType(t.at("dtype").get<std::string>()));
+      if (Status vs = ValidateShape(rec.shape, rec.dtype, "tensor '" + name + "' shape"); !vs.ok())
+        return bad(vs.message());
+      SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint fp,
+                                 ParseFingerprintHex(t.at("fingerprint").get<std::string>()));
+      rec.fingerprint = fp;
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Piece> ps, ParsePieces(t.at("pieces"), rec, c->world(), path));
+      // The pieces are the layout's distinct shards, in order (as Reshard writes them): so they
+      // are disjoint and cover the tensor, and every reader agrees on who holds what.
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> want, c->layout_.DistinctShards(name, rec.shape));
+      want.erase(std::remove_if(want.begin(), want.end(), [](const Shard& s) { return s.empty(); }),
+                 want.end());
+      if (want.size() != ps.size())
+        return bad("tensor '" + name + "' has " + std::to_string(ps.size()) + " pieces; its layout gives " +
+                   std::to_string(want.size()));
+      for (size_t k = 0; k < ps.size(); ++k)
+        if (ps[k].rank != want[k].replicas[0] || !SameRegion(ps[k].region, want[k].region))
+          return bad("tensor '" + name + "' piece " + std::to_string(k) + " (rank " +
+                     std::to_string(ps[k].rank) + ", " + DescribeRegion(ps[k].region) +
+                     ") is not its layout's (rank " + std::to_string(want[k].replicas[0]) + ", " +
+                     DescribeRegion(want[k].region) + ")");
+      std::optional<Storage> storage;
+      if (t.contains("chunks") || t.contains("stored_bytes")) {
+        if (!t.contains("chunks") || !t.contains("stored_bytes") || !t["chunks"].is_number_unsigned() ||
+            !t["stored_bytes"].is_number_unsigned())
+          return bad("tensor '" + name + "': 'chunks' and 'stored_bytes' must both be unsigned integers");
+        storage = Storage{t["chunks"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>()};
+      }
+      c->records_.push_back(std::move(rec));
+      c->pieces_.push_back(std::move(ps));
+      c->storage_.push_back(storage);
+    }
+  } catch (const std::exception& e) {
+    return bad(e.what());
+  }
+  for (int r = 0; check_rank_files && r < c->world(); ++r)
+    SEEDSTORE_RETURN_IF_ERROR(RankFileReachable(path, r, c->rank_files_[r], ""));
+  return c;
+}
+
+Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptions o,
+                                                    bool from_owners) const {
+  const Piece& piece = pieces_.at(i).at(p);
+  const Region &g = piece.region, &sb = piece.stored;
+  Fingerprint f;
+  if (SameRegion(g, sb)) return f;
+  SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
+  const H5Store* s = sk.first.get();  // held by sk
+  const size_t k = sk.second;
+  std::vector<uint64_t> chunk = s->stored(k).chunk;
+  if (chunk.empty()) chunk = LocalShape(sb);
+  const std::vector<uint64_t> lshape = LocalShape(sb);
+  const size_t es = DTypeSize(records_[i].dtype);
+  for (const Region& slab : BoxDifference(sb, g)) {
+    const GridTiles tiles(slab, sb.start, chunk);
+    const int threads = ThreadCount(o.threads, tiles.Count());
+    std::vector<Fingerprint> parts(threads);
+    std::vector<std::vector<unsigned char>> bufs(threads);
+    SEEDSTORE_RETURN_IF_ERROR(ParallelFor(tiles.Count(), threads, false, [&](uint64_t q, int th) -> Status {
+      const Region tile = tiles.Tile(q);
+      bufs[th].resize(tile.Count() * es);
+      if (from_owners) {
+        SEEDSTORE_RETURN_IF_ERROR(Read(i, tile, bufs[th].data(), CpuOptions{1}));
+      } else {
+        std::vector<uint64_t> ls(g.rank), lp(g.rank);
+        for (int e = 0; e < g.rank; ++e) {
+          ls[e] = tile.start[e] - sb.start[e];
+          lp[e] = tile.stop[e] - sb.start[e];
+        }
+        Status st = s->Read(k, BoxRegion(lshape, ls, lp), bufs[th].data(), CpuOptions{1});
+        if (!st.ok())
+          return DistError("rank-file-corrupt", st.code(), path_, piece.rank, rank_files_[piece.rank],
+                           st.message());
+      }
+      parts[th].Add(FingerprintOf(records_[i], tile, bufs[th].data(), CpuOptions{1}));
+      return Status::Ok();
+    }));
+    for (const Fingerprint& x : parts) f.Add(x);
+  }
+  return f;
+}
+
+Result<std::vector<uint64_t>> DistCatalog::PieceGrid(size_t i, size_t p) const {
+  const Piece& piece = pieces_.at(i).at(p);
+  std::vector<uint64_t> none;
+  const Region& sb = piece.stored;
+  if (sb.flat || sb.rank == 0) return none;
+  SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
+  const TensorRecord& pr = sk.first->tensors()[sk.second];
+  const std::vector<uint64_t>& c = sk.first->stored(sk.second).chunk;
+  if (c.empty() || sk.first->chunk_info(sk.second).empty() || !pr.piece ||
+      pr.fp_seed() != records_[i].fp_seed())
+    return none;
+  for (int d = 0; d < sb.rank; ++d)
+    if (sb.start[d] % c[d] != 0 || (sb.stop[d] % c[d] != 0 && sb.stop[d] != sb.shape[d]))
+      return none;
+  return c;
+}
+
+Result<Fingerprint> DistCatalog::ProveCells(size_t i, size_t p, CpuOptions o) const {
+  const Piece& me = pieces_.at(i).at(p);
+  SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
+  SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
+  const std::vector<uint64_t>& c = sk.first->stored(sk.second).chunk;
+  const std::vector<ChunkInfo>& info = sk.first->chunk_info(sk.second);
+  const int rank = me.stored.rank;
+  // The chunk index, in piece q's grid, of the cell starting at global index x.
+  auto index_in = [&](const Piece& q, const uint64_t* x) {
+    uint64_t j = 0;
+    for (int d = 0; d < rank; ++d)
+      j = j * ((q.stored.stop[d] - q.stored.start[d] + c[d] - 1) / c[d]) +
+          (x[d] - q.stored.start[d]) / c[d];
+    return j;
+  };
+  uint64_t count[kMaxRank], cells = 1;
+  for (int d = 0; d < rank; ++d) {
+    count[d] = (me.stored.stop[d] - me.stored.start[d] + c[d] - 1) / c[d];
+    cells *= count[d];
+  }
+  for (uint64_t j = 0; j < cells; ++j) {
+    uint64_t x[kMaxRank], q = j;
+    bool mine = true;
+    for (int d = rank - 1; d >= 0; --d) {
+      x[d] = me.stored.start[d] + (q % count[d]) * c[d];
+      q /= count[d];
+      mine &= me.region.start[d] <= x[d] && x[d] < me.region.stop[d];
+    }
+    if (mine) continue;
+    // A cell of p's padding: the owner of its first element stores it too.
+    size_t owner = pieces_[i].size();
+    for (size_t k = 0; k < pieces_[i].size() && owner == pieces_[i].size(); ++k) {
+      const Region& g = pieces_[i][k].region;
+      bool in = !g.flat;
+      for (int d = 0; in && d < rank; ++d) in = g.start[d] <= x[d] && x[d] < g.stop[d];
+      if (in) owner = k;
+    }
+    auto mismatch = [&](const std::string& why) {
+      return DistError("padding-mismatch", Code::kMismatch, path_, me.rank, rank_files_[me.rank],
+                       "tensor '" + records_[i].name + "' piece " + DescribeRegion(me.region) +
+                           " stored as " + DescribeRegion(me.stored) + ": chunk " +
+                           std::to_string(j) + " " + why);
+    };
+    if (owner == pieces_[i].size()) return mismatch("starts where no piece is");
+    SEEDSTORE_ASSIGN_OR_RETURN(auto ok, PieceStore(i, owner));
+    const std::vector<ChunkInfo>& oinfo = ok.first->chunk_info(ok.second);
+    const uint64_t oj = index_in(pieces_[i][owner], x);
+    if (ok.first->stored(ok.second).chunk != c || oj >= oinfo.size())
+      return mismatch("is not stored alike by the piece owning its first element");
+    if (oinfo[oj].fingerprint != info[j].fingerprint)
+      return mismatch("differs from the owning piece's (rank " +
+                      std::to_string(pieces_[i][owner].rank) + " chunk " + std::to_string(oj) + ")");
+    f.Sub(info[j].fingerprint);
+  }
+  return f;
+}
+
+size_t DistCatalog::open_rank_files() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& s : rank_stores_) n += s != nullptr;
+  return n;
+}
+
+Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PieceStore(size_t i, size_t p) const {
+  SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(pieces_.at(i).at(p).rank, records_[i].name));
+  const size_t k = static_cast<size_t>(s->Find(records_[i].name));  // checked at open
+  return std::make_pair(std::move(s), k);
+}
+
+std::vector<StoredPart> DistCatalog::StoredParts(size_t i) const {
+  std::vector<StoredPart> parts;
+  for (size_t p = 0; p < pieces_.at(i).size(); ++p) {
+    const Piece& piece = pieces_[i][p];
+    if (!piece.region.flat) parts.push_back({piece.region, piece.stored, static_cast<int>(p)});
+  }
+  return parts;
+}
+
+Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PartStore(size_t i, int piece) const {
+  return PieceStore(i, static_cast<size_t>(piece));
+}
+
+Status DistCatalog::PartError(size_t i, int piece, const Status& st) const {
+  const int rank = pieces_.at(i).at(static_cast<size_t>(piece)).rank;
+  return DistError("rank-file-corrupt", st.code(), origin(), rank, rank_files_[rank], st.message());
+}
+
+Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const Region& r, bool cells,
+                                                                 CpuOptions o) const {
+  for (size_t p = 0; p < pieces_.at(i).size(); ++p) {
+    if (!SameRegion(pieces_[i][p].region, r)) continue;
+    if (cells) {
+      SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, ProveCells(i, p, o));
+      return std::optional<Fingerprint>(f);
+    }
+    SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
+    const TensorRecord& pr = sk.first->tensors()[sk.second];
+    if (sk.first->chunk_info(sk.second).empty() || !pr.piece || !SameRegion(*pr.piece, pieces_[i][p].stored))
+      return std::optional<Fingerprint>();
+    SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
+    SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint pad, PaddingFingerprint(i, p, o));
+    f.Sub(pad);
+    return std::optional<Fingerprint>(f);
+  }
+  return std::optional<Fingerprint>();
+}
+
+void DistCatalog::set_max_open_rank_files(size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_open_ = std::max<size_t>(n, 1);
+}
+
+Result<std::shared_ptr<const H5Store>> DistCatalog::RankStore(int rank, const std::string& tensor) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_used_[rank] = ++use_clock_;
+  if (rank_stores_[rank]) return rank_stores_[rank];
+  // Close the least recently used beyond the cap (a reader still holding it keeps it alive
+  // until it is done). O(world) per open, against an HDF5 file open of ~10 ms.
+  size_t open = 0;
+  for (const auto& s : rank_stores_) open += s != nullptr;
+  while (open >= max_open_) {
+    int lru = -1;
+    for (int r = 0; r < static_cast<int>(rank_stores_.size()); ++r)
+      if (rank_stores_[r] && (lru < 0 || last_used_[r] < last_used_[lru])) lru = r;
+    rank_stores_[lru].reset();
+    --open;
+  }
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> s, OpenRank(rank, tensor));
+  rank_stores_[rank] = std::move(s);
+  return rank_stores_[rank];
+}
+
+Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::string& tensor) const {
+  const std::string& f = rank_files_[rank];
+  const std::string reading = tensor.empty() ? "" : "reading tensor '" + tensor + "': ";
+  SEEDSTORE_RETURN_IF_ERROR(RankFileReachable(path_, rank, f, reading));
+  auto s = H5Store::Open(f);
+  if (!s.ok() && !FileExists(f))  // gone meanwhile: another writer replaced the save
+    return DistError("rank-file-missing", Code::kNotFound, path_, rank, f,
+                     reading + "the file was removed while it was opened (the save replaced by another "
+                               "writer? open it again): " + s.status().message());
+  if (!s.ok() && s.status().code() == Code::kInvalidArgument)  // a directory, a pipe: the save is damaged
+    return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f, reading + s.status().message());
+  if (!s.ok())  // an I/O failure (e.g. too many open files) is not the file's fault
+    return DistError(s.status().code() == Code::kIo ? "rank-file-unreadable" : "rank-file-corrupt",
+                     s.status().code(), path_, rank, f, reading + s.status().message());
+  // Every piece this rank holds must be there with its local shape and dtype.
+  for (size_t i = 0; i < records_.size(); ++i)
+    for (const Piece& p : pieces_[i]) {
+      if (p.rank != rank) continue;
+      const int k = (*s)->Find(records_[i].name);
+      if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
+          (*s)->tensors()[k].shape != LocalShape(p.stored))
+        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                         reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
+                             " is missing or has another shape or dtype");
+      // A padded piece must be recorded as such (its padding is in the global frame).
+      const std::optional<Region>& rp = (*s)->tensors()[k].piece;
+      if ((rp && !SameRegion(*rp, p.stored)) || (!rp && !SameRegion(p.stored, p.region)))
+        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                         reading + "tensor '" + records_[i].name + "' is recorded as piece " +
+                             (rp ? DescribeRegion(*rp) : std::string("(none)")) +
+                             ", the index says " + DescribeRegion(p.stored));
+      // The same piece of this save: its record's fingerprint is the one the index took from
+      // the writer (a rank file of another save, or one changed since, holds other values).
+      const std::optional<Fingerprint>& rf = (*s)->tensors()[k].fingerprint;
+      if (p.fingerprint && (!rf || *rf != *p.fingerprint))
+        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                         reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
+                             " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
+                             ", the index says " + FingerprintHex(*p.fingerprint) +
+                             ": the file is not this save's (another save's rank file, or changed since)");
+    }
+  return std::move(*s);
+}
+
+Result<std::vector<DistCatalog::Storage>> DistCatalog::StorageOfAll() const {
+  std::vector<Storage> out(records_.size());
+  bool recorded = true;
+  for (size_t i = 0; i < records_.size(); ++i) {
+    if (storage_[i]) out[i] = *storage_[i];
+    else recorded = recorded && pieces_[i].empty();
+  }
+  if (recorded) return out;
+  out.assign(records_.size(), Storage{});
+  for (int r = 0; r < world(); ++r) {
+    SEEDSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<H5Store> s, OpenRank(r));
+    for (size_t i = 0; i < records_.size(); ++i)
+      for (const Piece& p : pieces_[i]) {
+        if (p.rank != r) continue;
+        const size_t k = static_cast<size_t>(s->Find(records_[i].name));  // checked by OpenRank
+        if (const Status& d = s->Damage(k); !d.ok())
+          return DistError("rank-file-corrupt", d.code(), path_, r, rank_files_[r], d.message());
+        const StoredTensor& st = s->stored(k);
+        out[i].chunks += st.num_chunks;
+        out[i].stored_bytes += st.stored_bytes;
+      }
+  }
+  return out;
+}
+
+Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const {
+  const TensorRecord& t = records_[i];
+  const size_t es = DTypeSize(t.dtype);
+  const int rank = box.rank;
+  if (box.Count() == 0) return Status::Ok();
+  for (const Piece& p : pieces_[i]) {
+    const Region& g = p.region;
+    std::vector<unsigned char> tmp;
+    auto read_local = [&](const Region& local, void* dst) -> Status {
+      SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
+      const int k = s->Find(t.name);
+      Status st = s->Read(k, local, dst, o);
+      if (!st.ok())
+        return DistError("rank-file-corrupt", st.code(), path_, p.rank, rank_files_[p.rank],
+                         st.message());
+      return Status::Ok();
+    };
+    if (!g.flat) {
+      uint64_t lo[kMaxRank], hi[kMaxRank];
+      Region local;
+      if (!PiecePart(p, box, &local, lo, hi)) continue;
+      uint64_t ext[kMaxRank], dext[kMaxRank], off[kMaxRank];
+      bool whole = true;
+      for (int d = 0; d < rank; ++d) {
+        ext[d] = hi[d] - lo[d];
+        dext[d] = box.stop[d] - box.start[d];
+        off[d] = lo[d] - box.start[d];
+        whole &= ext[d] == dext[d];
+      }
+      if (whole) {
+        SEEDSTORE_RETURN_IF_ERROR(read_local(local, out));
+        continue;
+      }
+      tmp.resize(local.Count() * es);
+      SEEDSTORE_RETURN_IF_ERROR(read_local(local, tmp.data()));
+      CopyBox(tmp.data(), ext, nullptr, out, dext, off, ext, rank, es);
+      continue;
+    }
+    // Flat piece [b, e): read the span of it the box touches once, then copy run by run.
+    const uint64_t L = box.RunLength(), runs = box.Count() / L;
+    const uint64_t first = box.RunBase(0), last = box.RunBase(runs - 1) + L;
+    const uint64_t s0 = std::max(first, g.begin), s1 = std::min(last, g.end);
+    if (s1 <= s0) continue;
+    tmp.resize((s1 - s0) * es);
+    SEEDSTORE_RETURN_IF_ERROR(
+        read_local(BoxRegion({g.end - g.begin}, {s0 - g.begin}, {s1 - g.begin}), tmp.data()));
+    for (uint64_t q = 0; q < runs; ++q) {
+      const uint64_t a = box.RunBase(q), b = a + L;
+      const uint64_t x0 = std::max(a, s0), x1 = std::min(b, s1);
+      if (x1 <= x0) continue;
+      std::memcpy(out + (q * L + (x0 - a)) * es, tmp.data() + (x0 - s0) * es, (x1 - x0) * es);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, CpuOptions o) const {
+  const TensorRecord& t = records_.at(i);
+  if (t.lazy) return t.lazy->FingerprintRegion(r, o);
+  SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r).WithContext("distributed save '" + path_ + "'"));
+  const size_t es = DTypeSize(t.dtype);
+  Fingerprint f;
+  for (const Region& box : r.flat ? FlatRangeToBoxes(t.shape, r.begin, r.end) : std::vector<Region>{r}) {
+    if (box.Count() == 0) continue;
+    for (const Piece& p : pieces_[i]) {
+      if (!p.region.flat) {
+        // The rank file hashes its part chunk by chunk, in the global frame (its piece record).
+        uint64_t lo[kMaxRank], hi[kMaxRank];
+        Region local;
+        if (!PiecePart(p, box, &local, lo, hi)) continue;
+        SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
+        const int k = s->Find(t.name);
+        auto pf = s->tensors()[k].piece
+                      ? s->FingerprintRegion(k, local, o)
+                      : ReadAndFingerprint(*s, k, local, t, BoxRegion(t.shape, {lo, lo + box.rank}, {hi, hi + box.rank}), o);
+        if (!pf.ok())
+          return DistError("rank-file-corrupt", pf.status().code(), path_, p.rank, rank_files_[p.rank],
+                           pf.status().message());
+        f.Add(*pf);
+        continue;
+      }
+      // A flat piece [b, e): its rank file's tensor is 1-D, element k at global flat index
+      // b + k. A contiguous box's part is one range of it, hashed there chunk by chunk; other
+      // boxes read the span they touch once and hash it run by run at the global indices.
+      const uint64_t L = box.RunLength(), runs = box.Count() / L, b = p.region.begin;
+      const uint64_t s0 = std::max(box.RunBase(0), b), s1 = std::min(box.RunBase(runs - 1) + L, p.region.end);
+      if (s1 <= s0) continue;
+      SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
+      const int k = s->Find(t.name);
+      const Region local = BoxRegion({p.region.end - b}, {s0 - b}, {s1 - b});
+      auto corrupt = [&](const Status& st) {
+        return DistError("rank-file-corrupt", st.code(), path_, p.rank, rank_files_[p.rank], st.message());
+      };
+      if (IsContiguous(box)) {
+        auto pf = s->tensors()[k].piece ? s->FingerprintRegion(k, local, o)
+                                        : ReadAndFingerprint(*s, k, local, t, FlatRegion(t.shape, s0, s1), o);
+        if (!pf.ok()) return corrupt(pf.status());
+        f.Add(*pf);
+        continue;
+      }
+      std::vector<unsigned char> tmp(local.Count() * es);
+      if (Status st = s->Read(k, local, tmp.data(), o); !st.ok()) return corrupt(st);
+      for (uint64_t q = 0; q < runs; ++q) {
+        const uint64_t x0 = std::max(box.RunBase(q), s0), x1 = std::min(box.RunBase(q) + L, s1);
+        if (x0 < x1) f.Add(FingerprintOf(t, FlatRegion(t.shape, x0, x1), tmp.data() + (x0 - s0) * es, CpuOptions{1}));
+      }
+    }
+  }
+  return f;
+}
+
+Status DistCatalog::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
+  const TensorRecord& t = records_.at(i);
+  if (t.lazy) return t.lazy->Materialize(r, out, o);
+  return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) {
+    return ReadBox(i, b, static_cast<unsigned char*>(dst), o);
+  });
+}
+
+}  // namespace seedstore

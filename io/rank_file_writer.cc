@@ -1,0 +1,169 @@
+#include "io/rank_file_writer.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "io/chunk_copy.h"
+#include "io/chunk_grid.h"
+#include "io/store_writer.h"
+
+namespace seedstore {
+
+Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, DenseChunking chunking,
+                bool as_piece, const void* data, uint64_t* counts, Fingerprint* fp) {
+  const TensorRecord& t = src.tensors()[i];
+  const std::vector<uint64_t> shape = t.shape;
+  BoxSource source = [&src, i, g, shape](const Region& local, void* out) -> Status {
+    if (g.flat) {
+      return src.Read(i, FlatRegion(shape, g.begin + local.start[0], g.begin + local.stop[0]), out,
+                      CpuOptions{1});
+    }
+    Region glob = g;
+    for (int d = 0; d < g.rank; ++d) {
+      glob.start[d] = g.start[d] + local.start[d];
+      glob.stop[d] = g.start[d] + local.stop[d];
+    }
+    return src.Read(i, glob, out, CpuOptions{1});
+  };
+  if (as_piece) chunking.piece = g;
+  const StoreWriter::ChunkCounts before = w.chunk_counts();
+  if (!data) data = src.HostData(i, g);  // a live job's own shard buffer
+  if (data) {
+    SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, data, {}, chunking));
+  } else {
+    SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
+  }
+  const StoreWriter::ChunkCounts after = w.chunk_counts();
+  counts[0] += after.copied - before.copied;
+  counts[1] += after.encoded - before.encoded;
+  counts[2] += after.stored_bytes - before.stored_bytes;
+  if (fp) *fp = w.last_dense_fingerprint();
+  return Status::Ok();
+}
+
+
+namespace {
+
+
+// The most bytes of the source WriteRankFiles reads at once for pieces that share it, and
+// the most rank files one call keeps open.
+constexpr uint64_t kWindowBytes = uint64_t{32} << 20;
+
+// The smallest box (or flat range) holding boxes (or flat ranges) a and b of one tensor.
+Region Cover(const Region& a, const Region& b) {
+  Region c = a;
+  if (a.flat) {
+    c.begin = std::min(a.begin, b.begin);
+    c.end = std::max(a.end, b.end);
+    return c;
+  }
+  for (int d = 0; d < a.rank; ++d) {
+    c.start[d] = std::min(a.start[d], b.start[d]);
+    c.stop[d] = std::max(a.stop[d], b.stop[d]);
+  }
+  return c;
+}
+
+}  // namespace
+
+// Writes the files of layout ranks `ranks` (files[k] for ranks[k]), tensor by tensor with all
+// of them open; per tensor i, adds the chunks copied and encoded and the bytes stored to
+// counts[kCounts * i + 0, 1, 2]. The pieces of a tensor that these ranks hold are written in
+// plan order; those whose chunks are all encoded (none lines up with a stored source chunk) go
+// in runs of neighbours read from the source as one covering box of at most kWindowBytes (and
+// at most twice the runs' own elements): so a source chunk that many small pieces share --
+// flat pieces over hundreds of ranks -- is read and decoded once per run, not once per piece.
+// The fingerprint each piece k of tensor i is recorded with goes to piece_fps[p], p =
+// plan.first_piece[i] + k (two words each; other entries are left as they are).
+Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<int>& ranks,
+                      const std::vector<std::string>& files, const DistSaveOptions& o, uint64_t* bytes,
+                      std::vector<uint64_t>& counts, std::vector<uint64_t>& piece_fps) {
+  auto record = [&](size_t i, size_t k, const Fingerprint& f) {
+    const size_t p = plan.first_piece[i] + k;
+    piece_fps[2 * p] = f.lane0;
+    piece_fps[2 * p + 1] = f.lane1;
+  };
+  uint64_t seed;
+  Generator gen;
+  RootSeedOf(src, &seed, &gen);
+  std::map<int, size_t> slot;
+  std::vector<std::unique_ptr<StoreWriter>> w(ranks.size());
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    SEEDSTORE_ASSIGN_OR_RETURN(w[k], StoreWriter::Create(files[k], seed, gen, o.write));
+    slot[ranks[k]] = k;
+  }
+  const auto& ts = src.tensors();
+  std::vector<unsigned char> window, piece;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const size_t es = DTypeSize(ts[i].dtype);
+    ChunkMatcher matcher(src, i, o.write);
+    struct Item {
+      size_t k;  // index in plan.shards[i]
+      StoreWriter* w;
+      DenseChunking chunking;
+      bool shared;  // may be read as part of a covering box
+    };
+    std::vector<Item> items;
+    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
+      const auto it = slot.find(plan.shards[i][k].replicas[0]);
+      if (it == slot.end()) continue;
+      const Region& g = plan.stored[i][k];
+      SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking c, matcher.For(g));
+      const bool shared = !c.raw && g.rank > 0 && g.Count() > 0 && g.Count() * es <= kWindowBytes &&
+                          !src.HostData(i, g);
+      items.push_back({k, w[it->second].get(), std::move(c), shared});
+      *bytes += plan.shards[i][k].region.Count() * es;
+    }
+    for (size_t a = 0; a < items.size();) {
+      // The run [a, b) and the box it is read as.
+      Region cover = plan.stored[i][items[a].k];
+      uint64_t own = cover.Count();
+      size_t b = a + 1;
+      for (; items[a].shared && b < items.size() && items[b].shared; ++b) {
+        const Region& g = plan.stored[i][items[b].k];
+        if (g.flat != cover.flat) break;
+        const Region c = Cover(cover, g);
+        if (c.Count() * es > kWindowBytes || c.Count() > 2 * (own + g.Count())) break;
+        cover = c;
+        own += g.Count();
+      }
+      if (b == a + 1) {  // alone: read as it is written, chunk by chunk (or copied as stored)
+        Fingerprint f;
+        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
+                                           items[a].chunking, true, nullptr, &counts[kCounts * i], &f));
+        record(i, items[a].k, f);
+        ++a;
+        continue;
+      }
+      window.resize(cover.Count() * es);
+      SEEDSTORE_RETURN_IF_ERROR(src.Read(i, cover, window.data(), CpuOptions{1}));
+      uint64_t cext[kMaxRank];
+      for (int d = 0; d < cover.rank; ++d) cext[d] = cover.stop[d] - cover.start[d];
+      for (; a < b; ++a) {
+        const Region& g = plan.stored[i][items[a].k];
+        const unsigned char* data;
+        if (g.flat) {
+          data = window.data() + (g.begin - cover.begin) * es;
+        } else {
+          uint64_t off[kMaxRank], ext[kMaxRank];
+          for (int d = 0; d < g.rank; ++d) {
+            off[d] = g.start[d] - cover.start[d];
+            ext[d] = g.stop[d] - g.start[d];
+          }
+          piece.resize(g.Count() * es);
+          CopyBox(window.data(), cext, off, piece.data(), ext, nullptr, ext, g.rank, es);
+          data = piece.data();
+        }
+        Fingerprint f;
+        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, g, items[a].chunking, true, data,
+                                           &counts[kCounts * i], &f));
+        record(i, items[a].k, f);
+      }
+    }
+  }
+  for (auto& x : w) SEEDSTORE_RETURN_IF_ERROR(x->Commit());
+  return Status::Ok();
+}
+
+}  // namespace seedstore

@@ -1,0 +1,47 @@
+#include "io/save_plan.h"
+
+namespace seedstore {
+
+void NumberPieces(Plan* p) {
+  p->first_piece.assign(1, 0);
+  for (const auto& s : p->shards) p->first_piece.push_back(p->first_piece.back() + s.size());
+}
+
+Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
+  Plan p;
+  for (const TensorRecord& t : src.tensors()) {
+    std::vector<Shard> keep;
+    std::vector<Region> stored;
+    if (t.lazy) {  // no pieces, but the layout must still apply to it (as it would once dense)
+      SEEDSTORE_RETURN_IF_ERROR(layout.ShardOf(t.name, t.shape, 0).status());
+    } else {
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> all, layout.DistinctShards(t.name, t.shape));
+      for (auto& s : all)
+        if (!s.empty()) {
+          stored.push_back(s.region);
+          keep.push_back(std::move(s));
+        }
+    }
+    p.shards.push_back(std::move(keep));
+    p.stored.push_back(std::move(stored));
+  }
+  return p;
+}
+
+std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i) {
+  std::vector<DistCatalog::Piece> ps;
+  for (size_t k = 0; k < plan.shards[i].size(); ++k)
+    ps.push_back({plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k], std::nullopt});
+  return ps;
+}
+
+int WriterOf(int r, int np, int world) {
+  return static_cast<int>((int64_t{r + 1} * np - 1) / world);
+}
+std::vector<int> RanksWrittenBy(int me, int np, int world) {
+  std::vector<int> r;
+  for (int k = static_cast<int>(int64_t{me} * world / np); k < int64_t{me + 1} * world / np; ++k) r.push_back(k);
+  return r;
+}
+
+}  // namespace seedstore

@@ -1,0 +1,45 @@
+// What a distributed save writes where (internal to io/): the distinct pieces of each dense
+// tensor under the layout, the box each piece's rank file stores, and which process writes
+// which rank files.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "io/dist_catalog.h"
+#include "store/catalog.h"
+#include "store/layout.h"
+
+namespace seedstore {
+
+struct Plan {
+  // Per tensor: distinct non-empty shards (owner = replicas[0]); empty for lazy tensors.
+  std::vector<std::vector<Shard>> shards;
+  // Per tensor and shard: the box its rank file stores, the shard's region or a padded box
+  // around it (ChunkMatcher::Pad; docs/FORMAT.md 10). Set by PadPieces.
+  std::vector<std::vector<Region>> stored;
+  // Pieces numbered tensor by tensor, in plan order: tensor i's first is first_piece[i]; the
+  // count is first_piece.back(). Set by NumberPieces once `shards` is final.
+  std::vector<size_t> first_piece;
+};
+
+/// The plan of `src` under `layout`: every dense tensor's distinct non-empty shards, each
+/// stored as its own region (PadPieces may widen them). A lazy tensor has none, but the layout
+/// must apply to it. Errors: the layout's (a tensor it cannot place).
+Result<Plan> MakePlan(const Catalog& src, const Layout& layout);
+
+/// Sets p->first_piece from p->shards.
+void NumberPieces(Plan* p);
+
+/// The plan's pieces of tensor i, as the index lists them.
+std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i);
+
+/// Per tensor, what a save counts as it writes: chunks copied, chunks encoded, bytes stored
+/// (counts[kCounts * i + 0, 1, 2]).
+constexpr size_t kCounts = 3;
+
+/// The process of `np` that writes layout rank r's file (which also proves its pieces), and
+/// the layout ranks process `me` writes: a contiguous block.
+int WriterOf(int r, int np, int world);
+std::vector<int> RanksWrittenBy(int me, int np, int world);
+
+}  // namespace seedstore

@@ -1,0 +1,116 @@
+// The seedstore store format's shared vocabulary: its version and filter ids, the named format
+// errors, the options a store is written with, and what a store records of a dense tensor and
+// of each chunk. The format itself (normative): docs/FORMAT.md; the layout of a store file is
+// summarized in io/store_reader.h.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/catalog.h"
+#include "store/layout.h"
+
+namespace seedstore {
+
+/// Format version written by this build, and the only one it reads.
+constexpr int kStoreFormatVersion = 1;
+/// HDF5 filter ids in a dense tensor's pipeline.
+constexpr int kH5FilterShuffle = 2;
+constexpr int kH5FilterZstd = 32015;
+
+/// Named format errors; each message starts with "<name>: ".
+enum class StoreError {
+  kNotHdf5,             // "not-hdf5" (kCorrupt): no HDF5 superblock signature
+  kTruncated,           // "truncated" (kCorrupt): the file ends before HDF5's end-of-allocation
+  kBadMagic,            // "bad-magic" (kCorrupt): seedstore.format is not "seedstore"
+  kUnsupportedVersion,  // "unsupported-version" (kUnsupported)
+  kMissingAttribute,    // "missing-attribute" (kCorrupt)
+  kMissingObject,       // "missing-object" (kCorrupt): a dataset named by the index is absent
+  kBadIndex,            // "bad-index" (kCorrupt): index JSON malformed or its checksum wrong
+  kShapeMismatch,       // "shape-mismatch" (kCorrupt): dataset shape differs from its record
+  kDtypeMismatch,       // "dtype-mismatch" (kCorrupt)
+  kUnknownFilter,       // "unknown-filter" (kUnsupported): a filter other than shuffle/zstd
+  kChunkCorrupt,        // "chunk-corrupt" (kCorrupt): checksum mismatch or undecodable chunk
+  kFingerprintMismatch, // "fingerprint-mismatch" (kCorrupt)
+  kBadLayout,           // "bad-layout" (kCorrupt): a storage layout the format does not allow
+  kTableCorrupt,        // "table-corrupt" (kCorrupt): a checksum or chunk-info table fails its hash
+  kMetadataCorrupt,     // "metadata-corrupt" (kCorrupt): HDF5 cannot read an object's metadata
+                        // (an object header, B-tree node or heap fails its checksum or check)
+};
+const char* StoreErrorName(StoreError e);
+/// A Status whose message is "<name>: <message>", with the error's code.
+Status StoreStatus(StoreError e, const std::string& message);
+
+/// The zstd levels a store is written with (zstd's 1..ZSTD_maxCLevel(); its negative "fast"
+/// levels are not used). WriteOptions::zstd_level outside is clamped to them.
+constexpr int kMinZstdLevel = 1, kMaxZstdLevel = 22;
+
+/// Options for writing dense tensors.
+struct WriteOptions {
+  int zstd_level = 1;                 // kMinZstdLevel..kMaxZstdLevel (others: clamped)
+  uint64_t chunk_bytes = 1u << 20;    // target uncompressed chunk size
+  int threads = 0;                    // compression threads (0 = all cores)
+  bool shuffle = true;                // byte-shuffle (HDF5 filter 2) before zstd
+  /// Permissions of a new file (-1: 0644 less the umask); a replaced file keeps its own
+  /// (AtomicFile::Create).
+  int file_mode = -1;
+  /// Bytes reserved at the file's start for the caller: an HDF5 user block, which HDF5 and
+  /// every reader skip (0, or a power of 2 >= 512). A distributed save's master keeps its seal
+  /// there (docs/FORMAT.md 10).
+  uint64_t user_block = 0;
+};
+
+/// Where a dense tensor's elements come from while writing: fills `out` with the elements of
+/// `box` (row-major). Called concurrently from several threads with disjoint boxes.
+using BoxSource = std::function<Status(const Region& box, void* out)>;
+
+/// Storage details of one tensor of an open store.
+struct StoredTensor {
+  bool dense = false;
+  uint64_t stored_bytes = 0;           // bytes on disk (compressed chunks + checksum table)
+  std::vector<uint64_t> chunk;         // chunk shape (empty: contiguous, one "chunk")
+  uint64_t num_chunks = 0;
+  std::vector<int> filters;            // HDF5 filter ids, pipeline order
+  int zstd_level = 0;                  // the zstd filter's cd_values[0] (0: no zstd filter)
+  std::string dataset;                 // HDF5 path of the data ("" for lazy)
+};
+
+
+/// What a store's chunk-info table (/chunkinfo/<escaped>, docs/FORMAT.md 4.3) says of one
+/// chunk: the XXH3-64 of its stored bytes, and its fingerprint -- the sum over the chunk's
+/// elements inside the tensor, in the record's frame (TensorRecord::FrameRegions) -- whose sum
+/// over the chunks is the record's fingerprint.
+struct ChunkInfo {
+  uint64_t stored_hash = 0;
+  Fingerprint fingerprint;
+};
+
+/// One chunk of a dense tensor as it lies in a store, read by H5Store::ReadStoredChunk to be
+/// copied into another store without re-encoding it (StoreWriter::AddDense, DenseChunking).
+struct StoredChunk {
+  std::vector<uint8_t> bytes;  // the stored bytes: the chunk after the filter pipeline
+  uint32_t filter_mask = 0;    // HDF5 filter mask of the chunk (bit k set: filter k skipped)
+  uint64_t checksum = 0;       // XXH3-64 of the unfiltered full chunk (docs/FORMAT.md 4.3)
+  uint64_t stored_hash = 0;    // XXH3-64 of `bytes`
+  /// The chunk's fingerprint in its record's frame, from the chunk-info table: set only when
+  /// the chunk was read without decoding (ReadStoredChunk with decode false); decoded data is
+  /// the caller's to fingerprint in whatever frame it needs.
+  std::optional<Fingerprint> fingerprint;
+  std::vector<uint8_t> data;   // the chunk's elements inside the tensor (its box clipped to
+                               // the tensor), row-major, decoded from `bytes` and verified
+                               // against `checksum`; empty when read without decoding
+};
+
+
+/// The attribute holding a checksum or chunk-info table's own hash (docs/FORMAT.md 4.3).
+constexpr const char* kTableHashAttr = "seedstore.xxh3";
+/// A table's own hash: XXH3-64 of its entries as little-endian bytes.
+uint64_t TableHash(const std::vector<uint64_t>& entries);
+
+/// Escapes a tensor name into one HDF5 link name: '%' -> "%25", '/' -> "%2F", and a name made
+/// only of dots has every '.' -> "%2E".
+std::string EscapeH5Name(const std::string& name);
+
+}  // namespace seedstore
