@@ -149,7 +149,8 @@ void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step);
 /// seconds and returns. Unset, malformed, or another rank or step: returns at once. The steps
 /// of Reshard/SaveBuffers (io/dist_store.h) are "lock", "plan", "source-fingerprints",
 /// "rank-files", "master", "prove", "before-rename", "after-rename" and "done"; VerifyCatalog's
-/// (verify-ranks) is "verify", at its start.
+/// (verify-ranks) is "verify", at its start; the multi-rank commands' last is "end", after
+/// their final barrier, before MPI_Finalize (RunRanks, tools/cli.h).
 void TestFaultPoint(int rank, const char* step);
 
 struct VerifyOptions {
