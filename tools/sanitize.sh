@@ -82,12 +82,14 @@ fi
 # LSan matches a suppression against the stack recorded at malloc time. OpenMPI's libraries are
 # built without frame pointers, so the default fast unwinder stops inside them and the stack
 # would not show which library allocated: the mpi tier runs with the slow (DWARF) unwinder.
-ctest --test-dir "$BUILD" -L "$LABELS" -LE '^mpi$' -E '^Cli[.]FullDisk' --output-on-failure "$@" || rc=$?
-# The full-disk tests with full stacks: HDF5's leak when H5Fcreate fails on a full disk is
-# suppressed by its frame name (lsan.supp), which the fast unwinder does not record.
-if [[ cli =~ $LABELS ]]; then
+SLOW='^(Cli[.]FullDisk|FlipSweep[.]CommandLine|DamagedMetadata[.])'
+ctest --test-dir "$BUILD" -L "$LABELS" -LE '^mpi$' -E "$SLOW" --output-on-failure "$@" || rc=$?
+# The full-disk and damaged-metadata tests with full stacks: HDF5's leaks when H5Fcreate fails
+# on a full disk, or when it decodes damaged metadata, are suppressed by their frame names
+# (lsan.supp), which the fast unwinder does not record.
+if [[ cli =~ $LABELS || golden =~ $LABELS ]]; then
   ASAN_OPTIONS=$ASAN_OPTIONS:fast_unwind_on_malloc=0 \
-    ctest --test-dir "$BUILD" -L "$LABELS" -R '^Cli[.]FullDisk' --output-on-failure "$@" || rc=$?
+    ctest --test-dir "$BUILD" -L "$LABELS" -R "$SLOW" --output-on-failure "$@" || rc=$?
 fi
 # use_tls=0 only for the tests that start the mpi test binary itself under mpirun (MpiLive,
 # MpiLocalRank): in those processes, 3 or 4 to a 2-core machine, LSan (gcc 12's runtime)
