@@ -17,6 +17,10 @@
 // kIo and leaves the communicator unusable (a started MPI operation cannot be cancelled): the
 // caller prints its message and calls Abort(), which ends the whole job (MPI_Abort) instead of
 // hanging. A rank that dies is normally reaped by mpirun at once; the deadline is the backstop.
+// Buffers after a timeout: the arrival and heartbeat messages use the backend's own storage,
+// kept (reachable, never freed) until exit once the object is broken (io/mpi_deadline.h); the
+// caller's send/receive buffers of the collective that timed out are not copied, so after a
+// kIo MPI may still write into them until the process exits -- keep them alive (or Abort).
 #pragma once
 #include <memory>
 #include <string>
