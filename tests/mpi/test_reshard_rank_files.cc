@@ -105,6 +105,16 @@ TEST(ReshardVds, ManyRankFilesOpenUnderALowDescriptorLimit) {
   const Proc hard = Shell("bash -c 'ulimit -n 32 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
   EXPECT_EQ(hard.code, 0) << hard.err;
   EXPECT_EQ(hard.out, whole.out);
+#ifdef __SANITIZE_ADDRESS__
+  // The sanitizer build (SEEDSTORE_SANITIZE: ASan + UBSan) cannot run this last case: UBSan's
+  // vptr check tests that an object's vtable is readable by writing it into a pipe() and, in a
+  // process with no two descriptors free, calls every virtual call "object has invalid vptr"
+  // (the report at CLI11's App constructor, the first virtual call of the CLI). A run out of
+  // descriptors is what this case is about, and no UBSAN_OPTIONS suppression applies (vptr_check
+  // suppressions match the dynamic type, which is the part that could not be read).
+  GTEST_SKIP() << "sanitizer build: UBSan's vptr check needs free descriptors (pipe), so a "
+                  "process run out of them under `ulimit -n 5` cannot be checked";
+#endif
   const Proc tiny = Shell("bash -c 'ulimit -n 5 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
   EXPECT_EQ(tiny.code, 5) << tiny.out << tiny.err;
   EXPECT_NE(tiny.err.find("Too many open files (this process may open 5 files"), std::string::npos) << tiny.err;
