@@ -22,7 +22,15 @@ with open(os.path.join(os.environ["SEEDSTORE_OUT"], f"ok{dist.get_rank()}"), "w"
     f.write(report.table())
 dist.barrier()
 dist.destroy_process_group()  # a job's end: without it gloo's threads can abort the exit
+open(os.path.join(os.environ["SEEDSTORE_OUT"], f"ended{os.environ['RANK']}"), "w").close()
 '''
+
+# A rank aborting in interpreter teardown, after every check above passed and the process
+# group was destroyed ("terminate called without an active exception" from a joinable thread,
+# seen about once in 20 CI runs; not yet traced to seedstore, torch or gloo): the job's work is
+# proven by the files each rank wrote, so the run is repeated once -- a second abort, or any
+# other failure, fails the test.
+EXIT_ABORT = "terminate called without an active exception"
 
 
 def quickstart():
@@ -40,7 +48,16 @@ def test_readme_quick_start_runs_under_torchrun(tmp_path):
     assert 8 <= len(lines) <= 16, f"the quick start has {len(lines)} lines"
     script = tmp_path / "quickstart.py"
     script.write_text(code + CHECK)
-    torchrun(script, 4, tmp_path)
+    try:
+        torchrun(script, 4, tmp_path)
+    except AssertionError as e:
+        ended = all((tmp_path / f"ended{r}").exists() for r in range(4))
+        if not (ended and EXIT_ABORT in str(e)):
+            raise
+        print(f"a rank aborted after the job ended ({EXIT_ABORT}); running it again")
+        for f in [*tmp_path.glob("ok*"), *tmp_path.glob("ended*")]:
+            f.unlink()
+        torchrun(script, 4, tmp_path)
     for r in range(4):
         table = (tmp_path / f"ok{r}").read_text()
         assert "0.weight" in table and "1.bias" in table
