@@ -33,34 +33,18 @@ std::vector<uint64_t> ChooseChunk(const std::vector<uint64_t>& shape, int es, ui
   return c;
 }
 
-// Copies the intersection `in` (tensor coordinates) from a buffer holding box `s` (row-major,
-// extents s_ext) into a buffer holding box `d`.
+// The intersection as a box of each buffer: CopyBox with the offsets of i_start in both.
 void CopyIntersection(const uint8_t* src, const uint64_t* s_start, const uint64_t* s_ext,
                       uint8_t* dst, const uint64_t* d_start, const uint64_t* d_ext,
                       const uint64_t* i_start, const uint64_t* i_stop, int rank, size_t es) {
-  if (rank == 0) {
-    std::memcpy(dst, src, es);
-    return;
-  }
-  for (int k = 0; k < rank; ++k)
+  uint64_t soff[kMaxRank], doff[kMaxRank], ext[kMaxRank];
+  for (int k = 0; k < rank; ++k) {
     if (i_stop[k] <= i_start[k]) return;
-  const size_t run = (i_stop[rank - 1] - i_start[rank - 1]) * es;
-  uint64_t idx[kMaxRank];
-  for (int k = 0; k < rank; ++k) idx[k] = i_start[k];
-  for (;;) {
-    uint64_t so = 0, doff = 0;
-    for (int k = 0; k < rank; ++k) {
-      so = so * s_ext[k] + (idx[k] - s_start[k]);
-      doff = doff * d_ext[k] + (idx[k] - d_start[k]);
-    }
-    std::memcpy(dst + doff * es, src + so * es, run);
-    int k = rank - 2;
-    for (; k >= 0; --k) {
-      if (++idx[k] < i_stop[k]) break;
-      idx[k] = i_start[k];
-    }
-    if (k < 0) return;
+    soff[k] = i_start[k] - s_start[k];
+    doff[k] = i_start[k] - d_start[k];
+    ext[k] = i_stop[k] - i_start[k];
   }
+  CopyBox(src, s_ext, soff, dst, d_ext, doff, ext, rank, es);
 }
 
 // HDF5's shuffle filter: byte j of element i goes to j * n + i; trailing bytes copied.
@@ -219,7 +203,7 @@ void CopyBox(const unsigned char* src, const uint64_t* sext, const uint64_t* sof
   for (int d = 0; d < rank - 1; ++d) rows *= ext[d];
   const size_t row_bytes = ext[rank - 1] * es;
   if (row_bytes == 0) return;
-  std::vector<uint64_t> idx(rank, 0);
+  uint64_t idx[kMaxRank] = {};
   for (uint64_t q = 0; q < rows; ++q) {
     uint64_t so = 0, dof = 0;
     for (int d = 0; d < rank; ++d) {
