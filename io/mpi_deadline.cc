@@ -35,7 +35,6 @@ std::string Ranks(const std::vector<int>& r) {
 struct Retained {
   std::mutex mu;
   std::vector<std::unique_ptr<MpiDeadline>> deadlines;
-  std::vector<std::vector<unsigned char>> buffers;
 };
 Retained& RetainedStore() {
   static Retained* r = new Retained;  // deliberately never freed
@@ -85,13 +84,11 @@ MpiDeadline::~MpiDeadline() {
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-void MpiDeadline::RetainUntilExit(std::unique_ptr<MpiDeadline> d,
-                                  std::vector<std::vector<unsigned char>> buffers) {
+void MpiDeadline::RetainUntilExit(std::unique_ptr<MpiDeadline> d) {
   if (!d || !d->broken_) return;  // nothing pending: freed here
   Retained& r = RetainedStore();
   std::lock_guard<std::mutex> lock(r.mu);
   r.deadlines.push_back(std::move(d));
-  for (auto& b : buffers) r.buffers.push_back(std::move(b));
 }
 
 Status MpiDeadline::Run(const char* what, double timeout_s,

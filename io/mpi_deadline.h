@@ -6,8 +6,8 @@
 // Buffer lifetime. After a timeout the started MPI requests stay pending (MPI cannot cancel a
 // started collective), and a late message can still land in their buffers. Every buffer this
 // unit posts (arrival tokens, heartbeats) is a member, never a stack local; an owner that is
-// broken hands its MpiDeadline to RetainUntilExit, which keeps it (and the owner's own staging
-// buffers, moved into Retained()) reachable until the process exits. That memory is
+// broken hands its MpiDeadline to RetainUntilExit, which keeps it reachable until the process
+// exits. That memory is
 // deliberately never freed, and stays reachable from a global, so LeakSanitizer does not
 // report it.
 #pragma once
@@ -58,10 +58,8 @@ class MpiDeadline {
   /// Whether a Run timed out or failed: requests may still be pending on buffers here.
   bool broken() const { return broken_; }
 
-  /// Keeps `d` (and `buffers`, an owner's staging memory that pending requests may still
-  /// write) reachable until exit when d is broken; otherwise frees them now.
-  static void RetainUntilExit(std::unique_ptr<MpiDeadline> d,
-                              std::vector<std::vector<unsigned char>> buffers = {});
+  /// Keeps `d` reachable until exit when it is broken; otherwise frees it now.
+  static void RetainUntilExit(std::unique_ptr<MpiDeadline> d);
 
  private:
   MpiDeadline() = default;
