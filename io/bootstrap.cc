@@ -1,4 +1,5 @@
-// io/bootstrap.h: the exchanges built on Put/Get, and the callback-backed store.
+// io/bootstrap.h: the Bootstrap base, and the store transport (exchanges over a key-value
+// store reached through callbacks).
 #include "io/bootstrap.h"
 
 #include <algorithm>
@@ -68,14 +69,56 @@ class CallbackBootstrap final : public Bootstrap {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  const char* transport() const override { return "store"; }
 
-  Status Put(const std::string& key, std::string_view bytes) override {
+  Result<std::vector<std::string>> GatherAll(std::string_view mine, const char* what,
+                                             double timeout_s) override {
+    SEEDSTORE_RETURN_IF_ERROR(Usable(what));
+    Result<std::vector<std::string>> r = GatherAllOnce(mine, what, timeout_s);
+    if (!r.ok() && r.status().code() == Code::kIo) broken_ = true;
+    return r;
+  }
+
+  Result<std::string> Broadcast(std::string_view bytes, int root, const char* what,
+                                double timeout_s) override {
+    if (root < 0 || root >= size_)
+      return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
+                             " outside a world of " + std::to_string(size_));
+    SEEDSTORE_RETURN_IF_ERROR(Usable(what));
+    const std::string key = NextKey(what);
+    if (rank_ == root) {
+      Status st = Put(key, bytes);
+      if (!st.ok()) {
+        broken_ = true;
+        return st;
+      }
+      return std::string(bytes);
+    }
+    Result<std::string> v = Get(key, root, timeout_s);
+    if (!v.ok()) {
+      broken_ = true;
+      return IoError("step '" + std::string(what) + "': " + v.status().message() +
+                     " (seen by rank " + std::to_string(rank_) + ")");
+    }
+    return v;
+  }
+
+ private:
+  Status Usable(const char* what) const {
+    if (!broken_) return Status::Ok();
+    return IoError(std::string(what) + ": the store bootstrap is unusable after an earlier failure");
+  }
+
+  std::string NextKey(const char* what) { return std::string(what) + "/" + std::to_string(seq_++); }
+
+  Status Put(const std::string& key, std::string_view bytes) {
     Status st = cb_.put(prefix_ + key, bytes);
     if (!st.ok()) return IoError("store: put '" + prefix_ + key + "': " + st.message());
     return st;
   }
 
-  Result<std::string> Get(const std::string& key, int owner, double timeout_s) override {
+  // The bytes under `key`, which rank `owner` puts, waiting up to timeout_s (<= 0: forever).
+  Result<std::string> Get(const std::string& key, int owner, double timeout_s) {
     const std::string full = prefix_ + key;
     // Waiting forever is waiting in long slices (a store's own limit may be shorter).
     const double slice = timeout_s > 0 ? timeout_s : 600;
@@ -89,12 +132,53 @@ class CallbackBootstrap final : public Bootstrap {
     }
   }
 
-  bool Has(const std::string& key) override { return cb_.has && cb_.has(prefix_ + key); }
+  bool Has(const std::string& key) { return cb_.has && cb_.has(prefix_ + key); }
 
- private:
+  Result<std::vector<std::string>> GatherAllOnce(std::string_view mine, const char* what,
+                                                 double timeout_s) {
+    const std::string key = NextKey(what);
+    const double t0 = Now();
+    if (rank_ != 0) {
+      SEEDSTORE_RETURN_IF_ERROR(Put(key + "/" + std::to_string(rank_), mine));
+      // Later than rank 0's deadline, so that rank 0 names the missing ranks first.
+      const double grace = std::min(2.0, 0.5 * timeout_s);
+      Result<std::string> all = Get(key + "/all", 0, timeout_s > 0 ? timeout_s + grace : 0);
+      if (!all.ok())
+        return IoError("step '" + std::string(what) + "': " + all.status().message() +
+                       " (seen by rank " + std::to_string(rank_) + ")");
+      return UnpackBlocks(*all, what);
+    }
+    std::vector<std::string> blocks(size_);
+    blocks[0] = std::string(mine);
+    Status failed;
+    for (int r = 1; r < size_ && failed.ok(); ++r) {
+      const double left = timeout_s > 0 ? std::max(1e-3, t0 + timeout_s - Now()) : 0;
+      Result<std::string> b = Get(key + "/" + std::to_string(r), r, left);
+      if (b.ok()) {
+        blocks[r] = std::move(*b);
+        continue;
+      }
+      std::string m = "step '" + std::string(what) + "': " + b.status().message();
+      std::vector<int> also;
+      for (int q = r + 1; q < size_; ++q)
+        if (!Has(key + "/" + std::to_string(q))) also.push_back(q);
+      if (!also.empty())
+        m += "; nor did rank" + std::string(also.size() > 1 ? "s " : " ") + RankList(also);
+      failed = Status(b.status().code(), m);
+    }
+    if (!failed.ok()) {
+      (void)Put(key + "/all", "E" + failed.message());  // the others report it too
+      return failed;
+    }
+    SEEDSTORE_RETURN_IF_ERROR(Put(key + "/all", PackBlocks(blocks)));
+    return blocks;
+  }
+
   int rank_, size_;
   std::string prefix_;
   BootstrapCallbacks cb_;
+  unsigned long long seq_ = 0;
+  bool broken_ = false;
 };
 
 }  // namespace
@@ -103,67 +187,6 @@ void Bootstrap::Abort(int exit_code) {
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(exit_code);
-}
-
-std::string Bootstrap::NextKey(const char* what) {
-  return std::string(what) + "/" + std::to_string(seq_++);
-}
-
-Result<std::vector<std::string>> Bootstrap::GatherAll(std::string_view mine, const char* what,
-                                                      double timeout_s) {
-  const std::string key = NextKey(what);
-  const int me = rank(), n = size();
-  const double t0 = Now();
-  if (me != 0) {
-    SEEDSTORE_RETURN_IF_ERROR(Put(key + "/" + std::to_string(me), mine));
-    // Later than rank 0's deadline, so that rank 0 names the missing ranks first.
-    const double grace = std::min(2.0, 0.5 * timeout_s);
-    Result<std::string> all = Get(key + "/all", 0, timeout_s > 0 ? timeout_s + grace : 0);
-    if (!all.ok())
-      return IoError("step '" + std::string(what) + "': " + all.status().message() +
-                     " (seen by rank " + std::to_string(me) + ")");
-    return UnpackBlocks(*all, what);
-  }
-  std::vector<std::string> blocks(n);
-  blocks[0] = std::string(mine);
-  Status failed;
-  for (int r = 1; r < n && failed.ok(); ++r) {
-    const double left = timeout_s > 0 ? std::max(1e-3, t0 + timeout_s - Now()) : 0;
-    Result<std::string> b = Get(key + "/" + std::to_string(r), r, left);
-    if (b.ok()) {
-      blocks[r] = std::move(*b);
-      continue;
-    }
-    std::string m = "step '" + std::string(what) + "': " + b.status().message();
-    std::vector<int> also;
-    for (int q = r + 1; q < n; ++q)
-      if (!Has(key + "/" + std::to_string(q))) also.push_back(q);
-    if (!also.empty()) m += "; nor did rank" + std::string(also.size() > 1 ? "s " : " ") + RankList(also);
-    failed = Status(b.status().code(), m);
-  }
-  if (!failed.ok()) {
-    (void)Put(key + "/all", "E" + failed.message());  // the others report it too
-    return failed;
-  }
-  SEEDSTORE_RETURN_IF_ERROR(Put(key + "/all", PackBlocks(blocks)));
-  return blocks;
-}
-
-Result<std::string> Bootstrap::Broadcast(std::string_view bytes, int root, const char* what,
-                                         double timeout_s) {
-  if (root < 0 || root >= size())
-    return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
-                           " outside a world of " + std::to_string(size()));
-  const std::string key = NextKey(what);
-  if (rank() == root) {
-    SEEDSTORE_RETURN_IF_ERROR(Put(key, bytes));
-    return std::string(bytes);
-  }
-  Result<std::string> v = Get(key, root, timeout_s);
-  if (!v.ok())
-    return IoError("step '" + std::string(what) + "': " + v.status().message() + " (seen by rank " +
-                   std::to_string(rank()) + ")");
-  return v;
 }
 
 Status Bootstrap::Barrier(const char* what, double timeout_s) {

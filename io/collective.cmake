@@ -2,8 +2,8 @@
 # seedstore_io. collective_mpi.cc compiles to a stub without MPI. io/nccl_comm.cc has NCCL
 # (SEEDSTORE_HAVE_NCCL) when CUDA, nccl.h and libnccl are found -- MPI is not needed: a world
 # of one (tests/gpu/test_nccl_comm.cc) or a caller-given unique id need no bootstrap; under
-# mpirun the MPI backend carries the unique id, under torchrun a key-value store
-# (io/bootstrap.h). Without NCCL the NCCL factories return kUnsupported.
+# mpirun the MPI backend carries the unique id, under torchrun a key-value store through the
+# Bootstrap seam (io/bootstrap.h). Without NCCL the NCCL factories return kUnsupported.
 set(SEEDSTORE_HAVE_NCCL OFF)
 if(SEEDSTORE_HAVE_CUDA)
   find_path(SEEDSTORE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)

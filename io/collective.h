@@ -75,7 +75,7 @@ std::unique_ptr<Collective> CreateSelfCollective(CollectiveOptions o = {});
 /// without MPI; kIo when MPI fails to initialize.
 Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions o = {});
 
-/// NCCL on this rank's GPU, bootstrapped over `bootstrap` (MPI; a store, CreateStoreCollective,
+/// NCCL on this rank's GPU, bootstrapped over `bootstrap` (MPI; a store, CreateBootstrapCollective,
 /// under a launcher without MPI; self for a world of one),
 /// which the result owns (Abort goes through it): the rank binds its node-local GPU
 /// (BindNodeLocalGpu, io/device.h), the ranks all-gather their GPU claims and refuse two ranks
@@ -91,15 +91,16 @@ Result<std::unique_ptr<Collective>> CreateMpiCollective(CollectiveOptions o = {}
 Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collective> bootstrap,
                                                          CollectiveOptions o = {}, int device = -1);
 
-/// The "store" backend: a world of ranks over a key-value store (io/bootstrap.h), no MPI. Every
-/// step is one Bootstrap::GatherAll (Broadcast: one Put and Gets), with o.timeout_s as its
-/// deadline: a rank that stalls or dies is named on every live rank (kIo), never a hang; after
-/// a kIo the object is unusable (broken()). Abort ends this process only (the launcher ends the
-/// rest). Creating it is itself a step ("store setup") that every rank must make. Errors:
-/// kInvalidArgument (no bootstrap; ranks started with different world sizes, naming both),
-/// kIo (a rank did not arrive, naming it; the store failed).
-Result<std::unique_ptr<Collective>> CreateStoreCollective(std::unique_ptr<Bootstrap> bootstrap,
-                                                          CollectiveOptions o = {});
+/// A world of ranks over a Bootstrap (io/bootstrap.h): "store" over a key-value store (no MPI;
+/// torchrun), or over MPI. Every step is one exchange of the bootstrap (GatherAll; Broadcast;
+/// Barrier) with o.timeout_s as its deadline: a rank that stalls or dies is named as the
+/// bootstrap's fault contract says, never a hang; after a kIo the object is unusable
+/// (broken()). backend() is the bootstrap's transport(). Abort is the bootstrap's. Creating it
+/// is itself a step ("bootstrap setup") that every rank must make. Errors: kInvalidArgument (no
+/// bootstrap; ranks started with different world sizes, naming both), kIo (a rank did not
+/// arrive, naming it; the transport failed).
+Result<std::unique_ptr<Collective>> CreateBootstrapCollective(std::unique_ptr<Bootstrap> bootstrap,
+                                                              CollectiveOptions o = {});
 
 /// NCCL rank `rank` of `nranks` on CUDA device `device`, from a unique id the caller made
 /// (NcclNewUniqueId on one rank) and distributed by its own means; no bootstrap, so Abort

@@ -35,6 +35,7 @@ std::string Ranks(const std::vector<int>& r) {
 struct Retained {
   std::mutex mu;
   std::vector<std::unique_ptr<MpiDeadline>> deadlines;
+  std::vector<std::shared_ptr<void>> buffers;
 };
 Retained& RetainedStore() {
   static Retained* r = new Retained;  // deliberately never freed
@@ -89,6 +90,13 @@ void MpiDeadline::RetainUntilExit(std::unique_ptr<MpiDeadline> d) {
   Retained& r = RetainedStore();
   std::lock_guard<std::mutex> lock(r.mu);
   r.deadlines.push_back(std::move(d));
+}
+
+void RetainBuffersUntilExit(std::shared_ptr<void> buffers) {
+  if (!buffers) return;
+  Retained& r = RetainedStore();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.buffers.push_back(std::move(buffers));
 }
 
 Status MpiDeadline::Run(const char* what, double timeout_s,

@@ -6,10 +6,10 @@
 // Buffer lifetime. After a timeout the started MPI requests stay pending (MPI cannot cancel a
 // started collective), and a late message can still land in their buffers. Every buffer this
 // unit posts (arrival tokens, heartbeats) is a member, never a stack local; an owner that is
-// broken hands its MpiDeadline to RetainUntilExit, which keeps it reachable until the process
-// exits. That memory is
-// deliberately never freed, and stays reachable from a global, so LeakSanitizer does not
-// report it.
+// broken hands its MpiDeadline to RetainUntilExit, and the buffers of its own timed-out
+// operations to RetainBuffersUntilExit, which keep them reachable until the process exits.
+// That memory is deliberately never freed, and stays reachable from a global, so
+// LeakSanitizer does not report it.
 #pragma once
 #if SEEDSTORE_HAVE_MPI
 #define OMPI_SKIP_MPICXX 1
@@ -41,6 +41,10 @@ std::string MpiError(int rc);
 /// Initializes MPI (MPI_THREAD_FUNNELED) unless it already is; *owns says whether this call
 /// did. Errors: kIo (already finalized; MPI_Init_thread failed).
 Status EnsureMpiInitialized(bool* owns);
+
+/// Keeps `buffers` -- the staging memory of an operation whose Run failed, whose request may
+/// still be pending -- reachable until exit.
+void RetainBuffersUntilExit(std::shared_ptr<void> buffers);
 
 /// The deadline, heartbeat and blame state of one communicator.
 class MpiDeadline {

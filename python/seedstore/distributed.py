@@ -6,7 +6,8 @@
 
 The ranks meet through a key-value store -- torch.distributed's TCPStore or FileStore (set,
 get, wait with a timeout), or any object with set(key, bytes) and get(key) -- the library's
-Bootstrap seam (io/bootstrap.h). Backend "store" exchanges through the store itself (CPU, no
+Bootstrap seam (io/bootstrap.h), whose other transport is MPI (for jobs under mpirun, which
+need no store). Backend "store" exchanges through the store itself (CPU, no
 GPU needed); "nccl" creates an NCCL communicator on this rank's GPU whose unique id travels
 through the store. Every step has a deadline: a rank that stalls or dies is named on the
 others (IoError) instead of hanging them.

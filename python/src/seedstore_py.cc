@@ -841,7 +841,7 @@ NB_MODULE(_seedstore, m) {
   // rank `rank` of `size` over the store reached through put(key, bytes), get(key, timeout_s)
   // -> bytes or None (not there within the timeout) and has(key) -> bool (or None), keys
   // prefixed with `prefix`; backend "store" or "nccl" (on CUDA device `device`, -1: the
-  // node-local one). Blocks until every rank has arrived (io/collective.h CreateStoreCollective).
+  // node-local one). Blocks until every rank has arrived (io/collective.h CreateBootstrapCollective).
   m.def("_store_communicator", [](int rank, int size, const std::string& prefix, nb::object put,
                                   nb::object get, nb::object has, const std::string& backend,
                                   int device, double timeout) {
@@ -856,7 +856,7 @@ NB_MODULE(_seedstore, m) {
     Result<std::unique_ptr<Collective>> c = std::unique_ptr<Collective>();
     {
       nb::gil_scoped_release rel;
-      c = CreateStoreCollective(std::move(b), o);
+      c = CreateBootstrapCollective(std::move(b), o);
       if (c.ok() && backend == "nccl") c = CreateNcclCollective(std::move(c).value(), o, device);
     }
     PyComm out;

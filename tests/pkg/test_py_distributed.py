@@ -160,7 +160,7 @@ def test_store_backend_all_gather_on_threads(kind, tmp_path):
 def test_missing_ranks_are_named_by_the_store_backend():
     store = DictStore()
     t0 = time.monotonic()
-    with pytest.raises(seedstore.IoError, match=r"rank 1 did not put '.*store setup.*' within 0.5 s.*nor did ranks 2, 3"):
+    with pytest.raises(seedstore.IoError, match=r"rank 1 did not put '.*bootstrap setup.*' within 0.5 s.*nor did ranks 2, 3"):
         seedstore.init_distributed(store, rank=0, world_size=4, backend="store", timeout=0.5)
     assert time.monotonic() - t0 < 5
     with pytest.raises(seedstore.IoError, match=r"rank 0 did not put .* \(seen by rank 3\)"):

@@ -1,6 +1,6 @@
-// The "store" backend of io/collective.h: a Collective over a Bootstrap (io/bootstrap.h),
-// every step one GatherAll (or Broadcast) through the store. For CPU checks without MPI and
-// for bootstrapping NCCL; each step costs size() puts and gets at rank 0.
+// The bootstrap backend of io/collective.h: a Collective over a Bootstrap (io/bootstrap.h),
+// every step one GatherAll (or Broadcast, or Barrier) of the bootstrap. For CPU checks without
+// MPI and for bootstrapping NCCL; over a store each step costs size() puts and gets at rank 0.
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -11,15 +11,15 @@
 namespace seedstore {
 namespace {
 
-class StoreCollective final : public Collective {
+class BootstrapCollective final : public Collective {
  public:
-  StoreCollective(std::unique_ptr<Bootstrap> b, CollectiveOptions o) : b_(std::move(b)) {
+  BootstrapCollective(std::unique_ptr<Bootstrap> b, CollectiveOptions o) : b_(std::move(b)) {
     options_ = o;
   }
 
   int rank() const override { return b_->rank(); }
   int size() const override { return b_->size(); }
-  const char* backend() const override { return "store"; }
+  const char* backend() const override { return b_->transport(); }
   bool broken() const override { return broken_; }
 
   Status AllGather(const void* send, size_t bytes, void* recv, const char* what) override {
@@ -86,7 +86,7 @@ class StoreCollective final : public Collective {
   }
   Status Usable(const char* what) const {
     if (!broken_) return Status::Ok();
-    return IoError(std::string(what) + ": the store communicator is unusable after an earlier failure");
+    return IoError(std::string(what) + ": the bootstrap communicator is unusable after an earlier failure");
   }
   // After a failed step the ranks' step counters may differ: the object is done.
   Status Fail(Status st) {
@@ -100,20 +100,20 @@ class StoreCollective final : public Collective {
 
 }  // namespace
 
-Result<std::unique_ptr<Collective>> CreateStoreCollective(std::unique_ptr<Bootstrap> bootstrap,
+Result<std::unique_ptr<Collective>> CreateBootstrapCollective(std::unique_ptr<Bootstrap> bootstrap,
                                                           CollectiveOptions o) {
-  if (!bootstrap) return InvalidArgument("store backend: no bootstrap");
+  if (!bootstrap) return InvalidArgument("bootstrap backend: no bootstrap");
   // Every rank's world size first, so that ranks started with different sizes are named
   // instead of waiting for ranks that do not exist.
   const std::string mine = std::to_string(bootstrap->size());
   SEEDSTORE_ASSIGN_OR_RETURN(std::vector<std::string> sizes,
-                             bootstrap->GatherAll(mine, "store setup", o.timeout_s));
+                             bootstrap->GatherAll(mine, "bootstrap setup", o.timeout_s));
   for (size_t r = 0; r < sizes.size(); ++r)
     if (sizes[r] != mine)
-      return InvalidArgument("store backend: world size mismatch: rank " + std::to_string(r) +
+      return InvalidArgument("bootstrap backend: world size mismatch: rank " + std::to_string(r) +
                              " was started with world size " + sizes[r] + ", rank " +
                              std::to_string(bootstrap->rank()) + " with " + mine);
-  auto c = std::make_unique<StoreCollective>(std::move(bootstrap), o);
+  auto c = std::make_unique<BootstrapCollective>(std::move(bootstrap), o);
   return std::unique_ptr<Collective>(std::move(c));
 }
 

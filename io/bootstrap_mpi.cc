@@ -1,0 +1,169 @@
+// The MPI transport of io/bootstrap.h: each exchange is one or two non-blocking MPI
+// collectives run through the deadline machinery (io/mpi_deadline.h), on staging buffers that
+// are retained until exit when an exchange times out.
+#include "io/bootstrap.h"
+
+#if SEEDSTORE_HAVE_MPI
+#include "io/mpi_deadline.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+namespace seedstore {
+namespace {
+
+class MpiBootstrap final : public Bootstrap {
+ public:
+  static Result<std::unique_ptr<Bootstrap>> Create() {
+    bool owns = false;
+    SEEDSTORE_RETURN_IF_ERROR(EnsureMpiInitialized(&owns));
+    auto b = std::unique_ptr<MpiBootstrap>(new MpiBootstrap(owns));
+    SEEDSTORE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &b->comm_), "MPI bootstrap setup");
+    MPI_Comm_set_errhandler(b->comm_, MPI_ERRORS_RETURN);
+    SEEDSTORE_ASSIGN_OR_RETURN(b->deadline_, MpiDeadline::Create(b->comm_));
+    MPI_Comm_rank(b->comm_, &b->rank_);
+    MPI_Comm_size(b->comm_, &b->size_);
+    return std::unique_ptr<Bootstrap>(std::move(b));
+  }
+
+  ~MpiBootstrap() override {
+    if (deadline_ && deadline_->broken()) {  // requests are still pending: finalizing would hang
+      MpiDeadline::RetainUntilExit(std::move(deadline_));
+      return;
+    }
+    deadline_.reset();
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_init_ && !finalized) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* transport() const override { return "mpi"; }
+
+  // Every rank's block size (an all-gather of one u64), then the blocks (an all-gatherv).
+  Result<std::vector<std::string>> GatherAll(std::string_view mine, const char* what,
+                                             double timeout_s) override {
+    struct Stage {
+      std::string send, recv;
+      uint64_t send_size = 0;
+      std::vector<uint64_t> sizes;
+      std::vector<int> counts, displs;
+    };
+    auto s = std::make_shared<Stage>();
+    s->send = std::string(mine);
+    s->send_size = mine.size();
+    s->sizes.assign(size_, 0);
+    SEEDSTORE_RETURN_IF_ERROR(Run(s, what, timeout_s, [&](MPI_Request* req) {
+      return req ? MPI_Iallgather(&s->send_size, 1, MPI_UINT64_T, s->sizes.data(), 1,
+                                  MPI_UINT64_T, comm(), req)
+                 : MPI_Allgather(&s->send_size, 1, MPI_UINT64_T, s->sizes.data(), 1,
+                                 MPI_UINT64_T, comm());
+    }));
+    uint64_t total = 0;
+    for (uint64_t n : s->sizes) total += n;  // every rank sees the same sizes: the same verdict
+    if (total > static_cast<uint64_t>(INT_MAX))
+      return InvalidArgument(std::string("step '") + what + "': the ranks' blocks total " +
+                             std::to_string(total) + " bytes, over MPI's INT_MAX");
+    s->counts.resize(size_);
+    s->displs.resize(size_);
+    for (int r = 0, at = 0; r < size_; at += s->counts[r], ++r) {
+      s->counts[r] = static_cast<int>(s->sizes[r]);
+      s->displs[r] = at;
+    }
+    s->recv.resize(total);
+    const int n = static_cast<int>(s->send.size());
+    SEEDSTORE_RETURN_IF_ERROR(Run(s, what, timeout_s, [&](MPI_Request* req) {
+      return req ? MPI_Iallgatherv(s->send.data(), n, MPI_BYTE, s->recv.data(), s->counts.data(),
+                                   s->displs.data(), MPI_BYTE, comm(), req)
+                 : MPI_Allgatherv(s->send.data(), n, MPI_BYTE, s->recv.data(), s->counts.data(),
+                                  s->displs.data(), MPI_BYTE, comm());
+    }));
+    std::vector<std::string> blocks(size_);
+    for (int r = 0; r < size_; ++r) blocks[r] = s->recv.substr(s->displs[r], s->counts[r]);
+    return blocks;
+  }
+
+  // The root's size (a broadcast of one u64), then its bytes.
+  Result<std::string> Broadcast(std::string_view bytes, int root, const char* what,
+                                double timeout_s) override {
+    if (root < 0 || root >= size_)
+      return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
+                             " outside a world of " + std::to_string(size_));
+    struct Stage {
+      uint64_t n = 0;
+      std::string data;
+    };
+    auto s = std::make_shared<Stage>();
+    if (rank_ == root) {
+      s->data = std::string(bytes);
+      s->n = bytes.size();
+    }
+    SEEDSTORE_RETURN_IF_ERROR(Run(s, what, timeout_s, [&](MPI_Request* req) {
+      return req ? MPI_Ibcast(&s->n, 1, MPI_UINT64_T, root, comm(), req)
+                 : MPI_Bcast(&s->n, 1, MPI_UINT64_T, root, comm());
+    }));
+    if (s->n > static_cast<uint64_t>(INT_MAX))
+      return InvalidArgument(std::string("step '") + what + "': a broadcast of " +
+                             std::to_string(s->n) + " bytes, over MPI's INT_MAX");
+    s->data.resize(s->n);
+    const int n = static_cast<int>(s->n);
+    if (n > 0)
+      SEEDSTORE_RETURN_IF_ERROR(Run(s, what, timeout_s, [&](MPI_Request* req) {
+        return req ? MPI_Ibcast(s->data.data(), n, MPI_BYTE, root, comm(), req)
+                   : MPI_Bcast(s->data.data(), n, MPI_BYTE, root, comm());
+      }));
+    return std::move(s->data);
+  }
+
+  Status Barrier(const char* what, double timeout_s) override {
+    return deadline_->Run(what, timeout_s, [&](MPI_Request* req) {
+      return req ? MPI_Ibarrier(comm(), req) : MPI_Barrier(comm());
+    });
+  }
+
+  [[noreturn]] void Abort(int exit_code) override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);  // not reached
+  }
+
+ private:
+  explicit MpiBootstrap(bool owns) : owns_init_(owns) {}
+
+  MPI_Comm comm() const { return comm_; }
+
+  // One operation through the deadline; when it fails, its staging buffers stay allocated.
+  template <typename StagePtr>
+  Status Run(const StagePtr& stage, const char* what, double timeout_s,
+             const std::function<int(MPI_Request*)>& start) {
+    Status st = deadline_->Run(what, timeout_s, start);
+    if (!st.ok()) RetainBuffersUntilExit(stage);
+    return st;
+  }
+
+  bool owns_init_ = false;
+  std::unique_ptr<MpiDeadline> deadline_;
+  int rank_ = 0, size_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Bootstrap>> CreateMpiBootstrap() { return MpiBootstrap::Create(); }
+
+}  // namespace seedstore
+
+#else  // !SEEDSTORE_HAVE_MPI
+
+namespace seedstore {
+Result<std::unique_ptr<Bootstrap>> CreateMpiBootstrap() {
+  return Unsupported("MPI bootstrap: seedstore was built without MPI");
+}
+}  // namespace seedstore
+
+#endif
