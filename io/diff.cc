@@ -2,6 +2,7 @@
 #include "io/diff.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "io/dist_store.h"
@@ -166,25 +167,136 @@ uint64_t DiffWorkBytes(const Catalog& a, const Catalog& b, const std::string& gl
   return work;
 }
 
-Result<DiffReport> Diff(const Catalog& A, const Catalog& B, const DiffOptions& o) {
-  if (Status g = CheckGlobMatches(o.tensors, {&A, &B}); !g.ok()) return g;
-  auto advance = [&](uint64_t n) {
+namespace {
+
+// One Diff call: the two catalogs, the options, and the comparison of a tensor of one with the
+// tensor of the same name of the other.
+class Differ {
+ public:
+  Differ(const Catalog& a, const Catalog& b, const DiffOptions& o) : A(a), B(b), o(o) {}
+
+  void Advance(uint64_t n) const {
     if (o.progress) o.progress(n);
-  };
-  // Where tensor i of c lies in a larger tensor, when c is a rank's file (a rank's
-  // safetensors shard file, or a distributed save's rank file): TensorRecord::piece.
-  auto shard_of = [](const Catalog& c, size_t i) { return c.tensors()[i].piece; };
+  }
+
+  // The row of tensor i of A against tensor j of B (the same name).
+  Result<DiffRow> Pair(size_t i, size_t j) const {
+    const TensorRecord &ta = A.tensors()[i], &tb = B.tensors()[j];
+    DiffRow r;
+    r.name = ta.name;
+    r.a = &ta;
+    r.b = &tb;
+    // A rank's file's piece (TensorRecord::piece) is compared with the same region of the
+    // other side.
+    const std::optional<Region> &sa = ta.piece, &sb = tb.piece;
+    r.shard = sa ? sa : sb;
+    r.empty_shard = r.shard && r.shard->Count() == 0;
+    const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape, gb = sb ? GlobalShape(*sb) : tb.shape;
+    // What is compared, in each side's own indices: the whole piece of a side that is one,
+    // the same region of the other side; of two pieces of other regions, their overlap.
+    Region own_a = WholeTensor(ta.shape), own_b = WholeTensor(tb.shape), both;
+    if (r.shard && !sa) own_a = *r.shard;
+    if (r.shard && !sb) own_b = *r.shard;
+    if (ga != gb) {
+      r.verdict = DiffVerdict::kShape;
+    } else if (tb.dtype != ta.dtype) {
+      r.verdict = DiffVerdict::kDType;
+    } else if (sa && sb && sa->flat != sb->flat) {
+      SEEDSTORE_RETURN_IF_ERROR(BoxAgainstFlat(r, i, j));
+    } else if (sa && sb && !SameRegion(*sa, *sb) && !Overlap(*sa, *sb, &both, &own_a, &own_b)) {
+      r.verdict = DiffVerdict::kShard;
+    } else if (!r.shard && SameLazySpec(ta, tb)) {
+      r.by_spec = true;
+    } else {
+      if (sa && sb && !SameRegion(*sa, *sb)) {
+        r.shard = both;
+        r.overlap = true;
+        r.empty_shard = false;
+      }
+      SEEDSTORE_RETURN_IF_ERROR(Compare(r, Of(A, i, own_a), Of(B, j, own_b)));
+    }
+    Advance(tb.NumBytes());
+    return r;
+  }
+
+ private:
   // The fingerprint of region `r` (the tensor's own indices) of tensor i of c: recorded (with
   // o.recorded, for a whole tensor whose source records one) or computed from its values
   // (lazy ones generated from their spec, dense ones read). A piece's fingerprint is taken in
   // the global tensor's frame, so it equals that of the same elements of the whole tensor.
-  auto fingerprint = [&](const Catalog& c, size_t i, const Region& r) -> Result<Fingerprint> {
-    const TensorRecord& t = c.tensors()[i];
-    if (o.recorded && !t.piece && t.fingerprint && SameRegion(r, WholeTensor(t.shape))) return *t.fingerprint;
-    auto f = FingerprintOnDevice(o.device, c, i, r, CpuOptions{o.threads});
-    if (!f.ok()) return InSource(f.status(), c);
-    return f;
-  };
+  // Returns a thunk: the sides are computed in order, with progress between them (Compare).
+  std::function<Result<Fingerprint>()> Of(const Catalog& c, size_t i, const Region& r) const {
+    return [this, &c, i, r]() -> Result<Fingerprint> {
+      const TensorRecord& t = c.tensors()[i];
+      if (o.recorded && !t.piece && t.fingerprint && SameRegion(r, WholeTensor(t.shape)))
+        return *t.fingerprint;
+      auto f = FingerprintOnDevice(o.device, c, i, r, CpuOptions{o.threads});
+      if (!f.ok()) return InSource(f.status(), c);
+      return f;
+    };
+  }
+
+  // Side a, then b: their fingerprints and the verdict (values-differ when they differ).
+  Status Compare(DiffRow& r, const std::function<Result<Fingerprint>()>& a,
+                 const std::function<Result<Fingerprint>()>& b) const {
+    SEEDSTORE_ASSIGN_OR_RETURN(r.fa, a());
+    Advance(r.a->NumBytes());
+    SEEDSTORE_ASSIGN_OR_RETURN(r.fb, b());
+    if (*r.fa != *r.fb) r.verdict = DiffVerdict::kValues;
+    return Status::Ok();
+  }
+
+  // A box piece against a flat piece: compared on the boxes they share, each side's
+  // fingerprint taken in the global frame (the box side over its local boxes, the flat side
+  // gathered from its range); disjoint shards when they share none.
+  Status BoxAgainstFlat(DiffRow& r, size_t i, size_t j) const {
+    const Region &sa = *r.a->piece, &sb = *r.b->piece;
+    const Region& box = sa.flat ? sb : sa;
+    r.overlap_boxes = BoxFlatOverlap(box, sa.flat ? sa : sb);
+    if (r.overlap_boxes.empty()) {
+      r.verdict = DiffVerdict::kShard;
+      return Status::Ok();
+    }
+    r.shard = box;
+    r.overlap = true;
+    r.empty_shard = false;
+    return Compare(r, OverBoxes(A, i, sa, r.overlap_boxes), OverBoxes(B, j, sb, r.overlap_boxes));
+  }
+
+  // The fingerprint of the global boxes `boxes` of tensor k of c, a piece at `piece`.
+  std::function<Result<Fingerprint>()> OverBoxes(const Catalog& c, size_t k, const Region& piece,
+                                                 const std::vector<Region>& boxes) const {
+    return [this, &c, k, &piece, &boxes]() -> Result<Fingerprint> {
+      Fingerprint f;
+      for (const Region& q : boxes) {
+        Result<Fingerprint> g = Fingerprint{};
+        if (piece.flat) {
+          g = FingerprintBoxOfFlatPiece(c, k, q, CpuOptions{o.threads});
+          if (!g.ok()) return InSource(g.status(), c);
+        } else {
+          Region local = WholeTensor(c.tensors()[k].shape);
+          for (int d = 0; d < q.rank; ++d) {
+            local.start[d] = q.start[d] - piece.start[d];
+            local.stop[d] = q.stop[d] - piece.start[d];
+          }
+          g = Of(c, k, local)();
+          if (!g.ok()) return g.status();
+        }
+        f.Add(*g);
+      }
+      return f;
+    };
+  }
+
+  const Catalog &A, &B;
+  const DiffOptions& o;
+};
+
+}  // namespace
+
+Result<DiffReport> Diff(const Catalog& A, const Catalog& B, const DiffOptions& o) {
+  if (Status g = CheckGlobMatches(o.tensors, {&A, &B}); !g.ok()) return g;
+  const Differ differ(A, B, o);
   DiffReport rep;
   std::vector<DiffRow>& rows = rep.rows;
   std::map<std::string, size_t> in_b;
@@ -192,91 +304,18 @@ Result<DiffReport> Diff(const Catalog& A, const Catalog& B, const DiffOptions& o
   for (size_t i = 0; i < A.tensors().size(); ++i) {
     const TensorRecord& ta = A.tensors()[i];
     if (!GlobMatch(o.tensors, ta.name)) continue;
+    auto it = in_b.find(ta.name);
+    if (it != in_b.end()) {
+      SEEDSTORE_ASSIGN_OR_RETURN(DiffRow r, differ.Pair(i, it->second));
+      rows.push_back(std::move(r));
+      in_b.erase(it);
+      continue;
+    }
     DiffRow r;
     r.name = ta.name;
     r.a = &ta;
-    auto it = in_b.find(ta.name);
-    if (it == in_b.end()) {
-      r.verdict = IsRankFile(B) ? DiffVerdict::kNotCompared : DiffVerdict::kOnlyA;
-      advance(ta.NumBytes());
-    } else {
-      r.b = &B.tensors()[it->second];
-      // A rank's file's piece is compared with the same region of the other side.
-      const std::optional<Region> sa = shard_of(A, i), sb = shard_of(B, it->second);
-      r.shard = sa ? sa : sb;
-      r.empty_shard = r.shard && r.shard->Count() == 0;
-      const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape, gb = sb ? GlobalShape(*sb) : r.b->shape;
-      // What is compared, in each side's own indices: the whole piece of a side that is one,
-      // the same region of the other side; of two pieces of other regions, their overlap.
-      Region own_a = WholeTensor(ta.shape), own_b = WholeTensor(r.b->shape), both;
-      if (r.shard && !sa) own_a = *r.shard;
-      if (r.shard && !sb) own_b = *r.shard;
-      if (ga != gb) {
-        r.verdict = DiffVerdict::kShape;
-      } else if (r.b->dtype != ta.dtype) {
-        r.verdict = DiffVerdict::kDType;
-      } else if (sa && sb && sa->flat != sb->flat) {
-        // A box piece against a flat piece: compared on the boxes they share, each side's
-        // fingerprint taken in the global frame (the box side over its local boxes, the flat
-        // side gathered from its range).
-        const Region& box = sa->flat ? *sb : *sa;
-        r.overlap_boxes = BoxFlatOverlap(box, sa->flat ? *sa : *sb);
-        if (r.overlap_boxes.empty()) {
-          r.verdict = DiffVerdict::kShard;
-        } else {
-          r.shard = box;
-          r.overlap = true;
-          r.empty_shard = false;
-          auto side = [&](const Catalog& c, size_t k, const Region& piece) -> Result<Fingerprint> {
-            Fingerprint f;
-            for (const Region& q : r.overlap_boxes) {
-              Result<Fingerprint> g = Fingerprint{};
-              if (piece.flat) {
-                g = FingerprintBoxOfFlatPiece(c, k, q, CpuOptions{o.threads});
-              } else {
-                Region local = WholeTensor(c.tensors()[k].shape);
-                for (int d = 0; d < q.rank; ++d) {
-                  local.start[d] = q.start[d] - piece.start[d];
-                  local.stop[d] = q.stop[d] - piece.start[d];
-                }
-                g = fingerprint(c, k, local);
-              }
-              if (!g.ok()) return InSource(g.status(), c);
-              f.Add(*g);
-            }
-            return f;
-          };
-          auto fa = side(A, i, *sa);
-          if (!fa.ok()) return fa.status();
-          advance(ta.NumBytes());
-          auto fb = side(B, it->second, *sb);
-          if (!fb.ok()) return fb.status();
-          r.fa = *fa;
-          r.fb = *fb;
-          if (*fa != *fb) r.verdict = DiffVerdict::kValues;
-        }
-      } else if (sa && sb && !SameRegion(*sa, *sb) && !Overlap(*sa, *sb, &both, &own_a, &own_b)) {
-        r.verdict = DiffVerdict::kShard;
-      } else if (!r.shard && SameLazySpec(ta, *r.b)) {
-        r.by_spec = true;
-      } else {
-        if (sa && sb && !SameRegion(*sa, *sb)) {
-          r.shard = both;
-          r.overlap = true;
-          r.empty_shard = false;
-        }
-        auto fa = fingerprint(A, i, own_a);
-        if (!fa.ok()) return fa.status();
-        advance(ta.NumBytes());
-        auto fb = fingerprint(B, it->second, own_b);
-        if (!fb.ok()) return fb.status();
-        r.fa = *fa;
-        r.fb = *fb;
-        if (*fa != *fb) r.verdict = DiffVerdict::kValues;
-      }
-      advance(r.b->NumBytes());
-      in_b.erase(it);
-    }
+    r.verdict = IsRankFile(B) ? DiffVerdict::kNotCompared : DiffVerdict::kOnlyA;
+    differ.Advance(ta.NumBytes());
     rows.push_back(std::move(r));
   }
   for (size_t j = 0; j < B.tensors().size(); ++j) {
@@ -287,7 +326,7 @@ Result<DiffReport> Diff(const Catalog& A, const Catalog& B, const DiffOptions& o
     r.verdict = IsRankFile(A) ? DiffVerdict::kNotCompared : DiffVerdict::kOnlyB;
     r.b = &tb;
     rows.push_back(std::move(r));
-    advance(tb.NumBytes());
+    differ.Advance(tb.NumBytes());
   }
   for (const DiffRow& r : rows) {
     ++rep.count[static_cast<int>(r.verdict)];

@@ -200,12 +200,12 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
                      std::to_string(ps[k].rank) + ", " + DescribeRegion(ps[k].region) +
                      ") is not its layout's (rank " + std::to_string(want[k].replicas[0]) + ", " +
                      DescribeRegion(want[k].region) + ")");
-      std::optional<Storage> storage;
+      std::optional<StoredTotals> storage;
       if (t.contains("chunks") || t.contains("stored_bytes")) {
         if (!t.contains("chunks") || !t.contains("stored_bytes") || !t["chunks"].is_number_unsigned() ||
             !t["stored_bytes"].is_number_unsigned())
           return bad("tensor '" + name + "': 'chunks' and 'stored_bytes' must both be unsigned integers");
-        storage = Storage{t["chunks"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>()};
+        storage = StoredTotals{t["chunks"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>()};
       }
       c->records_.push_back(std::move(rec));
       c->pieces_.push_back(std::move(ps));
@@ -455,15 +455,15 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
   return std::move(*s);
 }
 
-Result<std::vector<DistCatalog::Storage>> DistCatalog::StorageOfAll() const {
-  std::vector<Storage> out(records_.size());
+Result<std::vector<DistCatalog::StoredTotals>> DistCatalog::StorageOfAll() const {
+  std::vector<StoredTotals> out(records_.size());
   bool recorded = true;
   for (size_t i = 0; i < records_.size(); ++i) {
     if (storage_[i]) out[i] = *storage_[i];
     else recorded = recorded && pieces_[i].empty();
   }
   if (recorded) return out;
-  out.assign(records_.size(), Storage{});
+  out.assign(records_.size(), StoredTotals{});
   for (int r = 0; r < world(); ++r) {
     SEEDSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<H5Store> s, OpenRank(r));
     for (size_t i = 0; i < records_.size(); ++i)
@@ -478,6 +478,24 @@ Result<std::vector<DistCatalog::Storage>> DistCatalog::StorageOfAll() const {
       }
   }
   return out;
+}
+
+Result<StorageSummary> DistCatalog::Storage(const std::vector<size_t>& listed) const {
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<StoredTotals> totals, StorageOfAll());
+  StorageSummary s;
+  s.kind = StorageKind::kDistributed;
+  s.world = world();
+  for (size_t i : listed) {
+    TensorStorage t;
+    t.dense = !records_.at(i).lazy;
+    if (t.dense) {
+      t.bytes_on_disk = totals[i].stored_bytes;
+      t.chunks = totals[i].chunks;
+      t.pieces = pieces_[i].size();
+    }
+    s.tensors.push_back(std::move(t));
+  }
+  return s;
 }
 
 Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const {

@@ -84,7 +84,7 @@ class DistCatalog : public Catalog, public StoredChunks {
   Result<Fingerprint> ProveCells(size_t i, size_t p, CpuOptions o = {}) const;
   /// How many rank files are open now: reads open only those they need and keep at most
   /// max_open_rank_files() of them open (the least recently used is closed first, once no
-  /// reading thread holds it); Verify and Storage open each in turn and close it.
+  /// reading thread holds it); Verify and StorageOfAll open each in turn and close it.
   size_t open_rank_files() const;
   /// Reads keep at most this many rank files open, so that a process reads a save of any
   /// world size whatever its limit on open files (`ulimit -n`; HDF5 holds one descriptor and
@@ -95,14 +95,16 @@ class DistCatalog : public Catalog, public StoredChunks {
   void set_max_open_rank_files(size_t n);
   /// Chunks and bytes on disk (compressed chunks and their tables) of a dense tensor, over all
   /// its pieces.
-  struct Storage {
+  struct StoredTotals {
     uint64_t chunks = 0, stored_bytes = 0;
   };
   /// Storage of every tensor (zero for lazy ones), as the index records it (docs/FORMAT.md 10);
   /// for a save whose index does not (written before it did), counted from the rank files,
   /// opened one at a time and closed again: memory O(one rank file), however many there are.
   /// Errors as Read.
-  Result<std::vector<Storage>> StorageOfAll() const;
+  Result<std::vector<StoredTotals>> StorageOfAll() const;
+  /// kDistributed, the world, and per dense tensor its totals and pieces. Errors as StorageOfAll.
+  Result<StorageSummary> Storage(const std::vector<size_t>& listed) const override;
   /// The store holding piece p of dense tensor i (its rank file, opened on first use) and the
   /// tensor's index there. Errors as Read (rank-file-missing, rank-file-corrupt). Thread-safe.
   /// The store is shared: it stays open while the caller holds it, even if closed here to
@@ -165,7 +167,7 @@ class DistCatalog : public Catalog, public StoredChunks {
   Layout layout_;
   std::vector<TensorRecord> records_;
   std::vector<std::vector<Piece>> pieces_;
-  std::vector<std::optional<Storage>> storage_;
+  std::vector<std::optional<StoredTotals>> storage_;
   bool flat_boxes_ = false;  // the index's flat_mappings: "boxes" (else "runs", docs/FORMAT.md 10)  // per tensor, from the index (none: not recorded)
   std::vector<std::string> rank_files_;
   mutable std::mutex mu_;

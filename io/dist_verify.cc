@@ -112,7 +112,7 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
   rep.tensors = records_.size();
   rep.fingerprints.assign(records_.size(), Fingerprint{});
   std::vector<bool> bad(records_.size(), false);  // not every piece could be read and hashed
-  std::vector<Storage> counted(records_.size());
+  std::vector<StoredTotals> counted(records_.size());
   // Rank by rank, each file opened for its turn and closed after it (the cache keeps only
   // those that padding checks read from).
   for (int r = 0; r < world(); ++r) {

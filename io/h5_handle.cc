@@ -119,6 +119,13 @@ int64_t UntimedCreationList(int64_t cls) {
 
 // A dataset access property list giving a dataset no raw-data chunk cache (made once; HDF5
 // copies it into each dataset it opens).
+std::shared_ptr<const Hid> ShareHid(Hid h) {
+  return std::shared_ptr<const Hid>(new Hid(std::move(h)), [](const Hid* p) {
+    H5Guard g;
+    delete p;
+  });
+}
+
 hid_t NoChunkCache() {
   static const hid_t dapl = [] {
     const hid_t p = H5Pcreate(H5P_DATASET_ACCESS);

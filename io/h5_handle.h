@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -72,6 +73,10 @@ class Hid {
   hid_t id_ = -1;
   herr_t (*close_)(hid_t) = nullptr;
 };
+
+/// A Hid that several threads hold (std::shared_ptr): closed, under the HDF5 lock, when the
+/// last holder lets go, whichever thread that is.
+std::shared_ptr<const Hid> ShareHid(Hid h);
 
 /// A dataset access property list giving a dataset no raw-data chunk cache (made once; HDF5
 /// copies it into each dataset it opens).

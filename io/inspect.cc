@@ -1,59 +1,33 @@
 #include "io/inspect.h"
 
-#include "io/dist_store.h"
-#include "io/h5store.h"
-#include "io/interop.h"
 #include "store/layout.h"
 
 namespace seedstore {
 
 Result<InspectReport> Inspect(const Catalog& c, const std::string& source,
                               const std::string& glob) {
-  const auto* store = dynamic_cast<const H5Store*>(&c);
-  const auto* dist = dynamic_cast<const DistCatalog*>(&c);
-  const auto* safetensors = dynamic_cast<const SafetensorsCatalog*>(&c);
   SEEDSTORE_RETURN_IF_ERROR(CheckGlobMatches(glob, {&c}));
   const auto& ts = c.tensors();
-  for (size_t i = 0; store && i < ts.size(); ++i)
-    if (GlobMatch(glob, ts[i].name) && !store->Damage(i).ok()) return store->Damage(i);
+  std::vector<size_t> listed;
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (GlobMatch(glob, ts[i].name)) listed.push_back(i);
+  SEEDSTORE_ASSIGN_OR_RETURN(StorageSummary storage, c.Storage(listed));
   InspectReport r;
   r.source = source;
   r.rank = c.shard_rank();
-  std::vector<DistCatalog::Storage> dist_storage;
-  if (store) {
-    r.kind = InspectSource::kStore;
-    r.file_bytes = store->file_bytes();
-    r.seed = store->root_seed();
-    r.generator = store->generator();
-  } else if (dist) {
-    r.kind = InspectSource::kDistributed;
-    r.world = dist->world();
-    r.seed = dist->root_seed();
-    r.generator = dist->generator();
-    // From the index; a save from before it records them: each rank file in turn.
-    SEEDSTORE_ASSIGN_OR_RETURN(dist_storage, dist->StorageOfAll());
-  } else if (safetensors) {
-    r.kind = InspectSource::kSafetensors;
-    r.files = safetensors->num_files();
+  r.kind = storage.kind;
+  r.file_bytes = storage.file_bytes;
+  r.files = storage.files;
+  r.world = storage.world;
+  if (r.kind == StorageKind::kStore || r.kind == StorageKind::kDistributed) {
+    r.seed = c.root_seed();
+    r.generator = c.generator();
   }
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const TensorRecord& t = ts[i];
-    if (!GlobMatch(glob, t.name)) continue;
+  for (size_t k = 0; k < listed.size(); ++k) {
     InspectRow row;
-    row.record = &t;
-    row.dense = store ? store->stored(i).dense : !t.lazy;  // other catalogs: no spec = dense
-    row.bytes_on_disk = store ? store->stored(i).stored_bytes : safetensors ? t.NumBytes() : 0;
-    if (store && row.dense) {
-      row.chunks = store->stored(i).num_chunks;
-      row.chunk = store->stored(i).chunk;
-      row.chunk_info = !store->chunk_info(i).empty();
-    }
-    if (dist && row.dense) {  // a distributed save: its pieces in the rank files
-      row.bytes_on_disk += dist_storage[i].stored_bytes;
-      row.chunks += dist_storage[i].chunks;
-      row.pieces = dist->pieces(i).size();
-    }
-    r.parameters += t.NumElements();
+    static_cast<TensorStorage&>(row) = std::move(storage.tensors[k]);
+    row.record = &ts[listed[k]];
+    r.parameters += row.record->NumElements();
     (row.dense ? r.dense : r.lazy) += 1;
     r.bytes_on_disk += row.bytes_on_disk;
     r.rows.push_back(std::move(row));
@@ -73,7 +47,7 @@ nlohmann::json InspectReport::ToJson() const {
                         {"bytes_on_disk", row.bytes_on_disk}};
     j["fingerprint"] =
         t.fingerprint ? nlohmann::json(FingerprintHex(*t.fingerprint)) : nlohmann::json(nullptr);
-    if (row.dense && kind == InspectSource::kStore) {
+    if (row.dense && kind == StorageKind::kStore) {
       j["chunk"] = row.chunk;
       j["chunks"] = row.chunks;
       j["chunk_info"] = row.chunk_info;
@@ -81,7 +55,7 @@ nlohmann::json InspectReport::ToJson() const {
         j["piece"] = {
             {"shape", std::vector<uint64_t>(t.piece->shape, t.piece->shape + t.piece->rank)},
             {"region", RegionToJson(*t.piece)}};
-    } else if (row.dense && kind == InspectSource::kDistributed) {
+    } else if (row.dense && kind == StorageKind::kDistributed) {
       j["pieces"] = row.pieces;
       j["chunks"] = row.chunks;
     } else if (t.lazy) {
@@ -97,13 +71,13 @@ nlohmann::json InspectReport::ToJson() const {
                       {"lazy", lazy},
                       {"dense", dense}};
   if (rank) j["rank"] = *rank;  // a rank's shards
-  if (kind == InspectSource::kStore) {
+  if (kind == StorageKind::kStore) {
     j["file_bytes"] = file_bytes;
     j["seed"] = seed;
     j["generator"] = GeneratorName(generator);
-  } else if (kind == InspectSource::kSafetensors) {
+  } else if (kind == StorageKind::kSafetensors) {
     j["files"] = files;
-  } else if (kind == InspectSource::kDistributed) {
+  } else if (kind == StorageKind::kDistributed) {
     j["world"] = world;
     j["seed"] = seed;
     j["generator"] = GeneratorName(generator);

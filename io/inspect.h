@@ -12,26 +12,15 @@
 
 namespace seedstore {
 
-/// What kind of catalog a report is of: a one-file store (H5Store), a distributed save
-/// (DistCatalog), safetensors (SafetensorsCatalog), or any other (a spec: every tensor lazy).
-enum class InspectSource { kOther, kStore, kDistributed, kSafetensors };
-
-/// One listed tensor. `record` points into the catalog given to Inspect and is valid while it
-/// lives.
-struct InspectRow {
+/// One listed tensor: how it is kept (store/catalog.h). `record` points into the catalog given
+/// to Inspect and is valid while it lives.
+struct InspectRow : TensorStorage {
   const TensorRecord* record = nullptr;
-  bool dense = false;           // a store's record says so; elsewhere: no init spec
-  uint64_t bytes_on_disk = 0;   // compressed chunks and tables (store, distributed pieces);
-                                // the raw bytes for safetensors; 0 for a spec
-  uint64_t chunks = 0;          // dense in a store or distributed save: chunks on disk
-  std::vector<uint64_t> chunk;  // dense in a store: the chunk shape ([] = contiguous)
-  bool chunk_info = false;      // dense in a store: it records per-chunk info
-  size_t pieces = 0;            // dense in a distributed save: its pieces over the rank files
 };
 
 struct InspectReport {
   std::string source;  // as given to Inspect
-  InspectSource kind = InspectSource::kOther;
+  StorageKind kind = StorageKind::kOther;
   std::vector<InspectRow> rows;                // the matching tensors, in catalog order
   uint64_t parameters = 0;                     // elements of the listed tensors
   uint64_t lazy = 0, dense = 0;                // listed tensors of each kind
@@ -53,10 +42,10 @@ struct InspectReport {
 };
 
 /// Lists the tensors of `c` whose names match `glob` (GlobMatch). `source` names the catalog
-/// in the report. Errors: a glob that matches no tensor (CheckGlobMatches, kInvalidArgument);
-/// a listed tensor of a store whose objects are damaged (H5Store::Damage: its storage is
-/// unknown; the others list as usual); a distributed save whose storage cannot be counted
-/// (DistCatalog::StorageOfAll's errors).
+/// in the report; what each row says of storage is the catalog's (Catalog::Storage). Errors: a
+/// glob that matches no tensor (CheckGlobMatches, kInvalidArgument); Catalog::Storage's (a
+/// listed tensor of a store whose objects are damaged -- the others list as usual; a
+/// distributed save whose storage cannot be counted).
 Result<InspectReport> Inspect(const Catalog& c, const std::string& source,
                               const std::string& glob = "*");
 

@@ -445,6 +445,19 @@ std::vector<std::string> SafetensorsCatalog::other_files() const {
   return out;
 }
 
+Result<StorageSummary> SafetensorsCatalog::Storage(const std::vector<size_t>& listed) const {
+  StorageSummary s;
+  s.kind = StorageKind::kSafetensors;
+  s.files = num_files();
+  for (size_t i : listed) {
+    TensorStorage t;
+    t.dense = !records_.at(i).lazy;
+    t.bytes_on_disk = records_.at(i).NumBytes();
+    s.tensors.push_back(std::move(t));
+  }
+  return s;
+}
+
 Status SafetensorsCatalog::Read(size_t i, const Region& r, void* out, CpuOptions) const {
   if (i >= records_.size())
     return InvalidArgument("'" + origin_ + "': tensor index " + std::to_string(i) + " out of range");

@@ -85,6 +85,8 @@ class SafetensorsCatalog : public Catalog {
   /// The files its tensors lie in (file_of), each once, in the order first met.
   std::vector<std::string> other_files() const override;
   size_t num_files() const { return files_.size(); }
+  /// kSafetensors, the number of files, and per tensor its raw bytes.
+  Result<StorageSummary> Storage(const std::vector<size_t>& listed) const override;
   /// __metadata__["seedstore.rank"] (every file that has it must agree; CORRUPT otherwise).
   std::optional<int> shard_rank() const override { return rank_; }
  private:

@@ -67,7 +67,9 @@ H5Store::~H5Store() {
   if (file_ >= 0) H5Fclose(file_);
 }
 
-Result<H5Store::DatasetHandle> H5Store::Dataset(size_t i) const {
+int64_t ChunkWhere::dset() const { return dataset ? dataset->get() : -1; }
+
+Result<std::shared_ptr<const Hid>> H5Store::Dataset(size_t i) const {
   SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   H5Guard g;
   for (size_t k = 0; k < open_.size(); ++k)
@@ -75,15 +77,11 @@ Result<H5Store::DatasetHandle> H5Store::Dataset(size_t i) const {
       if (k + 1 != open_.size()) std::rotate(open_.begin() + k, open_.begin() + k + 1, open_.end());
       return open_.back().second;
     }
-  const hid_t id = H5Dopen2(file_, stored_[i].dataset.c_str(), NoChunkCache());
-  if (id < 0)
+  Hid id(H5Dopen2(file_, stored_[i].dataset.c_str(), NoChunkCache()), H5Dclose);
+  if (!id.ok())
     return H5ReadFailure("file '" + path_ + "' tensor '" + records_[i].name + "': opening " +
-                              stored_[i].dataset);
-  DatasetHandle h(new int64_t(id), [](const int64_t* d) {
-    H5Guard g2;
-    H5Dclose(*d);
-    delete d;
-  });
+                         stored_[i].dataset);
+  std::shared_ptr<const Hid> h = ShareHid(std::move(id));
   if (open_.size() == kOpenDatasets) open_.erase(open_.begin());
   open_.emplace_back(i, h);
   return h;
@@ -566,6 +564,26 @@ Status H5Store::DropCachedMetadata() {
   if (file_ < 0) return Corrupt("file '" + path_ + "': HDF5 cannot open it again after checking it: " + e);
   AttachDescriptor();
   return Status::Ok();
+}
+
+Result<StorageSummary> H5Store::Storage(const std::vector<size_t>& listed) const {
+  StorageSummary s;
+  s.kind = StorageKind::kStore;
+  s.file_bytes = file_bytes();
+  for (size_t i : listed) {
+    SEEDSTORE_RETURN_IF_ERROR(Damage(i));
+    const StoredTensor& st = stored(i);
+    TensorStorage t;
+    t.dense = st.dense;
+    t.bytes_on_disk = st.stored_bytes;
+    if (t.dense) {
+      t.chunks = st.num_chunks;
+      t.chunk = st.chunk;
+      t.chunk_info = !chunk_info(i).empty();
+    }
+    s.tensors.push_back(std::move(t));
+  }
+  return s;
 }
 
 bool H5Store::distributed_master() const {

@@ -43,10 +43,12 @@ struct ChunkLoc {
 /// Internal to H5Store's chunk reads: how a dense tensor's chunks are found -- through its open
 /// dataset (HDF5's chunk index), or, for a tensor of few chunks read with pread, from the
 /// locations H5Store::Open recorded (then no dataset need be open).
+class Hid;  // io/h5_handle.h
+
 struct ChunkWhere {
-  std::shared_ptr<const int64_t> dataset;          // the open dataset; null with `located`
+  std::shared_ptr<const Hid> dataset;              // the open dataset; null with `located`
   const std::vector<ChunkLoc>* located = nullptr;  // one per chunk
-  int64_t dset() const { return dataset ? *dataset : -1; }
+  int64_t dset() const;                            // the dataset's HDF5 id, or -1
 };
 
 
@@ -104,6 +106,9 @@ class H5Store : public Catalog, public StoredChunks {
   std::optional<int> shard_rank() const override { return rank_; }
   /// File size in bytes.
   uint64_t file_bytes() const { return file_bytes_; }
+  /// kStore, the file's size, and per tensor its stored record. Errors: a listed tensor whose
+  /// objects are damaged (Damage(i)).
+  Result<StorageSummary> Storage(const std::vector<size_t>& listed) const override;
   /// Whether the file is a distributed save's master (FileIsDistributedMaster, io/rank_files.h):
   /// then this store holds only its lazy tensors and scalars; DistCatalog reads the save.
   bool distributed_master() const;
@@ -193,13 +198,11 @@ class H5Store : public Catalog, public StoredChunks {
   // keeps the stored bytes, *mask (when not null) their filter mask.
   Status DecodeChunk(const ChunkWhere& where, size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
                      bool check_info, unsigned* mask) const;
-  // An open HDF5 dataset id, closed (under the HDF5 lock) when the last holder lets go.
-  using DatasetHandle = std::shared_ptr<const int64_t>;
-  // Dense tensor i's dataset, for its chunk addresses. Open checks every dataset and closes
+  // Dense tensor i's dataset (ShareHid: closed when the last holder lets go), for its chunk addresses. Open checks every dataset and closes
   // it (an open one costs ~12 KB of HDF5 state: a store's tensors, or a distributed save's
   // rank files, would hold them all); calls that read chunks open theirs here, and the
   // kOpenDatasets used last stay open for the next. Thread-safe (the HDF5 lock).
-  Result<DatasetHandle> Dataset(size_t i) const;
+  Result<std::shared_ptr<const Hid>> Dataset(size_t i) const;
   // How reads find dense tensor i's chunks: the locations recorded at open when it has them
   // and chunks are read with pread (fd_), else its dataset (Dataset).
   Result<ChunkWhere> ChunksOf(size_t i) const;
@@ -220,7 +223,7 @@ class H5Store : public Catalog, public StoredChunks {
   std::optional<int> rank_;  // the index's "rank"
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
-  mutable std::vector<std::pair<size_t, DatasetHandle>> open_;  // Dataset(): least recent first
+  mutable std::vector<std::pair<size_t, std::shared_ptr<const Hid>>> open_;  // Dataset(): least recent first
   std::vector<std::vector<uint64_t>> checksums_;
   std::vector<std::vector<ChunkInfo>> info_;  // chunk-info tables (empty when absent)
   std::vector<std::vector<ChunkLoc>> located_;  // where the chunks are (kLocatedChunks; else empty)

@@ -238,6 +238,13 @@ std::vector<Region> FlatRangeToBoxes(const std::vector<uint64_t>& shape, uint64_
   return out;
 }
 
+Result<StorageSummary> Catalog::Storage(const std::vector<size_t>& listed) const {
+  StorageSummary s;
+  s.tensors.resize(listed.size());
+  for (size_t k = 0; k < listed.size(); ++k) s.tensors[k].dense = !tensors().at(listed[k]).lazy;
+  return s;
+}
+
 int Catalog::Find(const std::string& name) const {
   const auto& ts = tensors();
   for (size_t i = 0; i < ts.size(); ++i)

@@ -65,6 +65,31 @@ class StoredChunks;  // io/stored_chunks.h: stored-chunk access, defined where s
 /// command), naming the source, the tensor, its region and global shape.
 Status CheckWholeTensor(const Catalog& c, const TensorRecord& t, const std::string& what);
 
+/// How a catalog keeps its tensors, for listings (`seedstore inspect`, io/inspect.h): a
+/// one-file store, a distributed save, safetensors files, or any other (a spec: every tensor
+/// lazy, nothing on disk).
+enum class StorageKind { kOther, kStore, kDistributed, kSafetensors };
+
+/// How one tensor is kept.
+struct TensorStorage {
+  bool dense = false;           // its elements are stored (a store's record says so; elsewhere:
+                                // it has no init spec)
+  uint64_t bytes_on_disk = 0;   // compressed chunks and tables (store, distributed pieces); the
+                                // raw bytes for safetensors; 0 for a spec
+  uint64_t chunks = 0;          // dense in a store or distributed save: chunks on disk
+  std::vector<uint64_t> chunk;  // dense in a store: the chunk shape ([] = contiguous)
+  bool chunk_info = false;      // dense in a store: it records per-chunk info
+  size_t pieces = 0;            // dense in a distributed save: its pieces over the rank files
+};
+
+struct StorageSummary {
+  StorageKind kind = StorageKind::kOther;
+  uint64_t file_bytes = 0;             // kStore: the file's size
+  size_t files = 0;                    // kSafetensors: the number of files
+  int world = 0;                       // kDistributed: the number of rank files
+  std::vector<TensorStorage> tensors;  // one per tensor asked for, in the order asked
+};
+
 class Catalog {
  public:
   virtual ~Catalog() = default;
@@ -108,6 +133,11 @@ class Catalog {
   /// stores (a store, a distributed save), the interface io/ copies chunks and proves pieces
   /// through without decoding them (io/stored_chunks.h). By default null: no stored chunks.
   virtual const StoredChunks* stored_chunks() const { return nullptr; }
+  /// How the tensors `listed` (indices into tensors()) are kept. By default kOther and, per
+  /// tensor, dense when it has no init spec, nothing on disk. Errors: a listed tensor whose
+  /// storage cannot be known (a store's damaged objects; a distributed save's rank file that
+  /// cannot be read), naming it.
+  virtual Result<StorageSummary> Storage(const std::vector<size_t>& listed) const;
 };
 
 /// The fingerprint of region `r` of dense tensor `i` of `c`, read (Catalog::Read) and hashed

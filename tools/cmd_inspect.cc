@@ -40,12 +40,12 @@ void PrintText(const InspectReport& r) {
   std::printf("%llu tensors (%llu lazy, %llu dense), %s parameters",
               static_cast<unsigned long long>(r.lazy + r.dense), static_cast<unsigned long long>(r.lazy),
               static_cast<unsigned long long>(r.dense), CountText(r.parameters).c_str());
-  if (r.kind == InspectSource::kStore)
+  if (r.kind == StorageKind::kStore)
     std::printf(", file %llu bytes, seed %llu, %s", static_cast<unsigned long long>(r.file_bytes),
                 static_cast<unsigned long long>(r.seed), GeneratorName(r.generator));
-  if (r.kind == InspectSource::kSafetensors)
+  if (r.kind == StorageKind::kSafetensors)
     std::printf(", safetensors in %zu file%s", r.files, r.files == 1 ? "" : "s");
-  if (r.kind == InspectSource::kDistributed)
+  if (r.kind == StorageKind::kDistributed)
     std::printf(", distributed save over %d rank files, %llu bytes on disk in them, seed %llu, %s",
                 r.world, static_cast<unsigned long long>(r.bytes_on_disk),
                 static_cast<unsigned long long>(r.seed), GeneratorName(r.generator));

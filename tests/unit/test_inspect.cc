@@ -109,7 +109,7 @@ TEST(Inspect, RandomModelsAsSpecStoreAndSafetensors) {
       continue;
     }
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->kind, InspectSource::kOther);
+    EXPECT_EQ(r->kind, StorageKind::kOther);
     EXPECT_EQ(r->dense, 0u);
     EXPECT_EQ(r->bytes_on_disk, 0u);
     EXPECT_EQ(r->ToJson()["source"], "spec.json");
@@ -137,7 +137,7 @@ TEST(Inspect, RandomModelsAsSpecStoreAndSafetensors) {
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     auto s = Inspect(**store, path, glob);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
-    EXPECT_EQ(s->kind, InspectSource::kStore);
+    EXPECT_EQ(s->kind, StorageKind::kStore);
     EXPECT_EQ(s->file_bytes, std::filesystem::file_size(path));
     EXPECT_EQ(s->seed, spec.seed);
     EXPECT_EQ(s->generator, Generator::kThreefry);
@@ -165,7 +165,7 @@ TEST(Inspect, RandomModelsAsSpecStoreAndSafetensors) {
     ASSERT_TRUE(st.ok()) << st.status().ToString();
     auto sr = Inspect(**st, st_path, glob);
     ASSERT_TRUE(sr.ok()) << sr.status().ToString();
-    EXPECT_EQ(sr->kind, InspectSource::kSafetensors);
+    EXPECT_EQ(sr->kind, StorageKind::kSafetensors);
     EXPECT_EQ(sr->files, 1u);
     EXPECT_EQ(sr->ToJson()["files"], 1);
     EXPECT_EQ(sr->lazy, 0u);

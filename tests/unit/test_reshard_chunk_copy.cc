@@ -262,7 +262,7 @@ TEST(ReshardRaw, TheIndexRecordsEachTensorsStorageAndInspectOpensNoRankFile) {
   const RawFixture& f = GetRaw();
   const std::string d3 = TempDir() + "/rr_storage3.h5";
   ASSERT_TRUE(ReshardHere(f.source, RowsLayout(3), d3).ok());
-  std::vector<DistCatalog::Storage> recorded;
+  std::vector<DistCatalog::StoredTotals> recorded;
   {
     auto d = DistCatalog::Open(d3);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -273,7 +273,7 @@ TEST(ReshardRaw, TheIndexRecordsEachTensorsStorageAndInspectOpensNoRankFile) {
     // Each equals the sum over the tensor's pieces as their rank files hold them.
     size_t dense = 0;
     for (size_t i = 0; i < (*d)->tensors().size(); ++i) {
-      DistCatalog::Storage sum;
+      DistCatalog::StoredTotals sum;
       for (size_t p = 0; p < (*d)->pieces(i).size(); ++p) {
         auto sk = (*d)->PieceStore(i, p);
         ASSERT_TRUE(sk.ok()) << sk.status().ToString();
