@@ -81,9 +81,7 @@ class CallbackBootstrap final : public Bootstrap {
 
   Result<std::string> Broadcast(std::string_view bytes, int root, const char* what,
                                 double timeout_s) override {
-    if (root < 0 || root >= size_)
-      return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
-                             " outside a world of " + std::to_string(size_));
+    SEEDSTORE_RETURN_IF_ERROR(CheckBroadcastRoot(root, size_, what));
     SEEDSTORE_RETURN_IF_ERROR(Usable(what));
     const std::string key = NextKey(what);
     if (rank_ == root) {
@@ -187,6 +185,12 @@ void Bootstrap::Abort(int exit_code) {
   std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(exit_code);
+}
+
+Status CheckBroadcastRoot(int root, int size, const char* what) {
+  if (root >= 0 && root < size) return Status::Ok();
+  return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
+                         " outside a world of " + std::to_string(size));
 }
 
 Status Bootstrap::Barrier(const char* what, double timeout_s) {

@@ -56,6 +56,10 @@ class Bootstrap {
   [[noreturn]] virtual void Abort(int exit_code);
 };
 
+/// OK when `root` is a rank of a world of `size`; else kInvalidArgument "WHAT: broadcast root R
+/// outside a world of N". Every Broadcast of io/ (bootstraps, collectives, NCCL) checks with it.
+Status CheckBroadcastRoot(int root, int size, const char* what);
+
 /// Rank and size over MPI_COMM_WORLD (duplicated). Initializes MPI (MPI_THREAD_FUNNELED) unless
 /// the caller already did, and then finalizes it on destruction unless an exchange failed (a
 /// broken world cannot finalize). Buffers of a timed-out exchange stay allocated until exit:

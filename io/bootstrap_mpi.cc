@@ -17,27 +17,11 @@ namespace {
 class MpiBootstrap final : public Bootstrap {
  public:
   static Result<std::unique_ptr<Bootstrap>> Create() {
-    bool owns = false;
-    SEEDSTORE_RETURN_IF_ERROR(EnsureMpiInitialized(&owns));
-    auto b = std::unique_ptr<MpiBootstrap>(new MpiBootstrap(owns));
-    SEEDSTORE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &b->comm_), "MPI bootstrap setup");
-    MPI_Comm_set_errhandler(b->comm_, MPI_ERRORS_RETURN);
-    SEEDSTORE_ASSIGN_OR_RETURN(b->deadline_, MpiDeadline::Create(b->comm_));
-    MPI_Comm_rank(b->comm_, &b->rank_);
-    MPI_Comm_size(b->comm_, &b->size_);
+    auto b = std::unique_ptr<MpiBootstrap>(new MpiBootstrap);
+    SEEDSTORE_ASSIGN_OR_RETURN(b->world_, MpiWorld::Create("MPI bootstrap setup"));
+    b->rank_ = b->world_->rank();
+    b->size_ = b->world_->size();
     return std::unique_ptr<Bootstrap>(std::move(b));
-  }
-
-  ~MpiBootstrap() override {
-    if (deadline_ && deadline_->broken()) {  // requests are still pending: finalizing would hang
-      MpiDeadline::RetainUntilExit(std::move(deadline_));
-      return;
-    }
-    deadline_.reset();
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (owns_init_ && !finalized) MPI_Finalize();
   }
 
   int rank() const override { return rank_; }
@@ -90,9 +74,7 @@ class MpiBootstrap final : public Bootstrap {
   // The root's size (a broadcast of one u64), then its bytes.
   Result<std::string> Broadcast(std::string_view bytes, int root, const char* what,
                                 double timeout_s) override {
-    if (root < 0 || root >= size_)
-      return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
-                             " outside a world of " + std::to_string(size_));
+    SEEDSTORE_RETURN_IF_ERROR(CheckBroadcastRoot(root, size_, what));
     struct Stage {
       uint64_t n = 0;
       std::string data;
@@ -120,7 +102,7 @@ class MpiBootstrap final : public Bootstrap {
   }
 
   Status Barrier(const char* what, double timeout_s) override {
-    return deadline_->Run(what, timeout_s, [&](MPI_Request* req) {
+    return world_->deadline().Run(what, timeout_s, [&](MPI_Request* req) {
       return req ? MPI_Ibarrier(comm(), req) : MPI_Barrier(comm());
     });
   }
@@ -133,23 +115,21 @@ class MpiBootstrap final : public Bootstrap {
   }
 
  private:
-  explicit MpiBootstrap(bool owns) : owns_init_(owns) {}
+  MpiBootstrap() = default;
 
-  MPI_Comm comm() const { return comm_; }
+  MPI_Comm comm() const { return world_->comm(); }
 
   // One operation through the deadline; when it fails, its staging buffers stay allocated.
   template <typename StagePtr>
   Status Run(const StagePtr& stage, const char* what, double timeout_s,
              const std::function<int(MPI_Request*)>& start) {
-    Status st = deadline_->Run(what, timeout_s, start);
+    Status st = world_->deadline().Run(what, timeout_s, start);
     if (!st.ok()) RetainBuffersUntilExit(stage);
     return st;
   }
 
-  bool owns_init_ = false;
-  std::unique_ptr<MpiDeadline> deadline_;
+  std::unique_ptr<MpiWorld> world_;  // frees or retains itself (MpiWorld)
   int rank_ = 0, size_ = 1;
-  MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
 }  // namespace

@@ -56,8 +56,7 @@ class SelfCollective final : public Collective {
   Status AllReduceSum(uint64_t*, size_t, const char*) override { return Status::Ok(); }
   Status Barrier(const char*) override { return Status::Ok(); }
   Status Broadcast(void*, size_t, int root, const char* what) override {
-    if (root != 0) return InvalidArgument(std::string(what) + ": broadcast root " +
-                                          std::to_string(root) + " outside a world of 1");
+    SEEDSTORE_RETURN_IF_ERROR(CheckBroadcastRoot(root, 1, what));
     return Status::Ok();
   }
   [[noreturn]] void Abort(int exit_code) override {

@@ -21,14 +21,11 @@ double Now() {
 class MpiCollective final : public Collective {
  public:
   static Result<std::unique_ptr<Collective>> Create(CollectiveOptions o) {
-    bool owns = false;
-    SEEDSTORE_RETURN_IF_ERROR(EnsureMpiInitialized(&owns));
-    auto c = std::unique_ptr<MpiCollective>(new MpiCollective(o, owns));
-    SEEDSTORE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->comm_), "MPI setup");
-    MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN);
-    SEEDSTORE_ASSIGN_OR_RETURN(c->deadline_, MpiDeadline::Create(c->comm_));
-    MPI_Comm_rank(c->comm_, &c->rank_);
-    MPI_Comm_size(c->comm_, &c->size_);
+    auto c = std::unique_ptr<MpiCollective>(new MpiCollective(o));
+    SEEDSTORE_ASSIGN_OR_RETURN(c->world_, MpiWorld::Create("MPI setup"));
+    c->comm_ = c->world_->comm();
+    c->rank_ = c->world_->rank();
+    c->size_ = c->world_->size();
     // The node-local rank, for the choice of GPU (io/gpu_select.h): the ranks that share
     // memory with this one are the ranks of its node.
     MPI_Comm node = MPI_COMM_NULL;
@@ -44,22 +41,10 @@ class MpiCollective final : public Collective {
     return std::unique_ptr<Collective>(std::move(c));
   }
 
-  ~MpiCollective() override {
-    if (broken()) {  // operations are still pending: finalizing would hang
-      MpiDeadline::RetainUntilExit(std::move(deadline_));
-      return;
-    }
-    deadline_.reset();
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (owns_init_ && !finalized) MPI_Finalize();
-  }
-
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
-  bool broken() const override { return deadline_ && deadline_->broken(); }
+  bool broken() const override { return world_ && world_->broken(); }
 
   Status AllGather(const void* send, size_t bytes, void* recv, const char* what) override {
     if (bytes > static_cast<size_t>(INT_MAX))
@@ -91,9 +76,7 @@ class MpiCollective final : public Collective {
   }
 
   Status Broadcast(void* data, size_t bytes, int root, const char* what) override {
-    if (root < 0 || root >= size_)
-      return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
-                             " outside a world of " + std::to_string(size_));
+    SEEDSTORE_RETURN_IF_ERROR(CheckBroadcastRoot(root, size_, what));
     if (bytes > static_cast<size_t>(INT_MAX))
       return InvalidArgument(std::string(what) + ": broadcast of " + std::to_string(bytes) +
                              " bytes exceeds INT_MAX");
@@ -112,18 +95,17 @@ class MpiCollective final : public Collective {
   }
 
  private:
-  MpiCollective(CollectiveOptions o, bool owns) : owns_init_(owns) { options_ = o; }
+  explicit MpiCollective(CollectiveOptions o) { options_ = o; }
 
   // Runs one collective through the deadline machinery (io/mpi_deadline.h).
   Status Run(const char* what, const std::function<int(MPI_Request*)>& start) {
     const double t0 = Now();
-    Status st = deadline_->Run(what, options_.timeout_s, start);
+    Status st = world_->deadline().Run(what, options_.timeout_s, start);
     comm_s_ += Now() - t0;
     return st;
   }
 
-  bool owns_init_ = false;
-  std::unique_ptr<MpiDeadline> deadline_;
+  std::unique_ptr<MpiWorld> world_;  // frees or retains itself (MpiWorld)
   int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL;
 };

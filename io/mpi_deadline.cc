@@ -253,5 +253,28 @@ Status MpiDeadline::Heartbeat(double now, double beat, const char* what) {
   }
 }
 
+Result<std::unique_ptr<MpiWorld>> MpiWorld::Create(const char* what) {
+  auto w = std::unique_ptr<MpiWorld>(new MpiWorld);
+  SEEDSTORE_RETURN_IF_ERROR(EnsureMpiInitialized(&w->owns_init_));
+  SEEDSTORE_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &w->comm_), what);
+  MPI_Comm_set_errhandler(w->comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(w->comm_, &w->rank_);
+  MPI_Comm_size(w->comm_, &w->size_);
+  SEEDSTORE_ASSIGN_OR_RETURN(w->deadline_, MpiDeadline::Create(w->comm_));
+  return w;
+}
+
+MpiWorld::~MpiWorld() {
+  if (broken()) {
+    MpiDeadline::RetainUntilExit(std::move(deadline_));
+    return;
+  }
+  deadline_.reset();
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_init_ && !finalized) MPI_Finalize();
+}
+
 }  // namespace seedstore
 #endif  // SEEDSTORE_HAVE_MPI

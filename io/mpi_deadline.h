@@ -83,5 +83,29 @@ class MpiDeadline {
   MPI_Request alive_send_ = MPI_REQUEST_NULL, alive_recv_ = MPI_REQUEST_NULL;
 };
 
+/// MPI_COMM_WORLD duplicated, with its deadline: what every MPI-backed object holds. Create
+/// initializes MPI unless the caller already did. The destructor frees the duplicate, and
+/// finalizes MPI when Create initialized it -- unless the deadline is broken (requests still
+/// pending: freeing or finalizing would hang); then the deadline is retained until exit
+/// (RetainUntilExit) and MPI is left as it is.
+class MpiWorld {
+ public:
+  /// Errors: kIo (MPI failed to initialize; duplicating the communicator failed), naming `what`.
+  static Result<std::unique_ptr<MpiWorld>> Create(const char* what);
+  ~MpiWorld();
+  MPI_Comm comm() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MpiDeadline& deadline() { return *deadline_; }
+  bool broken() const { return deadline_ && deadline_->broken(); }
+
+ private:
+  MpiWorld() = default;
+  bool owns_init_ = false;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  std::unique_ptr<MpiDeadline> deadline_;
+};
+
 }  // namespace seedstore
 #endif  // SEEDSTORE_HAVE_MPI

@@ -1,6 +1,7 @@
 // io/nccl_comm.h. Compiled with NCCL only when io/collective.cmake (or tools/gpu-check.sh's
 // standalone build) defines SEEDSTORE_HAVE_NCCL; otherwise the factories report kUnsupported.
 #include "io/nccl_comm.h"
+#include "io/bootstrap.h"
 
 #include <unistd.h>
 
@@ -339,9 +340,7 @@ Status NcclComm::AllReduceSum(uint64_t* data, size_t n, Memory where, const char
 
 Status NcclComm::Broadcast(void* data, size_t bytes, int root, Memory where, const char* what) {
   Impl& m = *impl_;
-  if (root < 0 || root >= m.size)
-    return InvalidArgument(std::string(what) + ": broadcast root " + std::to_string(root) +
-                           " outside a world of " + std::to_string(m.size));
+  SEEDSTORE_RETURN_IF_ERROR(CheckBroadcastRoot(root, m.size, what));
   if (bytes == 0) return m.Usable(what);  // nothing to move (every rank passes the same size)
   if (data == nullptr) return InvalidArgument(std::string(what) + ": null buffer");
   const auto after = [&] { return m.AfterDefaultStream(what); };

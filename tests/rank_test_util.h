@@ -81,6 +81,13 @@ inline Proc Shell(const std::string& cmd) {
   return r;
 }
 
+/// This test executable's own path, for launcher tests that start it again as rank bodies.
+inline std::string SelfExe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, n) : "";
+}
+
 /// The mpirun command prefix for `np` ranks, or "" when no mpirun is on PATH. OpenMPI gets
 /// --oversubscribe (more ranks than cores) and, through the environment, permission to run
 /// as root (CI containers).

@@ -31,11 +31,7 @@ namespace {
 using ranktest::Proc;
 using ranktest::Shell;
 
-std::string SelfExe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, n) : "";
-}
+using ranktest::SelfExe;
 
 std::string Env(const char* name, const char* fallback = "") {
   const char* v = std::getenv(name);

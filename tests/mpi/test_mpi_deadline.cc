@@ -24,11 +24,7 @@ using ranktest::Mpirun;
 using ranktest::Proc;
 using ranktest::Shell;
 
-std::string SelfExe() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, n) : "";
-}
+using ranktest::SelfExe;
 
 #if SEEDSTORE_HAVE_MPI
 // Fills a stack frame where the timed-out step's frame was, drives MPI progress while the late
