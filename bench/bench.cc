@@ -82,8 +82,8 @@ void Report(const Options& o, const char* name, const char* dtype, int threads, 
   const double eps_cpu = static_cast<double>(n) / t.cpu;
   if (o.table) {
     std::printf("%-16s %-9s %3d thr n=%-10llu %9.3f ms wall %8.1f M el/s  %8.1f M el/s per CPU-s\n",
-                name, dtype, threads, static_cast<unsigned long long>(n), t.wall * 1e3,
-                eps / 1e6, eps_cpu / 1e6);
+                name, dtype, threads, static_cast<unsigned long long>(n), t.wall * 1e3, eps / 1e6,
+                eps_cpu / 1e6);
   } else {
     std::printf(
         "{\"bench\": \"%s\", \"dtype\": \"%s\", \"threads\": %d, \"n\": %llu, "
@@ -131,13 +131,20 @@ int main(int argc, char** argv) {
   std::vector<unsigned char> buf(o.n * 8);
   std::memset(buf.data(), 1, buf.size());
   const seedstore::Region region = seedstore::WholeRegion(1, &o.n);
-  if (!o.table) std::fprintf(stderr, "seedstore_bench: isa=%s n=%llu reps=%d\n",
-                             seedstore::CpuIsaName(), static_cast<unsigned long long>(o.n), o.reps);
+  if (!o.table)
+    std::fprintf(stderr, "seedstore_bench: isa=%s n=%llu reps=%d\n", seedstore::CpuIsaName(),
+                 static_cast<unsigned long long>(o.n), o.reps);
 
-  struct Gen { const char* name; seedstore::Generator g; };
+  struct Gen {
+    const char* name;
+    seedstore::Generator g;
+  };
   const Gen gens[] = {{"threefry_normal", seedstore::Generator::kThreefry},
                       {"philox_normal", seedstore::Generator::kPhilox}};
-  struct Dt { const char* name; DType d; };
+  struct Dt {
+    const char* name;
+    DType d;
+  };
   const Dt dts[] = {{"float32", DType::kF32}, {"bfloat16", DType::kBF16}};
   for (const Gen& g : gens) {
     if (!o.only.empty() && std::string(g.name).find(o.only) == std::string::npos) continue;

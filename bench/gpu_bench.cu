@@ -20,23 +20,21 @@ namespace {
 
 using namespace seedstore;
 
-#define CHECK_CUDA(expr)                                                                \
-  do {                                                                                  \
-    const cudaError_t e_ = (expr);                                                      \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                \
-                   cudaGetErrorString(e_));                                             \
-      std::exit(2);                                                                     \
-    }                                                                                   \
+#define CHECK_CUDA(expr)                                                                          \
+  do {                                                                                            \
+    const cudaError_t e_ = (expr);                                                                \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                               \
+    }                                                                                             \
   } while (0)
-#define CHECK_K(expr)                                                                   \
-  do {                                                                                  \
-    const KernelStatus s_ = (expr);                                                     \
-    if (!s_.ok()) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                \
-                   s_.message.c_str());                                                 \
-      std::exit(2);                                                                     \
-    }                                                                                   \
+#define CHECK_K(expr)                                                                         \
+  do {                                                                                        \
+    const KernelStatus s_ = (expr);                                                           \
+    if (!s_.ok()) {                                                                           \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, s_.message.c_str()); \
+      std::exit(2);                                                                           \
+    }                                                                                         \
   } while (0)
 
 struct Record {
@@ -155,16 +153,15 @@ void WriteJson(const char* path, const cudaDeviceProp& prop, int clock_khz, int 
   std::fprintf(f, " \"records\": [\n");
   for (size_t k = 0; k < g_records.size(); ++k) {
     const Record& r = g_records[k];
-    std::fprintf(f,
-                 "  {\"name\": \"%s\", \"kind\": \"%s\", \"kernel\": \"%s\", \"elements\": %llu, "
-                 "\"bytes\": %llu, \"seconds\": %.9g, \"peak_bytes\": %llu, "
-                 "\"output_bytes\": %llu}%s\n",
-                 r.name.c_str(), r.kind.c_str(), r.kernel.c_str(),
-                 static_cast<unsigned long long>(r.elements),
-                 static_cast<unsigned long long>(r.bytes), r.seconds,
-                 static_cast<unsigned long long>(r.peak_bytes),
-                 static_cast<unsigned long long>(r.output_bytes),
-                 k + 1 < g_records.size() ? "," : "");
+    std::fprintf(
+        f,
+        "  {\"name\": \"%s\", \"kind\": \"%s\", \"kernel\": \"%s\", \"elements\": %llu, "
+        "\"bytes\": %llu, \"seconds\": %.9g, \"peak_bytes\": %llu, "
+        "\"output_bytes\": %llu}%s\n",
+        r.name.c_str(), r.kind.c_str(), r.kernel.c_str(),
+        static_cast<unsigned long long>(r.elements), static_cast<unsigned long long>(r.bytes),
+        r.seconds, static_cast<unsigned long long>(r.peak_bytes),
+        static_cast<unsigned long long>(r.output_bytes), k + 1 < g_records.size() ? "," : "");
   }
   std::fprintf(f, " ]}\n");
   std::fclose(f);
@@ -179,11 +176,13 @@ int main(int argc, char** argv) {
   bool quick = false;
   for (int k = 1; k < argc; ++k) {
     if (!std::strcmp(argv[k], "--json") && k + 1 < argc) json = argv[++k];
-    else if (!std::strcmp(argv[k], "--elements") && k + 1 < argc) n = std::strtoull(argv[++k], nullptr, 0);
+    else if (!std::strcmp(argv[k], "--elements") && k + 1 < argc)
+      n = std::strtoull(argv[++k], nullptr, 0);
     else if (!std::strcmp(argv[k], "--reps") && k + 1 < argc) reps = std::atoi(argv[++k]);
     else if (!std::strcmp(argv[k], "--quick")) quick = true;
     else {
-      std::fprintf(stderr, "usage: %s [--json PATH] [--elements N] [--reps R] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json PATH] [--elements N] [--reps R] [--quick]\n",
+                   argv[0]);
       return 1;
     }
   }
@@ -202,8 +201,8 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
   CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
-  std::printf("device: %s (sm_%d%d), %d SMs, SM clock %.0f MHz, %.1f GiB\n", prop.name,
-              prop.major, prop.minor, sms, clock_khz * 1e-3, prop.totalGlobalMem / 1073741824.0);
+  std::printf("device: %s (sm_%d%d), %d SMs, SM clock %.0f MHz, %.1f GiB\n", prop.name, prop.major,
+              prop.minor, sms, clock_khz * 1e-3, prop.totalGlobalMem / 1073741824.0);
   std::printf("elements per kernel run: %llu, median of %d runs\n\n",
               static_cast<unsigned long long>(n), reps);
 
@@ -256,11 +255,13 @@ int main(int argc, char** argv) {
   uint64_t* d_acc = nullptr;
   CHECK_CUDA(cudaMalloc(&d_acc, 16));
   for (DType d : {DType::kBF16, DType::kF32}) {
-    Record r{std::string("fingerprint ") + DTypeName(d), "fingerprint",
-             d == DType::kBF16 ? "FingerprintKernel:unsigned short" : "FingerprintKernel:unsigned int"};
+    Record r{
+        std::string("fingerprint ") + DTypeName(d), "fingerprint",
+        d == DType::kBF16 ? "FingerprintKernel:unsigned short" : "FingerprintKernel:unsigned int"};
     r.elements = n;
     r.bytes = n * DTypeSize(d);
-    r.seconds = TimeIt(reps, [&] { CHECK_K(FingerprintCudaAsync(d, flat, in.data(), 7, nullptr, d_acc)); });
+    r.seconds =
+        TimeIt(reps, [&] { CHECK_K(FingerprintCudaAsync(d, flat, in.data(), 7, nullptr, d_acc)); });
     Add(r);
   }
   for (Generator g : {Generator::kThreefry, Generator::kPhilox}) {
@@ -310,10 +311,11 @@ int main(int argc, char** argv) {
     r.peak_bytes = free0 - min_free;
     r.output_bytes = out_bytes;
     Add(r);
-    std::printf("  %llu parameters, outputs %.3f GB, device memory in use %.3f GB "
-                "(outputs + %.1f MiB)\n",
-                static_cast<unsigned long long>(params), out_bytes * 1e-9, r.peak_bytes * 1e-9,
-                (static_cast<double>(r.peak_bytes) - static_cast<double>(out_bytes)) / 1048576.0);
+    std::printf(
+        "  %llu parameters, outputs %.3f GB, device memory in use %.3f GB "
+        "(outputs + %.1f MiB)\n",
+        static_cast<unsigned long long>(params), out_bytes * 1e-9, r.peak_bytes * 1e-9,
+        (static_cast<double>(r.peak_bytes) - static_cast<double>(out_bytes)) / 1048576.0);
     if (g == Generator::kPhilox) {
       Record f{"llama3-8b fingerprint bf16 (all tensors)", "model_fingerprint", ""};
       f.elements = params;
@@ -321,7 +323,8 @@ int main(int argc, char** argv) {
       f.seconds = TimeIt(quick ? 1 : 3, [&] {
         CHECK_CUDA(cudaMemsetAsync(d_acc, 0, 16));
         for (size_t k = 0; k < model.size(); ++k)
-          CHECK_K(FingerprintCudaAsync(DType::kBF16, regions[k], bufs[k].data(), 7, nullptr, d_acc));
+          CHECK_K(
+              FingerprintCudaAsync(DType::kBF16, regions[k], bufs[k].data(), 7, nullptr, d_acc));
       });
       Add(f);
     }

@@ -27,7 +27,9 @@ double Now() {
 
 // A pass-through stand-in for filter 32015 (zstd), so that the pipeline message is the real
 // one; chunks are written raw with H5Dwrite_chunk and never pass through it.
-size_t PassThrough(unsigned, size_t, const unsigned[], size_t nbytes, size_t*, void**) { return nbytes; }
+size_t PassThrough(unsigned, size_t, const unsigned[], size_t nbytes, size_t*, void**) {
+  return nbytes;
+}
 
 void StringAttr(hid_t obj, const char* name, const std::string& v) {
   const hid_t t = H5Tcopy(H5T_C_S1);
@@ -50,10 +52,11 @@ void U64Attr(hid_t obj, const char* name, const std::vector<uint64_t>& v) {
   H5Sclose(s);
 }
 
-hid_t Table(hid_t group, const std::string& name, int rank, const hsize_t* dims, const std::vector<uint64_t>& v,
-            hid_t untimed) {
+hid_t Table(hid_t group, const std::string& name, int rank, const hsize_t* dims,
+            const std::vector<uint64_t>& v, hid_t untimed) {
   const hid_t s = H5Screate_simple(rank, dims, nullptr);
-  const hid_t d = H5Dcreate2(group, name.c_str(), H5T_STD_U64LE, s, H5P_DEFAULT, untimed, H5P_DEFAULT);
+  const hid_t d =
+      H5Dcreate2(group, name.c_str(), H5T_STD_U64LE, s, H5P_DEFAULT, untimed, H5P_DEFAULT);
   H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
   U64Attr(d, "seedstore.xxh3", {v.size()});
   H5Sclose(s);
@@ -66,12 +69,15 @@ int main(int argc, char** argv) {
   const int files = argc > 1 ? std::atoi(argv[1]) : 256;
   const int pieces = argc > 2 ? std::atoi(argv[2]) : 148;
   const size_t bytes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 3400;
-  const std::string dir = std::string(argc > 4 ? argv[4] : "/tmp") + "/h5floor." + std::to_string(getpid());
+  const std::string dir =
+      std::string(argc > 4 ? argv[4] : "/tmp") + "/h5floor." + std::to_string(getpid());
   if (files < 1 || pieces < 1 || bytes < 4 || std::system(("mkdir -p " + dir).c_str()) != 0) {
-    std::fprintf(stderr, "usage: h5_object_floor [FILES] [PIECES_PER_FILE] [PIECE_BYTES >= 4] [DIR]\n");
+    std::fprintf(stderr,
+                 "usage: h5_object_floor [FILES] [PIECES_PER_FILE] [PIECE_BYTES >= 4] [DIR]\n");
     return 2;
   }
-  const H5Z_class2_t cls = {H5Z_CLASS_T_VERS, 32015, 1, 1, "zstd stand-in", nullptr, nullptr, PassThrough};
+  const H5Z_class2_t cls = {H5Z_CLASS_T_VERS, 32015,   1,       1,
+                            "zstd stand-in",  nullptr, nullptr, PassThrough};
   if (H5Zfilter_avail(32015) <= 0) H5Zregister(&cls);
   std::vector<unsigned char> chunk(bytes, 0x5a);
   const std::string index(pieces * 250, ' ');  // ~250 bytes of index JSON per piece (FORMAT.md 4.1)
@@ -90,7 +96,8 @@ int main(int argc, char** argv) {
     U64Attr(h5, "seedstore.version", {1});
     hid_t groups[4];
     const char* names[4] = {"tensors", "checksums", "chunkinfo", "seedstore"};
-    for (int g = 0; g < 4; ++g) groups[g] = H5Gcreate2(h5, names[g], H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    for (int g = 0; g < 4; ++g)
+      groups[g] = H5Gcreate2(h5, names[g], H5P_DEFAULT, gcpl, H5P_DEFAULT);
     for (int p = 0; p < pieces; ++p) {
       const std::string name = "h." + std::to_string(p) + ".mlp.c_fc.weight";
       const hsize_t n = bytes / 4, off = 0, one = 1, info[2] = {1, 3};
@@ -102,7 +109,8 @@ int main(int argc, char** argv) {
       const unsigned level = 1;
       H5Pset_filter(dcpl, 32015, H5Z_FLAG_MANDATORY, 1, &level);
       const hid_t space = H5Screate_simple(1, &n, nullptr);
-      const hid_t d = H5Dcreate2(groups[0], name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      const hid_t d = H5Dcreate2(groups[0], name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl,
+                                 H5P_DEFAULT);
       H5Dwrite_chunk(d, H5P_DEFAULT, 0, &off, bytes, chunk.data());
       H5Dclose(Table(groups[1], name, 1, &one, {42}, untimed));
       H5Dclose(Table(groups[2], name, 2, info, {42, 1, 2}, untimed));
@@ -115,7 +123,8 @@ int main(int argc, char** argv) {
     }
     const hsize_t len = index.size();
     const hid_t s = H5Screate_simple(1, &len, nullptr);
-    const hid_t ix = H5Dcreate2(groups[3], "index", H5T_STD_U8LE, s, H5P_DEFAULT, untimed, H5P_DEFAULT);
+    const hid_t ix =
+        H5Dcreate2(groups[3], "index", H5T_STD_U8LE, s, H5P_DEFAULT, untimed, H5P_DEFAULT);
     H5Dwrite(ix, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, index.data());
     U64Attr(ix, "seedstore.xxh3", {7});
     H5Dclose(ix);
@@ -137,10 +146,11 @@ int main(int argc, char** argv) {
   const double t2 = Now();
   const int rc = std::system(cp.c_str());
   const double t3 = Now();
-  std::printf("%d files x %d pieces of %zu bytes: HDF5 objects written in %.3f s (%.1f us per piece); "
-              "cp + sync of the same files %.3f s%s\n",
-              files, pieces, bytes, t1 - t0, 1e6 * (t1 - t0) / (static_cast<double>(files) * pieces), t3 - t2,
-              rc == 0 ? "" : " (cp failed)");
+  std::printf(
+      "%d files x %d pieces of %zu bytes: HDF5 objects written in %.3f s (%.1f us per piece); "
+      "cp + sync of the same files %.3f s%s\n",
+      files, pieces, bytes, t1 - t0, 1e6 * (t1 - t0) / (static_cast<double>(files) * pieces),
+      t3 - t2, rc == 0 ? "" : " (cp failed)");
   if (std::system(("rm -rf " + dir + " " + dir + ".cp").c_str()) != 0) return 1;
   return 0;
 }

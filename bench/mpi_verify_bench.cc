@@ -23,8 +23,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--layout")) layout_kind = argv[i + 1];
     else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--preset NAME] [--layout fsdp|replicated|hsdp|FILE] "
-                   "[--threads N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--preset NAME] [--layout fsdp|replicated|hsdp|FILE] "
+                   "[--threads N]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -61,19 +63,23 @@ int main(int argc, char** argv) {
   if (c.rank() == 0) {
     auto col = [&](int k, bool max) {
       double v = all[k];
-      for (int r = 0; r < world; ++r) v = max ? std::max(v, all[5 * r + k]) : std::min(v, all[5 * r + k]);
+      for (int r = 0; r < world; ++r)
+        v = max ? std::max(v, all[5 * r + k]) : std::min(v, all[5 * r + k]);
       return v;
     };
     const double total = col(0, true), exch = col(3, true), comm_all = col(4, true);
-    std::printf("preset %s: %zu tensors, %.3f G params; layout %s; %d ranks (%s), %d thread(s)/rank\n",
-                preset.c_str(), (*cat)->tensors().size(), params / 1e9, layout_kind.c_str(), world,
-                c.backend(), o.cpu.threads);
+    std::printf(
+        "preset %s: %zu tensors, %.3f G params; layout %s; %d ranks (%s), %d thread(s)/rank\n",
+        preset.c_str(), (*cat)->tensors().size(), params / 1e9, layout_kind.c_str(), world,
+        c.backend(), o.cpu.threads);
     std::printf("verdict: %s\n", rep->ok() ? "ok" : rep->ToStatus().ToString().c_str());
     std::printf("total (slowest rank)        %9.3f s\n", total);
     std::printf("fingerprint (min..max rank) %9.3f .. %.3f s\n", col(1, false), col(1, true));
     std::printf("wait for slowest (max)      %9.3f s\n", col(2, true));
-    std::printf("exchange (max)              %9.6f s  = %.4f%% of total\n", exch, 100 * exch / total);
-    std::printf("all collectives incl. wait  %9.3f s  (digest check, barrier, exchange)\n", comm_all);
+    std::printf("exchange (max)              %9.6f s  = %.4f%% of total\n", exch,
+                100 * exch / total);
+    std::printf("all collectives incl. wait  %9.3f s  (digest check, barrier, exchange)\n",
+                comm_all);
     std::printf("bytes received per rank     %9llu\n",
                 static_cast<unsigned long long>(rep->bytes_exchanged));
     std::printf("throughput                  %9.1f M params/s (all ranks)\n", params / total / 1e6);

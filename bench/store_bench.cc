@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <zstd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,7 +34,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <zstd.h>
 
 #include "io/h5store.h"
 
@@ -164,7 +164,8 @@ double ZstdDecodeFloorGbs(const std::string& path, int threads) {
         std::vector<uint8_t> out;
         for (size_t k; (k = next.fetch_add(1)) < frames.size();) {
           out.resize(ZSTD_getFrameContentSize(frames[k].data(), frames[k].size()));
-          if (ZSTD_isError(ZSTD_decompressDCtx(d, out.data(), out.size(), frames[k].data(), frames[k].size())))
+          if (ZSTD_isError(ZSTD_decompressDCtx(d, out.data(), out.size(), frames[k].data(),
+                                               frames[k].size())))
             std::exit(1);
         }
         ZSTD_freeDCtx(d);
@@ -236,7 +237,8 @@ int main(int argc, char** argv) {
       c0 = Cpu();
       auto w = StoreWriter::Create(h5_path, 0, Generator::kThreefry, wo);
       for (const auto& t : data) {  // from memory, as a job saves its tensors
-        Status s = (*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(t.bytes.data()));
+        Status s =
+            (*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(t.bytes.data()));
         if (!s.ok()) {
           std::fprintf(stderr, "%s\n", s.ToString().c_str());
           return 1;
@@ -255,7 +257,8 @@ int main(int argc, char** argv) {
         auto st = H5Store::Open(h5_path);
         uint8_t* p = back.data();
         for (size_t i = 0; i < data.size(); ++i) {
-          if (auto s = (*st)->Read(i, WholeTensor(data[i].shape), p, CpuOptions{threads}); !s.ok()) {
+          if (auto s = (*st)->Read(i, WholeTensor(data[i].shape), p, CpuOptions{threads});
+              !s.ok()) {
             std::fprintf(stderr, "%s\n", s.ToString().c_str());
             std::exit(1);
           }
@@ -303,8 +306,8 @@ int main(int argc, char** argv) {
   }
   ::unlink(raw_path.c_str());
   ::unlink(h5_path.c_str());
-  nlohmann::json out = {{"threads", threads}, {"level", level}, {"chunk_kib", chunk_kib}, {"mib", mib}, {"reps", reps},
-                        {"results", results}};
+  nlohmann::json out = {{"threads", threads}, {"level", level}, {"chunk_kib", chunk_kib},
+                        {"mib", mib},         {"reps", reps},   {"results", results}};
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

@@ -7,39 +7,62 @@
 
 namespace seedstore {
 
-template <Generator G> using GenC = std::integral_constant<Generator, G>;
-template <Dist X> using DistC = std::integral_constant<Dist, X>;
-template <DType D> using DTypeC = std::integral_constant<DType, D>;
+template <Generator G>
+using GenC = std::integral_constant<Generator, G>;
+template <Dist X>
+using DistC = std::integral_constant<Dist, X>;
+template <DType D>
+using DTypeC = std::integral_constant<DType, D>;
 
 template <class F>
 decltype(auto) VisitDType(DType d, F&& f) {
   switch (d) {
-    case DType::kF32: return f(DTypeC<DType::kF32>{});
-    case DType::kF64: return f(DTypeC<DType::kF64>{});
-    case DType::kBF16: return f(DTypeC<DType::kBF16>{});
-    case DType::kF16: return f(DTypeC<DType::kF16>{});
-    case DType::kU8: return f(DTypeC<DType::kU8>{});
-    case DType::kU16: return f(DTypeC<DType::kU16>{});
-    case DType::kU32: return f(DTypeC<DType::kU32>{});
-    case DType::kU64: return f(DTypeC<DType::kU64>{});
-    case DType::kI8: return f(DTypeC<DType::kI8>{});
-    case DType::kI16: return f(DTypeC<DType::kI16>{});
-    case DType::kI32: return f(DTypeC<DType::kI32>{});
-    case DType::kI64: return f(DTypeC<DType::kI64>{});
-    default: return f(DTypeC<DType::kBool>{});
+    case DType::kF32:
+      return f(DTypeC<DType::kF32>{});
+    case DType::kF64:
+      return f(DTypeC<DType::kF64>{});
+    case DType::kBF16:
+      return f(DTypeC<DType::kBF16>{});
+    case DType::kF16:
+      return f(DTypeC<DType::kF16>{});
+    case DType::kU8:
+      return f(DTypeC<DType::kU8>{});
+    case DType::kU16:
+      return f(DTypeC<DType::kU16>{});
+    case DType::kU32:
+      return f(DTypeC<DType::kU32>{});
+    case DType::kU64:
+      return f(DTypeC<DType::kU64>{});
+    case DType::kI8:
+      return f(DTypeC<DType::kI8>{});
+    case DType::kI16:
+      return f(DTypeC<DType::kI16>{});
+    case DType::kI32:
+      return f(DTypeC<DType::kI32>{});
+    case DType::kI64:
+      return f(DTypeC<DType::kI64>{});
+    default:
+      return f(DTypeC<DType::kBool>{});
   }
 }
 
 template <class F>
 decltype(auto) VisitDist(Dist x, F&& f) {
   switch (x) {
-    case Dist::kBits: return f(DistC<Dist::kBits>{});
-    case Dist::kUniform: return f(DistC<Dist::kUniform>{});
-    case Dist::kNormal: return f(DistC<Dist::kNormal>{});
-    case Dist::kTruncatedNormal: return f(DistC<Dist::kTruncatedNormal>{});
-    case Dist::kConstant: return f(DistC<Dist::kConstant>{});
-    case Dist::kZeros: return f(DistC<Dist::kZeros>{});
-    default: return f(DistC<Dist::kOnes>{});
+    case Dist::kBits:
+      return f(DistC<Dist::kBits>{});
+    case Dist::kUniform:
+      return f(DistC<Dist::kUniform>{});
+    case Dist::kNormal:
+      return f(DistC<Dist::kNormal>{});
+    case Dist::kTruncatedNormal:
+      return f(DistC<Dist::kTruncatedNormal>{});
+    case Dist::kConstant:
+      return f(DistC<Dist::kConstant>{});
+    case Dist::kZeros:
+      return f(DistC<Dist::kZeros>{});
+    default:
+      return f(DistC<Dist::kOnes>{});
   }
 }
 
@@ -57,7 +80,8 @@ constexpr bool kConstantDist = X == Dist::kConstant || X == Dist::kZeros || X ==
 template <class F>
 auto VisitSampler(const SamplerParams& p, F&& f) {
   using R = decltype(f(GenC<Generator::kThreefry>{}, DistC<Dist::kZeros>{}, DTypeC<DType::kF32>{}));
-  const bool constant = p.dist == Dist::kConstant || p.dist == Dist::kZeros || p.dist == Dist::kOnes;
+  const bool constant =
+      p.dist == Dist::kConstant || p.dist == Dist::kZeros || p.dist == Dist::kOnes;
   auto inner = [&](auto g) -> R {
     constexpr Generator G = std::decay_t<decltype(g)>::value;
     return VisitDist(p.dist, [&](auto x) -> R {

@@ -6,16 +6,39 @@ namespace seedstore {
 
 /// Element types of tensors. The numbering is part of no file format (names are stored).
 enum class DType : uint8_t {
-  kF32, kF64, kBF16, kF16, kU8, kU16, kU32, kU64, kI8, kI16, kI32, kI64, kBool,
+  kF32,
+  kF64,
+  kBF16,
+  kF16,
+  kU8,
+  kU16,
+  kU32,
+  kU64,
+  kI8,
+  kI16,
+  kI32,
+  kI64,
+  kBool,
 };
 constexpr int kNumDTypes = 13;
 
 SEEDSTORE_HD constexpr int DTypeSize(DType t) {
   switch (t) {
-    case DType::kF64: case DType::kU64: case DType::kI64: return 8;
-    case DType::kF32: case DType::kU32: case DType::kI32: return 4;
-    case DType::kBF16: case DType::kF16: case DType::kU16: case DType::kI16: return 2;
-    default: return 1;
+    case DType::kF64:
+    case DType::kU64:
+    case DType::kI64:
+      return 8;
+    case DType::kF32:
+    case DType::kU32:
+    case DType::kI32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+    case DType::kU16:
+    case DType::kI16:
+      return 2;
+    default:
+      return 1;
   }
 }
 SEEDSTORE_HD constexpr bool IsFloat(DType t) {

@@ -23,8 +23,7 @@ SEEDSTORE_HD Key KeyFromSeed64(int64_t seed) {
 /// Threefry20 of the 64-bit counter i = (hi, lo) under key: the per-element hash of
 /// partitionable mode. Element i of any JAX array drawn from `key` uses this value.
 SEEDSTORE_HD Word2 HashCounter(Key key, uint64_t i) {
-  return Threefry2x32<20>(key.k0, key.k1, static_cast<uint32_t>(i >> 32),
-                          static_cast<uint32_t>(i));
+  return Threefry2x32<20>(key.k0, key.k1, static_cast<uint32_t>(i >> 32), static_cast<uint32_t>(i));
 }
 
 /// jax.random.split(key, shape)[i] where i is the row-major flat index into shape.

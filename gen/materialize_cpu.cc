@@ -50,18 +50,24 @@ Isa TheIsa() {
 // The loops themselves live in materialize_cpu_kernels.inc, compiled once per ISA.
 FillFn PickFill(const SamplerParams& p) {
   switch (TheIsa()) {
-    case Isa::kAvx512: return cpu_avx512::PickFill(p);
-    case Isa::kAvx2: return cpu_avx2::PickFill(p);
-    default: return cpu_generic::PickFill(p);
+    case Isa::kAvx512:
+      return cpu_avx512::PickFill(p);
+    case Isa::kAvx2:
+      return cpu_avx2::PickFill(p);
+    default:
+      return cpu_generic::PickFill(p);
   }
 }
 
 HashFn PickHash(DType dtype) {
   const int size = DTypeSize(dtype);
   switch (TheIsa()) {
-    case Isa::kAvx512: return cpu_avx512::PickHash(size);
-    case Isa::kAvx2: return cpu_avx2::PickHash(size);
-    default: return cpu_generic::PickHash(size);
+    case Isa::kAvx512:
+      return cpu_avx512::PickHash(size);
+    case Isa::kAvx2:
+      return cpu_avx2::PickHash(size);
+    default:
+      return cpu_generic::PickHash(size);
   }
 }
 
@@ -105,9 +111,12 @@ void Parallel(uint64_t count, CpuOptions o, F&& f) {
 
 const char* CpuIsaName() {
   switch (TheIsa()) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    default: return "generic";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "generic";
   }
 }
 
@@ -116,9 +125,12 @@ const char* CpuIsaName() {
 static const ChecksumFns& Checksum() {
   static const ChecksumFns f = [] {
     switch (TheIsa()) {
-      case Isa::kAvx512: return cpu_avx512::PickChecksum();
-      case Isa::kAvx2: return cpu_avx2::PickChecksum();
-      default: return cpu_generic::PickChecksum();
+      case Isa::kAvx512:
+        return cpu_avx512::PickChecksum();
+      case Isa::kAvx2:
+        return cpu_avx2::PickChecksum();
+      default:
+        return cpu_generic::PickChecksum();
     }
   }();
   return f;
@@ -134,7 +146,8 @@ void MaterializeCpu(const SamplerParams& p, const Region& r, void* out, CpuOptio
   const size_t es = DTypeSize(p.dtype);
   auto* base = static_cast<unsigned char*>(out);
   Parallel(r.Count(), o, [&](int, uint64_t a, uint64_t b) {
-    ForEachRun(r, a, b, [&](uint64_t i, uint64_t n, uint64_t at) { fill(p, i, n, base + at * es); });
+    ForEachRun(r, a, b,
+               [&](uint64_t i, uint64_t n, uint64_t at) { fill(p, i, n, base + at * es); });
   });
 }
 

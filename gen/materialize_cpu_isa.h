@@ -21,11 +21,11 @@ struct ChecksumFns {
   uint64_t (*digest)(const void* state);
 };
 
-#define SEEDSTORE_DECLARE_CPU_ISA(NS)                 \
-  namespace NS {                                      \
-  FillFn PickFill(const SamplerParams& p);            \
-  HashFn PickHash(int element_size);                  \
-  ChecksumFns PickChecksum();                         \
+#define SEEDSTORE_DECLARE_CPU_ISA(NS)      \
+  namespace NS {                           \
+  FillFn PickFill(const SamplerParams& p); \
+  HashFn PickHash(int element_size);       \
+  ChecksumFns PickChecksum();              \
   }
 SEEDSTORE_DECLARE_CPU_ISA(cpu_generic)
 SEEDSTORE_DECLARE_CPU_ISA(cpu_avx2)

@@ -11,12 +11,12 @@ namespace seedstore {
 constexpr int kMaxRank = 16;
 
 struct Region {
-  int rank = 0;                  // number of dims of the global tensor (0 = scalar)
+  int rank = 0;                   // number of dims of the global tensor (0 = scalar)
   uint64_t shape[kMaxRank] = {};  // global shape
   uint64_t start[kMaxRank] = {};  // box start (ignored when flat)
   uint64_t stop[kMaxRank] = {};   // box stop, exclusive (ignored when flat)
-  bool flat = false;             // flat range instead of a box
-  uint64_t begin = 0, end = 0;   // flat range, row-major global flat indices
+  bool flat = false;              // flat range instead of a box
+  uint64_t begin = 0, end = 0;    // flat range, row-major global flat indices
 
   /// Number of elements in the region.
   SEEDSTORE_HD uint64_t Count() const {
@@ -96,7 +96,8 @@ inline bool IsContiguous(const Region& r) {
   return true;
 }
 
-/// The box [start, stop) of a tensor of `shape` (preconditions: equal ranks, start <= stop <= shape).
+/// The box [start, stop) of a tensor of `shape` (preconditions: equal ranks, start <= stop <=
+/// shape).
 inline Region BoxRegion(const std::vector<uint64_t>& shape, const std::vector<uint64_t>& start,
                         const std::vector<uint64_t>& stop) {
   Region r;
@@ -141,7 +142,8 @@ class GridTiles {
       anchor_[d] = anchor[d];
       chunk_[d] = chunk[d];
       first_[d] = (r.start[d] - anchor[d]) / chunk[d];
-      count_[d] = r.stop[d] > r.start[d] ? (r.stop[d] - 1 - anchor[d]) / chunk[d] + 1 - first_[d] : 0;
+      count_[d] =
+          r.stop[d] > r.start[d] ? (r.stop[d] - 1 - anchor[d]) / chunk[d] + 1 - first_[d] : 0;
       n_ *= count_[d];
     }
   }

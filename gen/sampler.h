@@ -59,21 +59,62 @@ struct SamplerParams {
   uint64_t const_bits = 0;  // constant/zeros/ones: the value's storage bits
 };
 
-template <DType D> struct StorageOf;
-template <> struct StorageOf<DType::kF32> { using type = float; };
-template <> struct StorageOf<DType::kF64> { using type = double; };
-template <> struct StorageOf<DType::kBF16> { using type = uint16_t; };
-template <> struct StorageOf<DType::kF16> { using type = uint16_t; };
-template <> struct StorageOf<DType::kU8> { using type = uint8_t; };
-template <> struct StorageOf<DType::kU16> { using type = uint16_t; };
-template <> struct StorageOf<DType::kU32> { using type = uint32_t; };
-template <> struct StorageOf<DType::kU64> { using type = uint64_t; };
-template <> struct StorageOf<DType::kI8> { using type = int8_t; };
-template <> struct StorageOf<DType::kI16> { using type = int16_t; };
-template <> struct StorageOf<DType::kI32> { using type = int32_t; };
-template <> struct StorageOf<DType::kI64> { using type = int64_t; };
-template <> struct StorageOf<DType::kBool> { using type = uint8_t; };
-template <DType D> using StorageT = typename StorageOf<D>::type;
+template <DType D>
+struct StorageOf;
+template <>
+struct StorageOf<DType::kF32> {
+  using type = float;
+};
+template <>
+struct StorageOf<DType::kF64> {
+  using type = double;
+};
+template <>
+struct StorageOf<DType::kBF16> {
+  using type = uint16_t;
+};
+template <>
+struct StorageOf<DType::kF16> {
+  using type = uint16_t;
+};
+template <>
+struct StorageOf<DType::kU8> {
+  using type = uint8_t;
+};
+template <>
+struct StorageOf<DType::kU16> {
+  using type = uint16_t;
+};
+template <>
+struct StorageOf<DType::kU32> {
+  using type = uint32_t;
+};
+template <>
+struct StorageOf<DType::kU64> {
+  using type = uint64_t;
+};
+template <>
+struct StorageOf<DType::kI8> {
+  using type = int8_t;
+};
+template <>
+struct StorageOf<DType::kI16> {
+  using type = int16_t;
+};
+template <>
+struct StorageOf<DType::kI32> {
+  using type = int32_t;
+};
+template <>
+struct StorageOf<DType::kI64> {
+  using type = int64_t;
+};
+template <>
+struct StorageOf<DType::kBool> {
+  using type = uint8_t;
+};
+template <DType D>
+using StorageT = typename StorageOf<D>::type;
 
 /// Zero-extended storage bits of a value (what the fingerprint hashes).
 template <class T>
@@ -110,9 +151,13 @@ SEEDSTORE_HD bool SignBit(double x) { return (BitCast<uint64_t>(x) >> 63) != 0; 
 /// XLA's maximum and minimum of floats (llvm.maximum / llvm.minimum): -0 < +0, so
 /// max(-0, +0) = +0 and min(-0, +0) = -0. No NaN reaches them here.
 template <class T>
-SEEDSTORE_HD T XlaMax(T a, T b) { return a > b || (a == b && !SignBit(a)) ? a : b; }
+SEEDSTORE_HD T XlaMax(T a, T b) {
+  return a > b || (a == b && !SignBit(a)) ? a : b;
+}
 template <class T>
-SEEDSTORE_HD T XlaMin(T a, T b) { return a < b || (a == b && SignBit(a)) ? a : b; }
+SEEDSTORE_HD T XlaMin(T a, T b) {
+  return a < b || (a == b && SignBit(a)) ? a : b;
+}
 
 /// jax.random.uniform's [0, 1) value for element i, exact, as float (16/32-bit dtypes).
 template <DType D>
@@ -226,7 +271,9 @@ SEEDSTORE_HD StorageT<D> ThreefryElement(const SamplerParams& p, uint64_t i) {
 // ---- philox (native) --------------------------------------------------------------------
 
 template <DType D>
-SEEDSTORE_HD constexpr int PerBlock() { return DTypeSize(D) == 8 ? 2 : 4; }
+SEEDSTORE_HD constexpr int PerBlock() {
+  return DTypeSize(D) == 8 ? 2 : 4;
+}
 
 SEEDSTORE_HD Word4 PhiloxBlock(Key key, uint64_t block) {
   return Philox4x32<10>(key.k0, key.k1, static_cast<uint32_t>(block),
@@ -332,7 +379,9 @@ SEEDSTORE_HD constexpr bool Supported(Dist x, DType d) {
   switch (x) {
     case Dist::kBits:
       return d == DType::kU8 || d == DType::kU16 || d == DType::kU32 || d == DType::kU64;
-    case Dist::kUniform: case Dist::kNormal: case Dist::kTruncatedNormal:
+    case Dist::kUniform:
+    case Dist::kNormal:
+    case Dist::kTruncatedNormal:
       return IsFloat(d);
     default:
       return true;

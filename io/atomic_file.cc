@@ -45,7 +45,8 @@ std::string TempStem(const std::string& base) {
   const size_t room = NAME_MAX - fixed;
   if (base.size() <= room) return base;
   char hash[24];
-  std::snprintf(hash, sizeof hash, "~%016llx", static_cast<unsigned long long>(Checksum64(base.data(), base.size())));
+  std::snprintf(hash, sizeof hash, "~%016llx",
+                static_cast<unsigned long long>(Checksum64(base.data(), base.size())));
   return base.substr(0, room - std::strlen(hash)) + hash;
 }
 // "<digits>" -> value (at most INT_MAX); -1 if s is empty, has another character or overflows.
@@ -115,7 +116,7 @@ std::atomic<bool> g_dying{false};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
               "the handler needs lock-free atomics");
 constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-thread_local int t_depth = 0;  // this thread's brackets open (nested ones count)
+thread_local int t_depth = 0;   // this thread's brackets open (nested ones count)
 thread_local sigset_t t_saved;  // its signal mask before the outermost one
 
 void OnSignal(int sig) {
@@ -187,12 +188,12 @@ Result<std::string> ResolveSymlinks(const std::string& path) {
   for (int hops = 0;; ++hops) {
     struct stat st;
     if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
-    if (hops == 40)
-      return InvalidArgument("'" + path + "': more than 40 symbolic links (a loop?)");
+    if (hops == 40) return InvalidArgument("'" + path + "': more than 40 symbolic links (a loop?)");
     std::string target(4096, '\0');
     const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
     if (n < 0 || static_cast<size_t>(n) >= target.size())
-      return IoError("cannot read the symbolic link '" + p + "': " + (n < 0 ? Errno() : "target too long"));
+      return IoError("cannot read the symbolic link '" + p +
+                     "': " + (n < 0 ? Errno() : "target too long"));
     target.resize(static_cast<size_t>(n));
     p = target[0] == '/' ? target : DirPrefix(p) + target;
   }
@@ -217,7 +218,8 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
   // Registered before it exists (the name is this process's alone): a signal at any moment
   // leaves no temporary behind (signal_cleanup::BeginChange).
   if (!signal_cleanup::BeginChange())
-    return IoError("cannot create '" + temp + "' (for '" + path + "'): the process is ending on a signal");
+    return IoError("cannot create '" + temp + "' (for '" + path +
+                   "'): the process is ending on a signal");
   const int slot = signal_cleanup::Register(temp);
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -243,8 +245,13 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : path_(std::move(o.path_)), temp_(std::move(o.temp_)), fd_(o.fd_), committed_(o.committed_),
-      synced_(o.synced_), cleanup_slot_(o.cleanup_slot_), final_mode_(o.final_mode_) {
+    : path_(std::move(o.path_)),
+      temp_(std::move(o.temp_)),
+      fd_(o.fd_),
+      committed_(o.committed_),
+      synced_(o.synced_),
+      cleanup_slot_(o.cleanup_slot_),
+      final_mode_(o.final_mode_) {
   o.fd_ = -1;
   o.committed_ = true;  // the moved-from object owns nothing
   o.cleanup_slot_ = -1;
@@ -308,7 +315,8 @@ Status AtomicFile::Commit() {
   const int replaced = ::open(path_.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   if (!signal_cleanup::BeginChange()) {
     if (replaced >= 0) ::close(replaced);
-    return IoError("'" + temp_ + "' not renamed to '" + path_ + "': the process is ending on a signal");
+    return IoError("'" + temp_ + "' not renamed to '" + path_ +
+                   "': the process is ending on a signal");
   }
   if (::rename(temp_.c_str(), path_.c_str()) != 0) {
     const std::string e = Errno();
@@ -388,7 +396,8 @@ Status CheckNoOtherWriter(const std::string& path) {
   std::string holder;
   if (!WriterLockHeld(lock, &holder)) return Status::Ok();  // none, or an interrupted save's
   if (holder == "pid " + std::to_string(::getpid()) + " on " + HostName()) return Status::Ok();
-  return IoError("writer-locked: '" + path + "' is being written as a distributed save by another writer (" +
+  return IoError("writer-locked: '" + path +
+                 "' is being written as a distributed save by another writer (" +
                  (holder.empty() ? std::string("lock file") : holder) + "; lock file '" + lock +
                  "'): this write is refused and nothing was replaced");
 }

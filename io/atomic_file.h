@@ -135,7 +135,7 @@ class AtomicFile {
   std::string path_, temp_;
   int fd_ = -1;
   bool committed_ = false;
-  bool synced_ = false;  // Sync() done: the temporary is durable and closed
+  bool synced_ = false;    // Sync() done: the temporary is durable and closed
   int cleanup_slot_ = -1;  // signal_cleanup's slot of temp_
   int final_mode_ = -1;    // the mode Commit gives the temporary (-1: it has it already)
 };

@@ -53,7 +53,8 @@ Result<std::vector<std::string>> UnpackBlocks(const std::string& v, const char* 
   while (at < v.size()) {
     if (v.size() - at < 8) return bad();
     uint64_t n = 0;
-    for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(v[at + i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      n |= static_cast<uint64_t>(static_cast<unsigned char>(v[at + i])) << (8 * i);
     at += 8;
     if (v.size() - at < n) return bad();
     blocks.push_back(v.substr(at, n));
@@ -104,7 +105,8 @@ class CallbackBootstrap final : public Bootstrap {
  private:
   Status Usable(const char* what) const {
     if (!broken_) return Status::Ok();
-    return IoError(std::string(what) + ": the store bootstrap is unusable after an earlier failure");
+    return IoError(std::string(what) +
+                   ": the store bootstrap is unusable after an earlier failure");
   }
 
   std::string NextKey(const char* what) { return std::string(what) + "/" + std::to_string(seq_++); }
@@ -126,7 +128,8 @@ class CallbackBootstrap final : public Bootstrap {
       if (v->has_value()) return std::move(**v);
       if (timeout_s > 0)
         return IoError("rank " + std::to_string(owner) + " did not put '" + full + "' within " +
-                       Seconds(timeout_s) + " s (timeout): hung, dead or far slower than the others");
+                       Seconds(timeout_s) +
+                       " s (timeout): hung, dead or far slower than the others");
     }
   }
 
@@ -199,7 +202,8 @@ Status Bootstrap::Barrier(const char* what, double timeout_s) {
 
 Result<std::unique_ptr<Bootstrap>> CreateCallbackBootstrap(int rank, int size, std::string prefix,
                                                            BootstrapCallbacks callbacks) {
-  if (size < 1) return InvalidArgument("bootstrap: world size " + std::to_string(size) + " must be >= 1");
+  if (size < 1)
+    return InvalidArgument("bootstrap: world size " + std::to_string(size) + " must be >= 1");
   if (rank < 0 || rank >= size)
     return InvalidArgument("bootstrap: rank " + std::to_string(rank) + " is outside [0, " +
                            std::to_string(size) + ") (world size " + std::to_string(size) + ")");

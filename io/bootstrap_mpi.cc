@@ -42,10 +42,10 @@ class MpiBootstrap final : public Bootstrap {
     s->send_size = mine.size();
     s->sizes.assign(size_, 0);
     SEEDSTORE_RETURN_IF_ERROR(Run(s, what, timeout_s, [&](MPI_Request* req) {
-      return req ? MPI_Iallgather(&s->send_size, 1, MPI_UINT64_T, s->sizes.data(), 1,
-                                  MPI_UINT64_T, comm(), req)
-                 : MPI_Allgather(&s->send_size, 1, MPI_UINT64_T, s->sizes.data(), 1,
-                                 MPI_UINT64_T, comm());
+      return req ? MPI_Iallgather(&s->send_size, 1, MPI_UINT64_T, s->sizes.data(), 1, MPI_UINT64_T,
+                                  comm(), req)
+                 : MPI_Allgather(&s->send_size, 1, MPI_UINT64_T, s->sizes.data(), 1, MPI_UINT64_T,
+                                 comm());
     }));
     uint64_t total = 0;
     for (uint64_t n : s->sizes) total += n;  // every rank sees the same sizes: the same verdict

@@ -48,7 +48,8 @@ Result<const ChunkMatcher::Stored*> ChunkMatcher::Holding(const uint64_t* at) {
   const TensorRecord& t = src_.tensors()[i_];
   for (const Part& p : parts_) {
     bool in = true;
-    for (int d = 0; d < p.owned.rank; ++d) in &= p.owned.start[d] <= at[d] && at[d] < p.owned.stop[d];
+    for (int d = 0; d < p.owned.rank; ++d)
+      in &= p.owned.start[d] <= at[d] && at[d] < p.owned.stop[d];
     if (!in) continue;
     std::lock_guard<std::mutex> l(mu_);
     auto it = stored_.find(&p);
@@ -61,8 +62,8 @@ Result<const ChunkMatcher::Stored*> ChunkMatcher::Holding(const uint64_t* at) {
       const StoredTensor& st = store->stored(s.k);
       if (StoreWriter::CopiesChunksOf(st, t.dtype, w_)) s.chunk = st.chunk;
       const TensorRecord& sr = store->tensors()[s.k];
-      s.global_frame = sr.fp_seed() == t.fp_seed() &&
-                       (sr.piece ? SameRegion(*sr.piece, p.stored) : p.piece < 0);
+      s.global_frame =
+          sr.fp_seed() == t.fp_seed() && (sr.piece ? SameRegion(*sr.piece, p.stored) : p.piece < 0);
       it = stored_.emplace(&p, std::move(s)).first;
     }
     return it->second.chunk.empty() ? nullptr : &it->second;
@@ -70,8 +71,8 @@ Result<const ChunkMatcher::Stored*> ChunkMatcher::Holding(const uint64_t* at) {
   return static_cast<const Stored*>(nullptr);
 }
 
-Result<bool> ChunkMatcher::Copy(const Region& g, const std::vector<uint64_t>& chunk, const Region& local,
-                  StoredChunk* out) {
+Result<bool> ChunkMatcher::Copy(const Region& g, const std::vector<uint64_t>& chunk,
+                                const Region& local, StoredChunk* out) {
   uint64_t at[kMaxRank];
   for (int d = 0; d < g.rank; ++d) at[d] = g.start[d] + local.start[d];
   SEEDSTORE_ASSIGN_OR_RETURN(const Stored* s, Holding(at));

@@ -40,9 +40,9 @@ class ChunkMatcher {
   using Part = StoredPart;
   struct Stored {
     const Part* part = nullptr;
-    size_t k = 0;                  // the tensor's index in its store
-    std::vector<uint64_t> chunk;   // its chunk shape
-    bool global_frame = false;     // its fingerprints are the global tensor's (TensorRecord::piece)
+    size_t k = 0;                 // the tensor's index in its store
+    std::vector<uint64_t> chunk;  // its chunk shape
+    bool global_frame = false;    // its fingerprints are the global tensor's (TensorRecord::piece)
   };
 
   // The stored source part owning global index `at`, when its chunks could be copied by this

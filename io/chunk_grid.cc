@@ -137,7 +137,8 @@ void ScatterElems(const uint8_t* src, uint64_t e0, uint64_t e1, int rank, const 
 }
 
 // Unshuffles elements [e0, e1) of an HDF5-shuffled buffer of n elements into `out`.
-void UnshuffleRange(const uint8_t* in, uint64_t n, uint64_t e0, uint64_t e1, size_t es, uint8_t* out) {
+void UnshuffleRange(const uint8_t* in, uint64_t n, uint64_t e0, uint64_t e1, size_t es,
+                    uint8_t* out) {
   const uint64_t m = e1 - e0;
   if (es == 2) {
     const uint8_t *a = in + e0, *b = in + n + e0;

@@ -13,7 +13,6 @@
 
 namespace seedstore {
 
-
 // The chunk grid of a dense tensor. Contiguous datasets (rank 0 or an empty dim) have one
 // "chunk": the whole data.
 struct Grid {
@@ -24,8 +23,10 @@ struct Grid {
   bool chunked() const { return !chunk.empty(); }
   uint64_t ChunkElems() const {
     uint64_t n = 1;
-    if (chunked()) for (uint64_t c : chunk) n *= c;
-    else for (uint64_t s : shape) n *= s;
+    if (chunked())
+      for (uint64_t c : chunk) n *= c;
+    else
+      for (uint64_t s : shape) n *= s;
     return n;
   }
   void Coords(uint64_t j, uint64_t* c) const {  // chunk-grid coordinates, row-major
@@ -67,7 +68,6 @@ struct Grid {
   }
 };
 
-
 /// Whether box `inner` lies in box `outer` (same rank).
 inline bool BoxWithin(const Region& inner, const Region& outer) {
   for (int d = 0; d < inner.rank; ++d)
@@ -89,8 +89,9 @@ void CopyIntersection(const uint8_t* src, const uint64_t* s_start, const uint64_
 
 /// Copies a box of extent `ext` out of a row-major buffer of extent `sext`, where the box
 /// starts at `soff`, into a row-major buffer of extent `dext` at `doff` (null offsets: 0).
-void CopyBox(const unsigned char* src, const uint64_t* sext, const uint64_t* soff, unsigned char* dst,
-             const uint64_t* dext, const uint64_t* doff, const uint64_t* ext, int rank, size_t es);
+void CopyBox(const unsigned char* src, const uint64_t* sext, const uint64_t* soff,
+             unsigned char* dst, const uint64_t* dext, const uint64_t* doff, const uint64_t* ext,
+             int rank, size_t es);
 
 /// HDF5's shuffle filter: byte j of element i goes to j * n + i; trailing bytes copied.
 void Shuffle(const uint8_t* in, uint8_t* out, size_t nbytes, size_t es);

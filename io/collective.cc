@@ -95,7 +95,8 @@ Result<std::unique_ptr<Collective>> OpenCollective(std::string_view backend, Col
     SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<Collective> boot, OpenCollective("auto", o));
     return CreateNcclCollective(std::move(boot), o);
   }
-  return InvalidArgument("--backend '" + std::string(backend) + "': expected auto, mpi, nccl or self");
+  return InvalidArgument("--backend '" + std::string(backend) +
+                         "': expected auto, mpi, nccl or self");
 }
 
 int DefaultThreadsPerRank() {
@@ -136,11 +137,12 @@ void TestFaultPoint(int rank, const char* step) {
   if (!spec) return;
   const std::string s = spec;
   const size_t a = s.find(':'), b = a == std::string::npos ? a : s.find(':', a + 1);
-  if (b == std::string::npos || s.substr(0, a) != std::to_string(rank) || s.substr(a + 1, b - a - 1) != step)
+  if (b == std::string::npos || s.substr(0, a) != std::to_string(rank) ||
+      s.substr(a + 1, b - a - 1) != step)
     return;
   const std::string action = s.substr(b + 1);
-  std::fprintf(stderr, "seedstore: rank %d: test fault %s at step '%s' (pid %d)\n", rank, action.c_str(), step,
-               static_cast<int>(::getpid()));
+  std::fprintf(stderr, "seedstore: rank %d: test fault %s at step '%s' (pid %d)\n", rank,
+               action.c_str(), step, static_cast<int>(::getpid()));
   std::fflush(stderr);
   if (action == "stop") {
     ::raise(SIGSTOP);
@@ -182,8 +184,8 @@ Result<bool> UseCuda(const std::string& device) {
 }
 
 // One rank's shard of tensor i of the catalog, possibly corrupted on purpose (Simulate).
-Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int rank,
-                        bool cuda, const VerifyOptions& o, bool flip_here, LocalShard* out) {
+Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int rank, bool cuda,
+                        const VerifyOptions& o, bool flip_here, LocalShard* out) {
   const TensorRecord& rec = cat.tensors()[i];
   const bool lazy = rec.lazy.has_value();
   const Simulate sim = o.simulate;
@@ -243,7 +245,8 @@ Result<VerifyReport> VerifyCatalog(Exchange& comm, const Catalog& catalog, const
     shards[i].recorded = recs[i].fingerprint;
   }
   SEEDSTORE_RETURN_IF_ERROR(CheckSameInputs(comm, layout, shards));
-  for (const TensorRecord& t : recs) SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(catalog, t, "verify-ranks"));
+  for (const TensorRecord& t : recs)
+    SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(catalog, t, "verify-ranks"));
   SEEDSTORE_ASSIGN_OR_RETURN(const bool cuda, UseCuda(o.device));
   bool flip_pending = o.simulate == Simulate::kFlip && me == o.simulate_rank;
   for (size_t i = 0; i < recs.size(); ++i) {
@@ -288,9 +291,10 @@ Result<VerifyReport> VerifyHostedBuffers(Exchange& comm,
   const int k = static_cast<int>(hosted.size());
   for (int j = 1; j < k; ++j)
     if (hosted[j].size() != params.size())
-      return InvalidArgument("verify: the ranks of one process pass different tensors (local rank " +
-                             std::to_string(j) + ": " + std::to_string(hosted[j].size()) + " vs " +
-                             std::to_string(params.size()) + ")");
+      return InvalidArgument(
+          "verify: the ranks of one process pass different tensors (local rank " +
+          std::to_string(j) + ": " + std::to_string(hosted[j].size()) + " vs " +
+          std::to_string(params.size()) + ")");
   std::vector<LocalShard> shards(params.size());
   std::vector<int> ref_index(params.size(), -1);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -335,17 +339,16 @@ Result<VerifyReport> VerifyHostedBuffers(Exchange& comm,
         KernelStatus ks = KFingerprintCuda(p.dtype, sh.region, p.data,
                                            FingerprintSeed(p.name, p.dtype, p.shape), &s.actual);
         if (!ks.ok())
-          st = Status(ks.code == KernelCode::kUnsupported ? Code::kUnsupported : Code::kIo, ks.message);
+          st = Status(ks.code == KernelCode::kUnsupported ? Code::kUnsupported : Code::kIo,
+                      ks.message);
       } else {
         s.actual = FingerprintCpu(p.dtype, sh.region, p.data,
                                   FingerprintSeed(p.name, p.dtype, p.shape), o.cpu);
       }
       if (st.ok() && ref_index[i] >= 0) {
         auto e = reference->FingerprintRegion(ref_index[i], sh.region, o.cpu);
-        if (e.ok())
-          s.expected = *e;
-        else
-          st = e.status().WithContext("reference " + reference->origin());
+        if (e.ok()) s.expected = *e;
+        else st = e.status().WithContext("reference " + reference->origin());
       }
       if (!st.ok()) {
         s.has_actual = false;

@@ -34,8 +34,8 @@ class BootstrapCollective final : public Collective {
                           " ranks answered, this rank expects " + std::to_string(size())));
     for (size_t r = 0; r < all->size(); ++r) {
       if ((*all)[r].size() != bytes)
-        return Fail(IoError(std::string("step '") + what + "': rank " + std::to_string(r) + " sent " +
-                            std::to_string((*all)[r].size()) + " bytes, this rank " +
+        return Fail(IoError(std::string("step '") + what + "': rank " + std::to_string(r) +
+                            " sent " + std::to_string((*all)[r].size()) + " bytes, this rank " +
                             std::to_string(bytes) + ": the ranks make different calls"));
       if (bytes) std::memcpy(static_cast<char*>(recv) + r * bytes, (*all)[r].data(), bytes);
     }
@@ -64,13 +64,14 @@ class BootstrapCollective final : public Collective {
   Status Broadcast(void* data, size_t bytes, int root, const char* what) override {
     SEEDSTORE_RETURN_IF_ERROR(Usable(what));
     const double t0 = Now();
-    Result<std::string> v =
-        b_->Broadcast(std::string_view(static_cast<const char*>(data), bytes), root, what, options_.timeout_s);
+    Result<std::string> v = b_->Broadcast(std::string_view(static_cast<const char*>(data), bytes),
+                                          root, what, options_.timeout_s);
     comm_s_ += Now() - t0;
     if (!v.ok()) return v.status().code() == Code::kIo ? Fail(v.status()) : v.status();
     if (v->size() != bytes)
-      return Fail(IoError(std::string("step '") + what + "': root " + std::to_string(root) + " sent " +
-                          std::to_string(v->size()) + " bytes, this rank expects " + std::to_string(bytes)));
+      return Fail(IoError(std::string("step '") + what + "': root " + std::to_string(root) +
+                          " sent " + std::to_string(v->size()) + " bytes, this rank expects " +
+                          std::to_string(bytes)));
     if (bytes) std::memcpy(data, v->data(), bytes);
     return Status::Ok();
   }
@@ -82,11 +83,13 @@ class BootstrapCollective final : public Collective {
 
  private:
   static double Now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
   Status Usable(const char* what) const {
     if (!broken_) return Status::Ok();
-    return IoError(std::string(what) + ": the bootstrap communicator is unusable after an earlier failure");
+    return IoError(std::string(what) +
+                   ": the bootstrap communicator is unusable after an earlier failure");
   }
   // After a failed step the ranks' step counters may differ: the object is done.
   Status Fail(Status st) {
@@ -101,7 +104,7 @@ class BootstrapCollective final : public Collective {
 }  // namespace
 
 Result<std::unique_ptr<Collective>> CreateBootstrapCollective(std::unique_ptr<Bootstrap> bootstrap,
-                                                          CollectiveOptions o) {
+                                                              CollectiveOptions o) {
   if (!bootstrap) return InvalidArgument("bootstrap backend: no bootstrap");
   // Every rank's world size first, so that ranks started with different sizes are named
   // instead of waiting for ranks that do not exist.

@@ -29,9 +29,9 @@ class MpiCollective final : public Collective {
     // The node-local rank, for the choice of GPU (io/gpu_select.h): the ranks that share
     // memory with this one are the ranks of its node.
     MPI_Comm node = MPI_COMM_NULL;
-    SEEDSTORE_MPI_CHECK(MPI_Comm_split_type(c->comm_, MPI_COMM_TYPE_SHARED, c->rank_,
-                                            MPI_INFO_NULL, &node),
-                        "MPI setup");
+    SEEDSTORE_MPI_CHECK(
+        MPI_Comm_split_type(c->comm_, MPI_COMM_TYPE_SHARED, c->rank_, MPI_INFO_NULL, &node),
+        "MPI setup");
     NodeLocalRank local;
     MPI_Comm_rank(node, &local.rank);
     MPI_Comm_size(node, &local.size);

@@ -1,8 +1,9 @@
 // The NCCL backend of io/collective.h: an NcclComm (io/nccl_comm.h) behind the Collective
 // interface. Bootstrapped over another Collective (MPI under mpirun, a store under torchrun,
-// self for a world of one): every rank binds its node-local GPU (or the one it is given), the ranks gather their GPU claims and refuse shared
-// GPUs by name (CheckOneRankPerGpu), rank 0 makes the unique id and broadcasts it, and the
-// communicator is created from that id. Without NCCL the factories return kUnsupported.
+// self for a world of one): every rank binds its node-local GPU (or the one it is given), the ranks
+// gather their GPU claims and refuse shared GPUs by name (CheckOneRankPerGpu), rank 0 makes the
+// unique id and broadcasts it, and the communicator is created from that id. Without NCCL the
+// factories return kUnsupported.
 #include <unistd.h>
 
 #include <cstdio>
@@ -105,15 +106,15 @@ Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collect
   }
   // 2. Every rank's claim; shared GPUs (or ranks without one) are refused by name.
   std::vector<unsigned char> all(kGpuClaimBytes * static_cast<size_t>(n));
-  SEEDSTORE_RETURN_IF_ERROR(boot.AllGather(PackGpuClaim(mine).data(), kGpuClaimBytes, all.data(),
-                                           "NCCL GPU claims"));
+  SEEDSTORE_RETURN_IF_ERROR(
+      boot.AllGather(PackGpuClaim(mine).data(), kGpuClaimBytes, all.data(), "NCCL GPU claims"));
   std::vector<GpuClaim> claims;
   for (int r = 0; r < n; ++r) claims.push_back(UnpackGpuClaim(all.data() + kGpuClaimBytes * r));
   Status check = CheckOneRankPerGpu(claims);
   if (!check.ok()) {
     if (local_error.empty()) return check;
-    return Status(check.code(), check.message() + " (rank " + std::to_string(me) + ": " +
-                                    local_error + ")");
+    return Status(check.code(),
+                  check.message() + " (rank " + std::to_string(me) + ": " + local_error + ")");
   }
   // 3. The unique id, made by rank 0 and broadcast; a failure there is reported to all.
   NcclUniqueId id;
@@ -125,13 +126,13 @@ Result<std::unique_ptr<Collective>> CreateNcclCollective(std::unique_ptr<Collect
     else id_status = made.status(), failed = 1;
   }
   SEEDSTORE_RETURN_IF_ERROR(boot.Broadcast(&failed, 1, 0, "NCCL unique id status"));
-  if (failed) return me == 0 ? id_status : IoError("NCCL backend: rank 0 could not make the unique id");
+  if (failed)
+    return me == 0 ? id_status : IoError("NCCL backend: rank 0 could not make the unique id");
   SEEDSTORE_RETURN_IF_ERROR(boot.Broadcast(id.bytes.data(), id.bytes.size(), 0, "NCCL unique id"));
   // 4. The communicator, from the id.
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<NcclComm> comm,
                              NcclComm::Create(id, n, me, mine.device, o.timeout_s));
-  return std::unique_ptr<Collective>(
-      new NcclCollective(std::move(comm), std::move(bootstrap), o));
+  return std::unique_ptr<Collective>(new NcclCollective(std::move(comm), std::move(bootstrap), o));
 }
 
 }  // namespace seedstore

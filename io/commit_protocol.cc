@@ -28,7 +28,8 @@ namespace {
 // `rest`, a name after "<path>.": "<8 hex>.<kind>" with kind new, commit or veto; or a staged
 // file's temporary, "<8 hex>.new.tmp-..." (kind "new.tmp").
 bool ParseProtocolName(const std::string& rest, uint32_t* id, std::string* kind) {
-  if (rest.size() < 10 || rest[8] != '.' || rest.substr(0, 8).find_first_not_of("0123456789abcdef") != std::string::npos)
+  if (rest.size() < 10 || rest[8] != '.' ||
+      rest.substr(0, 8).find_first_not_of("0123456789abcdef") != std::string::npos)
     return false;
   const std::string k = rest.substr(9);
   if (k == "new" || k == "commit" || k == "veto") {
@@ -44,7 +45,8 @@ bool ParseProtocolName(const std::string& rest, uint32_t* id, std::string* kind)
 
 bool SameFile(const std::string& a, const std::string& b) {
   struct stat x, y;
-  return ::stat(a.c_str(), &x) == 0 && ::stat(b.c_str(), &y) == 0 && x.st_ino == y.st_ino && x.st_dev == y.st_dev;
+  return ::stat(a.c_str(), &x) == 0 && ::stat(b.c_str(), &y) == 0 && x.st_ino == y.st_ino &&
+         x.st_dev == y.st_dev;
 }
 
 }  // namespace
@@ -73,7 +75,8 @@ void RemoveOtherPieces(const std::string& path, int64_t keep) {
     std::string save;
     uint32_t id = 0;
     int rank = 0;
-    if (!ParseRankFileName(dir + name.substr(0, temp == std::string::npos ? temp : temp + 3), &save, &id, &rank) ||
+    if (!ParseRankFileName(dir + name.substr(0, temp == std::string::npos ? temp : temp + 3), &save,
+                           &id, &rank) ||
         BaseName(save) != BaseName(path))
       continue;
     const std::string piece = RankFileName(path, id, rank);
@@ -111,7 +114,8 @@ void RemoveOtherPieces(const std::string& path, int64_t keep) {
 }
 
 void SyncPath(const std::string& path, bool dir) {
-  const int fd = ::open(path.empty() ? "." : path.c_str(), O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+  const int fd =
+      ::open(path.empty() ? "." : path.c_str(), O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
   if (fd < 0) return;
   (void)::fsync(fd);
   ::close(fd);
@@ -121,20 +125,24 @@ void SyncPath(const std::string& path, bool dir) {
 // signal_cleanup bracket, so that a signal cannot remove the staged file between the rename
 // and releasing `registered`), then makes the rename durable (fsync of the folder; the staged
 // file is durable already). *committed: the rename happened.
-Status CommitStaged(const std::string& path, uint32_t id, signal_cleanup::Scope* registered, bool* committed) {
+Status CommitStaged(const std::string& path, uint32_t id, signal_cleanup::Scope* registered,
+                    bool* committed) {
   const std::string gate = ProtocolName(path, id, "commit"), veto = ProtocolName(path, id, "veto");
   if (!signal_cleanup::BeginChange())
     return IoError("save: '" + path + "' not replaced: the process is ending on a signal");
   struct stat vs;
   if (::stat(veto.c_str(), &vs) == 0) {
     signal_cleanup::EndChange();
-    return IoError("save: '" + path + "' not replaced: another rank gave up (see its message) and vetoed the commit");
+    return IoError("save: '" + path +
+                   "' not replaced: another rank gave up (see its message) and vetoed the commit");
   }
   if (::rename(gate.c_str(), path.c_str()) != 0) {
     const int e = errno;
     signal_cleanup::EndChange();
     if (e == ENOENT)
-      return IoError("save: '" + path + "' not replaced: another rank gave up (see its message) and vetoed the commit");
+      return IoError(
+          "save: '" + path +
+          "' not replaced: another rank gave up (see its message) and vetoed the commit");
     return IoError("save: rename '" + gate + "' -> '" + path + "' failed: " + std::strerror(e));
   }
   *committed = true;
@@ -165,7 +173,8 @@ Status Agree(Exchange& comm, const Status& mine, const char* what) {
   uint64_t bad = mine.ok() ? 0 : 1;
   SEEDSTORE_RETURN_IF_ERROR(comm.AllReduceSum(&bad, 1, what));
   if (!mine.ok()) return mine;
-  if (bad) return Status(Code::kIo, std::string(what) + ": failed on another rank (see its message)");
+  if (bad)
+    return Status(Code::kIo, std::string(what) + ": failed on another rank (see its message)");
   return Status::Ok();
 }
 

@@ -36,7 +36,8 @@ void SyncPath(const std::string& path, bool dir);
 /// signal_cleanup bracket, so that a signal cannot remove the staged file between the rename
 /// and releasing `registered`), then makes the rename durable (fsync of the folder; the staged
 /// file is durable already). *committed: the rename happened.
-Status CommitStaged(const std::string& path, uint32_t id, signal_cleanup::Scope* registered, bool* committed);
+Status CommitStaged(const std::string& path, uint32_t id, signal_cleanup::Scope* registered,
+                    bool* committed);
 
 /// A rank that gives up (a timeout, an error) before it knows the outcome: forbids the commit
 /// from now on -- the veto file makes rank 0's check fail, removing the gate makes its rename

@@ -16,9 +16,12 @@ Result<Device> ParseDevice(const std::string& s) {
 
 const char* DeviceName(Device d) {
   switch (d) {
-    case Device::kAuto: return "auto";
-    case Device::kCpu: return "cpu";
-    case Device::kCuda: return "cuda";
+    case Device::kAuto:
+      return "auto";
+    case Device::kCpu:
+      return "cpu";
+    case Device::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -50,10 +53,14 @@ Result<Device> ResolveDevice(const std::string& option) {
 
 Status FromKernel(const KernelStatus& s) {
   switch (s.code) {
-    case KernelCode::kOk: return Status::Ok();
-    case KernelCode::kInvalidArgument: return InvalidArgument(s.message);
-    case KernelCode::kUnsupported: return Unsupported(s.message);
-    case KernelCode::kCuda: return IoError(s.message);
+    case KernelCode::kOk:
+      return Status::Ok();
+    case KernelCode::kInvalidArgument:
+      return InvalidArgument(s.message);
+    case KernelCode::kUnsupported:
+      return Unsupported(s.message);
+    case KernelCode::kCuda:
+      return IoError(s.message);
   }
   return Internal(s.message);
 }
@@ -115,7 +122,8 @@ Result<Fingerprint> FingerprintOnDevice(Device d, const Catalog& c, size_t i, co
     return f;
   }
   DeviceBuffer buf;
-  SEEDSTORE_RETURN_IF_ERROR(FromKernel(DeviceBuffer::Allocate(r.Count() * DTypeSize(t.dtype), &buf)));
+  SEEDSTORE_RETURN_IF_ERROR(
+      FromKernel(DeviceBuffer::Allocate(r.Count() * DTypeSize(t.dtype), &buf)));
   SEEDSTORE_RETURN_IF_ERROR(StageDense(c, i, r, buf.data(), nullptr, o));
   return FingerprintDeviceBuffer(t, r, buf.data(), nullptr);
 }
@@ -127,7 +135,8 @@ Result<Fingerprint> FingerprintDeviceBuffer(const TensorRecord& t, const Region&
   const auto* p = static_cast<const unsigned char*>(d_data);
   for (const Region& g : t.FrameRegions(r)) {
     Fingerprint part;
-    SEEDSTORE_RETURN_IF_ERROR(FromKernel(FingerprintCuda(t.dtype, g, p, t.fp_seed(), stream, &part)));
+    SEEDSTORE_RETURN_IF_ERROR(
+        FromKernel(FingerprintCuda(t.dtype, g, p, t.fp_seed(), stream, &part)));
     f.Add(part);
     p += g.Count() * DTypeSize(t.dtype);
   }
@@ -138,7 +147,8 @@ Status ReadIntoDevice(const Catalog& c, size_t i, const Region& r, void* d_out, 
                       CpuOptions o) {
   const TensorRecord& t = c.tensors()[i];
   SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
-  if (!CudaBuilt()) return Unsupported("tensor " + Quoted(t.name) + ": seedstore was built without CUDA");
+  if (!CudaBuilt())
+    return Unsupported("tensor " + Quoted(t.name) + ": seedstore was built without CUDA");
   if (r.Count() == 0) return Status::Ok();
   if (t.lazy) return FromKernel(MaterializeCuda(t.lazy->params, r, d_out, stream));
   return StageDense(c, i, r, d_out, stream, o).WithContext("tensor " + Quoted(t.name));

@@ -20,7 +20,9 @@ Status InSource(const Status& s, const Catalog& c) {
   return s.WithContext(where);
 }
 
-std::vector<uint64_t> GlobalShape(const Region& r) { return std::vector<uint64_t>(r.shape, r.shape + r.rank); }
+std::vector<uint64_t> GlobalShape(const Region& r) {
+  return std::vector<uint64_t>(r.shape, r.shape + r.rank);
+}
 
 // The elements two pieces of one tensor share (global indices: `a` and `b` of the same global
 // shape), as a region of each piece's own indices (`in_a`, `in_b`): a box of two boxes, a
@@ -89,7 +91,8 @@ bool IsRankFile(const Catalog& c) {
   int rank = 0;
   // A one-file store: seedstore's format, reading no other file (a distributed save reads its
   // rank files).
-  return c.seedstore_format() && c.other_files().empty() && ParseRankFileName(c.origin(), &save, &id, &rank);
+  return c.seedstore_format() && c.other_files().empty() &&
+         ParseRankFileName(c.origin(), &save, &id, &rank);
 }
 
 // Both lazy, and every element is the same pure function of its index: the same init rule,
@@ -107,14 +110,22 @@ bool SameLazySpec(const TensorRecord& a, const TensorRecord& b) {
 
 const char* DiffVerdictName(DiffVerdict v) {
   switch (v) {
-    case DiffVerdict::kIdentical: return "identical";
-    case DiffVerdict::kValues: return "values-differ";
-    case DiffVerdict::kShape: return "shape-differs";
-    case DiffVerdict::kDType: return "dtype-differs";
-    case DiffVerdict::kShard: return "other-shards";
-    case DiffVerdict::kOnlyA: return "only-in-a";
-    case DiffVerdict::kOnlyB: return "only-in-b";
-    case DiffVerdict::kNotCompared: return "not-compared";
+    case DiffVerdict::kIdentical:
+      return "identical";
+    case DiffVerdict::kValues:
+      return "values-differ";
+    case DiffVerdict::kShape:
+      return "shape-differs";
+    case DiffVerdict::kDType:
+      return "dtype-differs";
+    case DiffVerdict::kShard:
+      return "other-shards";
+    case DiffVerdict::kOnlyA:
+      return "only-in-a";
+    case DiffVerdict::kOnlyB:
+      return "only-in-b";
+    case DiffVerdict::kNotCompared:
+      return "not-compared";
   }
   return "?";
 }
@@ -140,7 +151,8 @@ const char* DiffRow::By() const {
 nlohmann::json DiffReport::ToJson(bool recorded) const {
   auto side = [](const TensorRecord* t, const std::optional<Fingerprint>& f) {
     if (!t) return nlohmann::json(nullptr);
-    nlohmann::json s = {{"shape", t->shape}, {"dtype", DTypeName(t->dtype)}, {"kind", t->lazy ? "lazy" : "dense"}};
+    nlohmann::json s = {
+        {"shape", t->shape}, {"dtype", DTypeName(t->dtype)}, {"kind", t->lazy ? "lazy" : "dense"}};
     s["fingerprint"] = f ? nlohmann::json(FingerprintHex(*f)) : nlohmann::json(nullptr);
     return s;
   };
@@ -155,8 +167,11 @@ nlohmann::json DiffReport::ToJson(bool recorded) const {
   nlohmann::json counts = nlohmann::json::object();
   for (int v = 0; v <= static_cast<int>(DiffVerdict::kNotCompared); ++v)
     counts[DiffVerdictName(static_cast<DiffVerdict>(v))] = count[v];
-  return {{"identical", Identical()}, {"compared", compared}, {"recorded", recorded},
-          {"counts", counts}, {"tensors", ts}};
+  return {{"identical", Identical()},
+          {"compared", compared},
+          {"recorded", recorded},
+          {"counts", counts},
+          {"tensors", ts}};
 }
 
 uint64_t DiffWorkBytes(const Catalog& a, const Catalog& b, const std::string& glob) {
@@ -188,10 +203,11 @@ class Differ {
     r.b = &tb;
     // A rank's file's piece (TensorRecord::piece) is compared with the same region of the
     // other side.
-    const std::optional<Region> &sa = ta.piece, &sb = tb.piece;
+    const std::optional<Region>&sa = ta.piece, &sb = tb.piece;
     r.shard = sa ? sa : sb;
     r.empty_shard = r.shard && r.shard->Count() == 0;
-    const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape, gb = sb ? GlobalShape(*sb) : tb.shape;
+    const std::vector<uint64_t> ga = sa ? GlobalShape(*sa) : ta.shape,
+                                gb = sb ? GlobalShape(*sb) : tb.shape;
     // What is compared, in each side's own indices: the whole piece of a side that is one,
     // the same region of the other side; of two pieces of other regions, their overlap.
     Region own_a = WholeTensor(ta.shape), own_b = WholeTensor(tb.shape), both;
@@ -331,7 +347,8 @@ Result<DiffReport> Diff(const Catalog& A, const Catalog& B, const DiffOptions& o
   for (const DiffRow& r : rows) {
     ++rep.count[static_cast<int>(r.verdict)];
     rep.by_spec += r.by_spec;
-    rep.shards += r.shard.has_value() && r.verdict != DiffVerdict::kShard;  // disjoint: not compared
+    rep.shards +=
+        r.shard.has_value() && r.verdict != DiffVerdict::kShard;  // disjoint: not compared
     rep.overlaps += r.overlap;
   }
   // Pieces of two disjoint regions of a tensor are not compared: nothing tells whether they

@@ -27,7 +27,16 @@
 
 namespace seedstore {
 
-enum class DiffVerdict { kIdentical, kValues, kShape, kDType, kShard, kOnlyA, kOnlyB, kNotCompared };
+enum class DiffVerdict {
+  kIdentical,
+  kValues,
+  kShape,
+  kDType,
+  kShard,
+  kOnlyA,
+  kOnlyB,
+  kNotCompared
+};
 /// "identical", "values-differ", "shape-differs", "dtype-differs", "other-shards",
 /// "only-in-a", "only-in-b", "not-compared".
 const char* DiffVerdictName(DiffVerdict v);
@@ -54,8 +63,8 @@ struct DiffRow {
 };
 
 struct DiffOptions {
-  std::string tensors = "*";  // glob of tensor names to compare
-  bool recorded = false;      // trust fingerprints the sources record for whole tensors
+  std::string tensors = "*";     // glob of tensor names to compare
+  bool recorded = false;         // trust fingerprints the sources record for whole tensors
   Device device = Device::kCpu;  // resolved (ResolveDevice): where lazy shards are hashed
   int threads = 0;               // CPU threads (0: default)
   std::function<void(uint64_t bytes)> progress;  // called as tensor bytes are done

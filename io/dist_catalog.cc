@@ -31,8 +31,8 @@ bool FileExists(const std::string& p) {
 
 // Region `local` of tensor k of rank file `s` (a file from before piece records, whose
 // fingerprints are in its own frame) read and hashed as region `global` of tensor `t`.
-Result<Fingerprint> ReadAndFingerprint(const H5Store& s, int k, const Region& local, const TensorRecord& t,
-                                       const Region& global, CpuOptions o) {
+Result<Fingerprint> ReadAndFingerprint(const H5Store& s, int k, const Region& local,
+                                       const TensorRecord& t, const Region& global, CpuOptions o) {
   std::vector<unsigned char> tmp(local.Count() * DTypeSize(t.dtype));
   SEEDSTORE_RETURN_IF_ERROR(s.Read(k, local, tmp.data(), o));
   return FingerprintOf(t, global, tmp.data(), o);
@@ -41,7 +41,8 @@ Result<Fingerprint> ReadAndFingerprint(const H5Store& s, int k, const Region& lo
 // The part of `box` (global indices) that box piece `p` serves, as a region of its rank
 // file's tensor (the stored box's local indices); lo/hi get the part in global indices.
 // False when the box does not meet the piece.
-bool PiecePart(const DistCatalog::Piece& p, const Region& box, Region* local, uint64_t* lo, uint64_t* hi) {
+bool PiecePart(const DistCatalog::Piece& p, const Region& box, Region* local, uint64_t* lo,
+               uint64_t* hi) {
   const Region& g = p.region;
   std::vector<uint64_t> ls(box.rank), lp(box.rank);
   for (int d = 0; d < box.rank; ++d) {
@@ -57,7 +58,8 @@ bool PiecePart(const DistCatalog::Piece& p, const Region& box, Region* local, ui
 
 // bad-index of save `path`: "<kDistIndexPath>: <m>".
 Status BadDistIndex(const std::string& path, const std::string& m) {
-  return DistError("bad-index", Code::kCorrupt, path, -1, "", std::string(kDistIndexPath) + ": " + m);
+  return DistError("bad-index", Code::kCorrupt, path, -1, "",
+                   std::string(kDistIndexPath) + ": " + m);
 }
 
 // Reads /distributed/index of the open master `file` of save `path`, its checksum verified
@@ -83,8 +85,8 @@ Result<std::string> ReadDistIndexText(hid_t file, const std::string& path) {
 // The pieces the index lists for dense tensor `rec` of a save of `world` ranks at `path`: each
 // piece's rank, region, stored box (holding the region) and recorded fingerprint; together they
 // must cover the tensor (bad-index otherwise). Throws what json::at throws on a missing field.
-Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const TensorRecord& rec, int world,
-                                                   const std::string& path) {
+Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const TensorRecord& rec,
+                                                    int world, const std::string& path) {
   using Piece = DistCatalog::Piece;
   auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
   const std::string& name = rec.name;
@@ -106,11 +108,12 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
       piece.stored = *sb;
     }
     if (p.contains("fingerprint")) {
-      auto f = p["fingerprint"].is_string() ? ParseFingerprintHex(p["fingerprint"].get<std::string>())
-                                            : Result<Fingerprint>(InvalidArgument("not a string"));
+      auto f = p["fingerprint"].is_string()
+                   ? ParseFingerprintHex(p["fingerprint"].get<std::string>())
+                   : Result<Fingerprint>(InvalidArgument("not a string"));
       if (!f.ok())
-        return bad("tensor '" + name + "' piece " + std::to_string(ps.size()) + ": fingerprint: " +
-                   f.status().message());
+        return bad("tensor '" + name + "' piece " + std::to_string(ps.size()) +
+                   ": fingerprint: " + f.status().message());
       piece.fingerprint = *f;
     }
     covered += piece.region.Count();
@@ -124,7 +127,8 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
 
 DistCatalog::~DistCatalog() = default;
 
-Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, bool check_rank_files) {
+Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
+                                                       bool check_rank_files) {
   std::unique_ptr<DistCatalog> c(new DistCatalog());
   c->path_ = path;
   // The seal, before HDF5 reads the master (H5Store::Open checks a sealed one too); a master
@@ -132,7 +136,8 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
   SEEDSTORE_RETURN_IF_ERROR(CheckMasterSeal(path, /*is_master=*/true, nullptr));
   SEEDSTORE_ASSIGN_OR_RETURN(c->master_, H5Store::Open(path));
   auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
-  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadDistIndexText(c->master_->h5_file(), path));
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text,
+                             ReadDistIndexText(c->master_->h5_file(), path));
   try {
     std::string err;
     const json j = ParseJson(text, &err);
@@ -185,15 +190,17 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
       SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint fp,
                                  ParseFingerprintHex(t.at("fingerprint").get<std::string>()));
       rec.fingerprint = fp;
-      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Piece> ps, ParsePieces(t.at("pieces"), rec, c->world(), path));
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Piece> ps,
+                                 ParsePieces(t.at("pieces"), rec, c->world(), path));
       // The pieces are the layout's distinct shards, in order (as Reshard writes them): so they
       // are disjoint and cover the tensor, and every reader agrees on who holds what.
-      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> want, c->layout_.DistinctShards(name, rec.shape));
+      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> want,
+                                 c->layout_.DistinctShards(name, rec.shape));
       want.erase(std::remove_if(want.begin(), want.end(), [](const Shard& s) { return s.empty(); }),
                  want.end());
       if (want.size() != ps.size())
-        return bad("tensor '" + name + "' has " + std::to_string(ps.size()) + " pieces; its layout gives " +
-                   std::to_string(want.size()));
+        return bad("tensor '" + name + "' has " + std::to_string(ps.size()) +
+                   " pieces; its layout gives " + std::to_string(want.size()));
       for (size_t k = 0; k < ps.size(); ++k)
         if (ps[k].rank != want[k].replicas[0] || !SameRegion(ps[k].region, want[k].region))
           return bad("tensor '" + name + "' piece " + std::to_string(k) + " (rank " +
@@ -202,9 +209,10 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path, 
                      DescribeRegion(want[k].region) + ")");
       std::optional<StoredTotals> storage;
       if (t.contains("chunks") || t.contains("stored_bytes")) {
-        if (!t.contains("chunks") || !t.contains("stored_bytes") || !t["chunks"].is_number_unsigned() ||
-            !t["stored_bytes"].is_number_unsigned())
-          return bad("tensor '" + name + "': 'chunks' and 'stored_bytes' must both be unsigned integers");
+        if (!t.contains("chunks") || !t.contains("stored_bytes") ||
+            !t["chunks"].is_number_unsigned() || !t["stored_bytes"].is_number_unsigned())
+          return bad("tensor '" + name +
+                     "': 'chunks' and 'stored_bytes' must both be unsigned integers");
         storage = StoredTotals{t["chunks"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>()};
       }
       c->records_.push_back(std::move(rec));
@@ -237,25 +245,26 @@ Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptio
     const int threads = ThreadCount(o.threads, tiles.Count());
     std::vector<Fingerprint> parts(threads);
     std::vector<std::vector<unsigned char>> bufs(threads);
-    SEEDSTORE_RETURN_IF_ERROR(ParallelFor(tiles.Count(), threads, false, [&](uint64_t q, int th) -> Status {
-      const Region tile = tiles.Tile(q);
-      bufs[th].resize(tile.Count() * es);
-      if (from_owners) {
-        SEEDSTORE_RETURN_IF_ERROR(Read(i, tile, bufs[th].data(), CpuOptions{1}));
-      } else {
-        std::vector<uint64_t> ls(g.rank), lp(g.rank);
-        for (int e = 0; e < g.rank; ++e) {
-          ls[e] = tile.start[e] - sb.start[e];
-          lp[e] = tile.stop[e] - sb.start[e];
-        }
-        Status st = s->Read(k, BoxRegion(lshape, ls, lp), bufs[th].data(), CpuOptions{1});
-        if (!st.ok())
-          return DistError("rank-file-corrupt", st.code(), path_, piece.rank, rank_files_[piece.rank],
-                           st.message());
-      }
-      parts[th].Add(FingerprintOf(records_[i], tile, bufs[th].data(), CpuOptions{1}));
-      return Status::Ok();
-    }));
+    SEEDSTORE_RETURN_IF_ERROR(
+        ParallelFor(tiles.Count(), threads, false, [&](uint64_t q, int th) -> Status {
+          const Region tile = tiles.Tile(q);
+          bufs[th].resize(tile.Count() * es);
+          if (from_owners) {
+            SEEDSTORE_RETURN_IF_ERROR(Read(i, tile, bufs[th].data(), CpuOptions{1}));
+          } else {
+            std::vector<uint64_t> ls(g.rank), lp(g.rank);
+            for (int e = 0; e < g.rank; ++e) {
+              ls[e] = tile.start[e] - sb.start[e];
+              lp[e] = tile.stop[e] - sb.start[e];
+            }
+            Status st = s->Read(k, BoxRegion(lshape, ls, lp), bufs[th].data(), CpuOptions{1});
+            if (!st.ok())
+              return DistError("rank-file-corrupt", st.code(), path_, piece.rank,
+                               rank_files_[piece.rank], st.message());
+          }
+          parts[th].Add(FingerprintOf(records_[i], tile, bufs[th].data(), CpuOptions{1}));
+          return Status::Ok();
+        }));
     for (const Fingerprint& x : parts) f.Add(x);
   }
   return f;
@@ -329,7 +338,8 @@ Result<Fingerprint> DistCatalog::ProveCells(size_t i, size_t p, CpuOptions o) co
       return mismatch("is not stored alike by the piece owning its first element");
     if (oinfo[oj].fingerprint != info[j].fingerprint)
       return mismatch("differs from the owning piece's (rank " +
-                      std::to_string(pieces_[i][owner].rank) + " chunk " + std::to_string(oj) + ")");
+                      std::to_string(pieces_[i][owner].rank) + " chunk " + std::to_string(oj) +
+                      ")");
     f.Sub(info[j].fingerprint);
   }
   return f;
@@ -342,8 +352,10 @@ size_t DistCatalog::open_rank_files() const {
   return n;
 }
 
-Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PieceStore(size_t i, size_t p) const {
-  SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(pieces_.at(i).at(p).rank, records_[i].name));
+Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PieceStore(size_t i,
+                                                                                  size_t p) const {
+  SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s,
+                             RankStore(pieces_.at(i).at(p).rank, records_[i].name));
   const size_t k = static_cast<size_t>(s->Find(records_[i].name));  // checked at open
   return std::make_pair(std::move(s), k);
 }
@@ -357,7 +369,8 @@ std::vector<StoredPart> DistCatalog::StoredParts(size_t i) const {
   return parts;
 }
 
-Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PartStore(size_t i, int piece) const {
+Result<std::pair<std::shared_ptr<const H5Store>, size_t>> DistCatalog::PartStore(size_t i,
+                                                                                 int piece) const {
   return PieceStore(i, static_cast<size_t>(piece));
 }
 
@@ -366,8 +379,8 @@ Status DistCatalog::PartError(size_t i, int piece, const Status& st) const {
   return DistError("rank-file-corrupt", st.code(), origin(), rank, rank_files_[rank], st.message());
 }
 
-Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const Region& r, bool cells,
-                                                                 CpuOptions o) const {
+Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const Region& r,
+                                                                 bool cells, CpuOptions o) const {
   for (size_t p = 0; p < pieces_.at(i).size(); ++p) {
     if (!SameRegion(pieces_[i][p].region, r)) continue;
     if (cells) {
@@ -376,7 +389,8 @@ Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const
     }
     SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
     const TensorRecord& pr = sk.first->tensors()[sk.second];
-    if (sk.first->chunk_info(sk.second).empty() || !pr.piece || !SameRegion(*pr.piece, pieces_[i][p].stored))
+    if (sk.first->chunk_info(sk.second).empty() || !pr.piece ||
+        !SameRegion(*pr.piece, pieces_[i][p].stored))
       return std::optional<Fingerprint>();
     SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
     SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint pad, PaddingFingerprint(i, p, o));
@@ -391,7 +405,8 @@ void DistCatalog::set_max_open_rank_files(size_t n) {
   max_open_ = std::max<size_t>(n, 1);
 }
 
-Result<std::shared_ptr<const H5Store>> DistCatalog::RankStore(int rank, const std::string& tensor) const {
+Result<std::shared_ptr<const H5Store>> DistCatalog::RankStore(int rank,
+                                                              const std::string& tensor) const {
   std::lock_guard<std::mutex> lock(mu_);
   last_used_[rank] = ++use_clock_;
   if (rank_stores_[rank]) return rank_stores_[rank];
@@ -418,10 +433,14 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
   auto s = H5Store::Open(f);
   if (!s.ok() && !FileExists(f))  // gone meanwhile: another writer replaced the save
     return DistError("rank-file-missing", Code::kNotFound, path_, rank, f,
-                     reading + "the file was removed while it was opened (the save replaced by another "
-                               "writer? open it again): " + s.status().message());
-  if (!s.ok() && s.status().code() == Code::kInvalidArgument)  // a directory, a pipe: the save is damaged
-    return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f, reading + s.status().message());
+                     reading +
+                         "the file was removed while it was opened (the save replaced by another "
+                         "writer? open it again): " +
+                         s.status().message());
+  if (!s.ok() &&
+      s.status().code() == Code::kInvalidArgument)  // a directory, a pipe: the save is damaged
+    return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                     reading + s.status().message());
   if (!s.ok())  // an I/O failure (e.g. too many open files) is not the file's fault
     return DistError(s.status().code() == Code::kIo ? "rank-file-unreadable" : "rank-file-corrupt",
                      s.status().code(), path_, rank, f, reading + s.status().message());
@@ -433,7 +452,8 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
       if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
           (*s)->tensors()[k].shape != LocalShape(p.stored))
         return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-                         reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
+                         reading + "tensor '" + records_[i].name + "' piece " +
+                             DescribeRegion(p.stored) +
                              " is missing or has another shape or dtype");
       // A padded piece must be recorded as such (its padding is in the global frame).
       const std::optional<Region>& rp = (*s)->tensors()[k].piece;
@@ -446,11 +466,12 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
       // the writer (a rank file of another save, or one changed since, holds other values).
       const std::optional<Fingerprint>& rf = (*s)->tensors()[k].fingerprint;
       if (p.fingerprint && (!rf || *rf != *p.fingerprint))
-        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-                         reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
-                             " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
-                             ", the index says " + FingerprintHex(*p.fingerprint) +
-                             ": the file is not this save's (another save's rank file, or changed since)");
+        return DistError(
+            "rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+            reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
+                " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
+                ", the index says " + FingerprintHex(*p.fingerprint) +
+                ": the file is not this save's (another save's rank file, or changed since)");
     }
   return std::move(*s);
 }
@@ -560,7 +581,8 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
   SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r).WithContext("distributed save '" + path_ + "'"));
   const size_t es = DTypeSize(t.dtype);
   Fingerprint f;
-  for (const Region& box : r.flat ? FlatRangeToBoxes(t.shape, r.begin, r.end) : std::vector<Region>{r}) {
+  for (const Region& box :
+       r.flat ? FlatRangeToBoxes(t.shape, r.begin, r.end) : std::vector<Region>{r}) {
     if (box.Count() == 0) continue;
     for (const Piece& p : pieces_[i]) {
       if (!p.region.flat) {
@@ -572,10 +594,12 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
         const int k = s->Find(t.name);
         auto pf = s->tensors()[k].piece
                       ? s->FingerprintRegion(k, local, o)
-                      : ReadAndFingerprint(*s, k, local, t, BoxRegion(t.shape, {lo, lo + box.rank}, {hi, hi + box.rank}), o);
+                      : ReadAndFingerprint(
+                            *s, k, local, t,
+                            BoxRegion(t.shape, {lo, lo + box.rank}, {hi, hi + box.rank}), o);
         if (!pf.ok())
-          return DistError("rank-file-corrupt", pf.status().code(), path_, p.rank, rank_files_[p.rank],
-                           pf.status().message());
+          return DistError("rank-file-corrupt", pf.status().code(), path_, p.rank,
+                           rank_files_[p.rank], pf.status().message());
         f.Add(*pf);
         continue;
       }
@@ -583,17 +607,20 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
       // b + k. A contiguous box's part is one range of it, hashed there chunk by chunk; other
       // boxes read the span they touch once and hash it run by run at the global indices.
       const uint64_t L = box.RunLength(), runs = box.Count() / L, b = p.region.begin;
-      const uint64_t s0 = std::max(box.RunBase(0), b), s1 = std::min(box.RunBase(runs - 1) + L, p.region.end);
+      const uint64_t s0 = std::max(box.RunBase(0), b),
+                     s1 = std::min(box.RunBase(runs - 1) + L, p.region.end);
       if (s1 <= s0) continue;
       SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
       const int k = s->Find(t.name);
       const Region local = BoxRegion({p.region.end - b}, {s0 - b}, {s1 - b});
       auto corrupt = [&](const Status& st) {
-        return DistError("rank-file-corrupt", st.code(), path_, p.rank, rank_files_[p.rank], st.message());
+        return DistError("rank-file-corrupt", st.code(), path_, p.rank, rank_files_[p.rank],
+                         st.message());
       };
       if (IsContiguous(box)) {
-        auto pf = s->tensors()[k].piece ? s->FingerprintRegion(k, local, o)
-                                        : ReadAndFingerprint(*s, k, local, t, FlatRegion(t.shape, s0, s1), o);
+        auto pf = s->tensors()[k].piece
+                      ? s->FingerprintRegion(k, local, o)
+                      : ReadAndFingerprint(*s, k, local, t, FlatRegion(t.shape, s0, s1), o);
         if (!pf.ok()) return corrupt(pf.status());
         f.Add(*pf);
         continue;
@@ -602,7 +629,9 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
       if (Status st = s->Read(k, local, tmp.data(), o); !st.ok()) return corrupt(st);
       for (uint64_t q = 0; q < runs; ++q) {
         const uint64_t x0 = std::max(box.RunBase(q), s0), x1 = std::min(box.RunBase(q) + L, s1);
-        if (x0 < x1) f.Add(FingerprintOf(t, FlatRegion(t.shape, x0, x1), tmp.data() + (x0 - s0) * es, CpuOptions{1}));
+        if (x0 < x1)
+          f.Add(FingerprintOf(t, FlatRegion(t.shape, x0, x1), tmp.data() + (x0 - s0) * es,
+                              CpuOptions{1}));
       }
     }
   }

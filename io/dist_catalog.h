@@ -46,7 +46,8 @@ class DistCatalog : public Catalog, public StoredChunks {
   /// names must be reachable (rank-file-missing / rank-file-unreadable otherwise); without,
   /// that is left to the reads and to Verify, which then report every unreachable rank file
   /// with the tensors it leaves unchecked, and check the others (`seedstore verify`).
-  static Result<std::unique_ptr<DistCatalog>> Open(const std::string& path, bool check_rank_files = true);
+  static Result<std::unique_ptr<DistCatalog>> Open(const std::string& path,
+                                                   bool check_rank_files = true);
   ~DistCatalog() override;
 
   const std::vector<TensorRecord>& tensors() const override { return records_; }
@@ -55,7 +56,8 @@ class DistCatalog : public Catalog, public StoredChunks {
   /// Fingerprint of a box or flat range, from the data: each box piece's part is hashed by its
   /// rank file's store chunk by chunk (H5Store::FingerprintRegion; no buffer of the region's
   /// size); a flat piece's part is read and hashed. Errors as Read.
-  Result<Fingerprint> FingerprintRegion(size_t i, const Region& r, CpuOptions o = {}) const override;
+  Result<Fingerprint> FingerprintRegion(size_t i, const Region& r,
+                                        CpuOptions o = {}) const override;
 
   /// The non-empty pieces of dense tensor i (empty for lazy tensors).
   const std::vector<Piece>& pieces(size_t i) const { return pieces_.at(i); }
@@ -119,19 +121,21 @@ class DistCatalog : public Catalog, public StoredChunks {
   /// the writer makes from the index (vds-mismatch, kCorrupt, naming the save, the tensor and
   /// what differs; docs/FORMAT.md 10):
   ///   * each dense tensor with elements and rank >= 1 (in a save whose index maps flat pieces
-  ///     by "runs", the old way, but for one whose flat pieces need more than 65536) has /tensors/<escaped name>, a hard-linked virtual dataset of the
-  ///     tensor's shape, an HDF5 type storing its dtype (as H5Store::Open checks), attributes
-  ///     seedstore.name, seedstore.dtype and seedstore.fingerprint equal to the index's, and
-  ///     the mappings, in order, that the writer derives from the index's pieces (source file
-  ///     the rank file's base name, source dataset the same path, virtual box the piece's
-  ///     region or a box (or run) of its flat range, source box its place in the stored box);
+  ///     by "runs", the old way, but for one whose flat pieces need more than 65536) has
+  ///     /tensors/<escaped name>, a hard-linked virtual dataset of the tensor's shape, an HDF5 type
+  ///     storing its dtype (as H5Store::Open checks), attributes seedstore.name, seedstore.dtype
+  ///     and seedstore.fingerprint equal to the index's, and the mappings, in order, that the
+  ///     writer derives from the index's pieces (source file the rank file's base name, source
+  ///     dataset the same path, virtual box the piece's region or a box (or run) of its flat range,
+  ///     source box its place in the stored box);
   ///   * a dense scalar has a plain scalar dataset (shape, type and attributes as above) whose
   ///     bytes are the value its piece holds;
   ///   * nothing else lies under /tensors (no dataset for lazy or element-less tensors, or for
   ///     names the index does not list as dense).
   /// The report's `fingerprints` follow tensors() (a dense tensor's is the sum over its pieces);
   /// problems name the file they were found in. Continues past problems.
-  H5Store::VerifyReport Verify(CpuOptions o = {}, std::function<void(uint64_t)> progress = {}) const;
+  H5Store::VerifyReport Verify(CpuOptions o = {},
+                               std::function<void(uint64_t)> progress = {}) const;
   uint64_t root_seed() const override { return master_->root_seed(); }
   Generator generator() const override { return master_->generator(); }
   bool seedstore_format() const override { return true; }
@@ -142,7 +146,8 @@ class DistCatalog : public Catalog, public StoredChunks {
   /// rank-file-corrupt).
   const StoredChunks* stored_chunks() const override { return this; }
   std::vector<StoredPart> StoredParts(size_t i) const override;
-  Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PartStore(size_t i, int piece) const override;
+  Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PartStore(size_t i,
+                                                                      int piece) const override;
   Status PartError(size_t i, int piece, const Status& st) const override;
   /// For the piece whose region is `r`: by cells (ProveCells) with `cells`; else, when its rank
   /// file records it as a piece of this save with a chunk-info table, that file's ProveStored
@@ -161,14 +166,16 @@ class DistCatalog : public Catalog, public StoredChunks {
   // Verify's check of the master's datasets under /tensors against the index (as the writer
   // makes them: MasterDatasetOf in io/master_vds.h); appends vds-mismatch problems. bad[i]:
   // tensor i's pieces could not all be read (a scalar's value is then not compared).
-  void VerifyMasterDatasets(const std::vector<bool>& bad, std::vector<H5Store::Problem>* problems) const;
+  void VerifyMasterDatasets(const std::vector<bool>& bad,
+                            std::vector<H5Store::Problem>* problems) const;
   std::string path_;
   std::unique_ptr<H5Store> master_;
   Layout layout_;
   std::vector<TensorRecord> records_;
   std::vector<std::vector<Piece>> pieces_;
   std::vector<std::optional<StoredTotals>> storage_;
-  bool flat_boxes_ = false;  // the index's flat_mappings: "boxes" (else "runs", docs/FORMAT.md 10)  // per tensor, from the index (none: not recorded)
+  bool flat_boxes_ = false;  // the index's flat_mappings: "boxes" (else "runs", docs/FORMAT.md 10)
+                             // // per tensor, from the index (none: not recorded)
   std::vector<std::string> rank_files_;
   mutable std::mutex mu_;
   mutable std::vector<std::shared_ptr<const H5Store>> rank_stores_;

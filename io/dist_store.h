@@ -23,7 +23,7 @@
 // save it replaces until the new master has been renamed over P (the commit point, after the
 // proof); then the old rank files are removed. Every file is written atomically
 // (io/atomic_file.h). The protocol, as states and who may remove what: docs/FORMAT.md 10.
-#pragma once//
+#pragma once  //
 // The files that implement it, one concept each (docs/ARCHITECTURE.md, "io/ file map"):
 // io/rank_files.h (names), io/master_seal.h, io/dist_catalog.h (reading, verify) and
 // io/reshard.h (writing and proving); this header gathers them.

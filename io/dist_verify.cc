@@ -95,17 +95,23 @@ std::string VirtualString(ssize_t (*get)(hid_t, size_t, char*, size_t), hid_t dc
 
 const char* LayoutName(H5D_layout_t l) {
   switch (l) {
-    case H5D_COMPACT: return "compact";
-    case H5D_CONTIGUOUS: return "contiguous";
-    case H5D_CHUNKED: return "chunked";
-    case H5D_VIRTUAL: return "virtual";
-    default: return "unknown-layout";
+    case H5D_COMPACT:
+      return "compact";
+    case H5D_CONTIGUOUS:
+      return "contiguous";
+    case H5D_CHUNKED:
+      return "chunked";
+    case H5D_VIRTUAL:
+      return "virtual";
+    default:
+      return "unknown-layout";
   }
 }
 
 }  // namespace
 
-H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {
+H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
+                                          std::function<void(uint64_t)> progress) const {
   H5Store::VerifyReport rep = master_->Verify(o, progress);  // the lazy tensors
   std::vector<Fingerprint> lazy = std::move(rep.fingerprints);
   std::vector<bool> lazy_complete = std::move(rep.complete);
@@ -132,10 +138,10 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
       if (affected.size() > 4) names += ", ...";
       rep.problems.push_back(
           {"", -1,
-           Status(s.status().code(),
-                  s.status().message() + " (its pieces of " + std::to_string(affected.size()) +
-                      " tensor(s) were not checked" + (affected.empty() ? "" : ": " + names) +
-                      ")")});
+           Status(s.status().code(), s.status().message() + " (its pieces of " +
+                                         std::to_string(affected.size()) +
+                                         " tensor(s) were not checked" +
+                                         (affected.empty() ? "" : ": " + names) + ")")});
       continue;
     }
     H5Store::VerifyReport rr = (*s)->Verify(o, progress);
@@ -203,20 +209,22 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o, std::function<void(uint6
     }
     rep.complete[i] = !bad[i];
     if (!bad[i] && storage_[i] &&
-        (storage_[i]->chunks != counted[i].chunks || storage_[i]->stored_bytes != counted[i].stored_bytes))
+        (storage_[i]->chunks != counted[i].chunks ||
+         storage_[i]->stored_bytes != counted[i].stored_bytes))
       rep.problems.push_back(
           {t.name, -1,
            DistError("bad-index", Code::kCorrupt, path_, -1, "",
                      std::string(kDistIndexPath) + ": tensor '" + t.name + "' is recorded as " +
                          std::to_string(storage_[i]->chunks) + " chunks, " +
-                         std::to_string(storage_[i]->stored_bytes) + " bytes stored; its rank files hold " +
-                         std::to_string(counted[i].chunks) + " chunks, " +
-                         std::to_string(counted[i].stored_bytes) + " bytes")});
+                         std::to_string(storage_[i]->stored_bytes) +
+                         " bytes stored; its rank files hold " + std::to_string(counted[i].chunks) +
+                         " chunks, " + std::to_string(counted[i].stored_bytes) + " bytes")});
     if (!bad[i] && t.fingerprint && *t.fingerprint != rep.fingerprints[i])
       rep.problems.push_back(
           {t.name, -1,
            StoreStatus(StoreError::kFingerprintMismatch,
-                       "distributed save '" + path_ + "' tensor '" + t.name + "': its pieces' fingerprints add up to " +
+                       "distributed save '" + path_ + "' tensor '" + t.name +
+                           "': its pieces' fingerprints add up to " +
                            FingerprintHex(rep.fingerprints[i]) + ", the index says " +
                            FingerprintHex(*t.fingerprint))});
   }
@@ -228,7 +236,8 @@ namespace {
 
 // The problems of dataset `d`'s attributes (seedstore.name, .dtype, .fingerprint) against
 // tensor `t`'s record, each prefixed by `where`.
-std::vector<std::string> AttributeProblems(hid_t d, const TensorRecord& t, const std::string& where) {
+std::vector<std::string> AttributeProblems(hid_t d, const TensorRecord& t,
+                                           const std::string& where) {
   std::vector<std::string> out;
   auto name = ReadStringAttr(d, "seedstore.name", where);
   if (!name.ok()) out.push_back(name.status().message());
@@ -236,7 +245,8 @@ std::vector<std::string> AttributeProblems(hid_t d, const TensorRecord& t, const
   auto dt = ReadStringAttr(d, "seedstore.dtype", where);
   if (!dt.ok()) out.push_back(dt.status().message());
   else if (*dt != DTypeName(t.dtype))
-    out.push_back(where + "seedstore.dtype is '" + *dt + "', the index says '" + DTypeName(t.dtype) + "'");
+    out.push_back(where + "seedstore.dtype is '" + *dt + "', the index says '" +
+                  DTypeName(t.dtype) + "'");
   auto fp = ReadU64ArrayAttr(d, "seedstore.fingerprint", where);
   if (!fp.ok()) {
     out.push_back(fp.status().message());
@@ -255,8 +265,10 @@ std::vector<std::string> AttributeProblems(hid_t d, const TensorRecord& t, const
 // those the writer makes (`w`, from the tensor's `pieces`; rank r's source file is the base
 // name of rank_files[r]): none when they agree; else their count, when it differs, and what
 // differs first and how many more do.
-std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w, const std::vector<DistCatalog::Piece>& pieces,
-                           const std::vector<std::string>& rank_files, const std::string& dset) {
+std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w,
+                                         const std::vector<DistCatalog::Piece>& pieces,
+                                         const std::vector<std::string>& rank_files,
+                                         const std::string& dset) {
   size_t n = 0;
   if (H5Pget_virtual_count(dcpl, &n) < 0) return {"its mappings cannot be read"};
   std::vector<std::string> out;
@@ -273,7 +285,8 @@ std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w, con
     const std::string file = VirtualString(H5Pget_virtual_filename, dcpl, k);
     const std::string src = VirtualString(H5Pget_virtual_dsetname, dcpl, k);
     // Compared (and shown) as the patterns HDF5 keeps: a lone `%b` must not pass for `%%b`.
-    const std::string want_file = VdsSourceName(BaseName(rank_files[m.rank])), want_src = VdsSourceName(dset);
+    const std::string want_file = VdsSourceName(BaseName(rank_files[m.rank])),
+                      want_src = VdsSourceName(dset);
     if (vs.get() >= 0 && ss.get() >= 0 && to.is_box && from.is_box && SameBox(to.box, m.to) &&
         SameBox(from.box, m.from) && file == want_file && src == want_src)
       continue;
@@ -281,13 +294,17 @@ std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w, con
       const DistCatalog::Piece& p = pieces[m.piece];
       first = "mapping " + std::to_string(k) + " maps " + DescribeMapping(to, from, file, src) +
               "; the index says " +
-              DescribeMapping({m.to, m.to.Count(), true}, {m.from, m.from.Count(), true}, want_file, want_src) +
+              DescribeMapping({m.to, m.to.Count(), true}, {m.from, m.from.Count(), true}, want_file,
+                              want_src) +
               " (piece " + std::to_string(m.piece) + ", " + DescribeRegion(p.region) + " of rank " +
               std::to_string(p.rank) +
-              (SameRegion(p.region, p.stored) ? "" : " stored as " + DescribeRegion(p.stored)) + ")";
+              (SameRegion(p.region, p.stored) ? "" : " stored as " + DescribeRegion(p.stored)) +
+              ")";
     }
   }
-  if (differ) out.push_back(first + (differ > 1 ? " (" + std::to_string(differ - 1) + " more mappings differ)" : ""));
+  if (differ)
+    out.push_back(first +
+                  (differ > 1 ? " (" + std::to_string(differ - 1) + " more mappings differ)" : ""));
   return out;
 }
 
@@ -312,23 +329,25 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
                                        std::vector<H5Store::Problem>* problems) const {
   std::vector<MasterDataset> want(records_.size());  // kinds only; mappings one tensor at a time
   for (size_t i = 0; i < records_.size(); ++i)
-    want[i] = MasterDatasetOf(records_[i], pieces_[i], (flat_boxes_ ? FlatMappings::kBoxes : FlatMappings::kRuns), /*with_mappings=*/false);
+    want[i] = MasterDatasetOf(records_[i], pieces_[i],
+                              (flat_boxes_ ? FlatMappings::kBoxes : FlatMappings::kRuns),
+                              /*with_mappings=*/false);
   // The scalars' values as their pieces hold them (read through the rank files, before taking
   // the HDF5 lock: reads take it themselves, maybe on other threads).
   std::map<size_t, std::vector<unsigned char>> scalar;
   for (size_t i = 0; i < records_.size(); ++i) {
     if (want[i].kind != MasterDataset::kScalar || bad[i]) continue;
     std::vector<unsigned char> v(DTypeSize(records_[i].dtype));
-    if (Read(i, WholeTensor(records_[i].shape), v.data(), CpuOptions{1}).ok()) scalar[i] = std::move(v);
+    if (Read(i, WholeTensor(records_[i].shape), v.data(), CpuOptions{1}).ok())
+      scalar[i] = std::move(v);
   }
   const Result<std::string> resolved = ResolveSymlinks(path_);
   const std::string master_file = resolved.ok() ? *resolved : path_;
   const auto lock = LockH5();
   const hid_t f = master_->h5_file();
   auto problem = [&](const std::string& tensor, const std::string& what) {
-    problems->push_back({tensor, -1,
-                         DistError("vds-mismatch", Code::kCorrupt, path_, -1, "",
-                                   "master " + what)});
+    problems->push_back(
+        {tensor, -1, DistError("vds-mismatch", Code::kCorrupt, path_, -1, "", "master " + what)});
   };
   // Link name under /tensors -> tensor (dense or lazy): every link must be an expected dataset.
   std::map<std::string, size_t> by_link;
@@ -337,7 +356,8 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
   for (size_t i = 0; i < records_.size(); ++i) {
     const TensorRecord& t = records_[i];
     if (want[i].kind == MasterDataset::kNone) continue;
-    const MasterDataset w = MasterDatasetOf(t, pieces_[i], (flat_boxes_ ? FlatMappings::kBoxes : FlatMappings::kRuns));
+    const MasterDataset w =
+        MasterDatasetOf(t, pieces_[i], (flat_boxes_ ? FlatMappings::kBoxes : FlatMappings::kRuns));
     const std::string dset = "/tensors/" + EscapeH5Name(t.name);
     const std::string where = "tensor '" + t.name + "' " + dset + ": ";
     const std::string expected =
@@ -356,7 +376,8 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
     // Opening a dataset decodes its layout: a virtual one's mappings only once they are known
     // intact (VdsHeapIntact). A dataset of another layout is not virtual; that is named below.
     H5O_info_t oi;
-    if (H5Oget_info_by_name2(f, dset.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) {
+    if (H5Oget_info_by_name2(f, dset.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0 ||
+        oi.type != H5O_TYPE_DATASET) {
       problem(t.name, where + "is not a dataset (the index's tensor needs " + expected + ")");
       continue;
     }
@@ -375,8 +396,8 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
     Hid space(H5Dget_space(d.get()), H5Sclose);
     const Selection all = SelectionOf(space.get());
     const std::vector<uint64_t> dshape(all.box.shape, all.box.shape + all.box.rank);
-    const bool shape_ok = space.get() >= 0 && H5Sget_simple_extent_type(space.get()) != H5S_NULL &&
-                          dshape == t.shape;
+    const bool shape_ok =
+        space.get() >= 0 && H5Sget_simple_extent_type(space.get()) != H5S_NULL && dshape == t.shape;
     if (!shape_ok)
       problem(t.name, where + "its shape is " + ShapeOf(all.box) + ", the index says " +
                           ShapeOf(WholeTensor(t.shape)));
@@ -397,11 +418,13 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
         problem(t.name, where + "its value cannot be read");
       else if (got != v->second)
         problem(t.name, where + "its value differs from the one its piece holds (rank " +
-                            std::to_string(pieces_[i][0].rank) + " file '" + BaseName(rank_files_[pieces_[i][0].rank]) + "')");
+                            std::to_string(pieces_[i][0].rank) + " file '" +
+                            BaseName(rank_files_[pieces_[i][0].rank]) + "')");
       continue;
     }
     if (layout != H5D_VIRTUAL) {
-      problem(t.name, where + "is a " + std::string(LayoutName(layout)) + " dataset, not " + expected);
+      problem(t.name,
+              where + "is a " + std::string(LayoutName(layout)) + " dataset, not " + expected);
       continue;
     }
     // The mappings, in order, against those the writer makes from the index's pieces.
@@ -422,7 +445,8 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
       problem("", "/tensors/" + l + ": no dense tensor of the index has this name");
     } else {
       const TensorRecord& t = records_[it->second];
-      problem(t.name, "tensor '" + t.name + "' /tensors/" + l + ": exists, but the master holds no dataset for this tensor: " +
+      problem(t.name, "tensor '" + t.name + "' /tensors/" + l +
+                          ": exists, but the master holds no dataset for this tensor: " +
                           want[it->second].why_none);
     }
   }

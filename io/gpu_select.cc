@@ -127,18 +127,21 @@ Status CheckOneRankPerGpu(const std::vector<GpuClaim>& claims) {
     for (const GpuClaim& c : claims)
       if (c.rank == none[0]) first = &c;
     return Unsupported("NCCL backend: rank" + std::string(none.size() > 1 ? "s " : " ") +
-                       RankList(none) + " (host '" + first->host + "') found no usable CUDA device");
+                       RankList(none) + " (host '" + first->host +
+                       "') found no usable CUDA device");
   }
   std::map<std::array<uint8_t, 16>, std::vector<const GpuClaim*>> by_gpu;
   for (const GpuClaim& c : claims) by_gpu[c.uuid].push_back(&c);
   std::vector<std::vector<const GpuClaim*>> shared;
   for (auto& [uuid, v] : by_gpu)
     if (v.size() > 1) {
-      std::sort(v.begin(), v.end(), [](const GpuClaim* a, const GpuClaim* b) { return a->rank < b->rank; });
+      std::sort(v.begin(), v.end(),
+                [](const GpuClaim* a, const GpuClaim* b) { return a->rank < b->rank; });
       shared.push_back(v);
     }
   if (shared.empty()) return Status::Ok();
-  std::sort(shared.begin(), shared.end(), [](const auto& a, const auto& b) { return a[0]->rank < b[0]->rank; });
+  std::sort(shared.begin(), shared.end(),
+            [](const auto& a, const auto& b) { return a[0]->rank < b[0]->rank; });
   std::string m = "NCCL backend: ";
   const size_t shown = std::min<size_t>(shared.size(), 4);
   for (size_t g = 0; g < shown; ++g) {

@@ -71,7 +71,9 @@ Status H5ReadFailure(const std::string& what) {
   if (e.find("error message = '") != std::string::npos) return IoError(what + ": " + e);
   const size_t first = e.find("; "), last = e.rfind("; ");
   const std::string shown =
-      first == std::string::npos ? e : e.substr(0, first) + (first == last ? "" : "; ...") + e.substr(last);
+      first == std::string::npos
+          ? e
+          : e.substr(0, first) + (first == last ? "" : "; ...") + e.substr(last);
   return StoreStatus(StoreError::kMetadataCorrupt, what + ": HDF5 cannot read it (" + shown + ")");
 }
 
@@ -90,7 +92,9 @@ void AbandonH5File(int64_t file) {
       H5Fget_vfd_handle(file, fapl.get(), &handle) >= 0 && handle != nullptr) {
     const int fd = *static_cast<int*>(handle);
     const int mem = ::memfd_create("seedstore-abandoned", MFD_CLOEXEC);
-    if (mem >= 0 && ::dup2(mem, fd) >= 0) {  // HDF5's descriptor now names the memfd (close-on-exec kept off: HDF5's own)
+    if (mem >= 0 &&
+        ::dup2(mem, fd) >=
+            0) {  // HDF5's descriptor now names the memfd (close-on-exec kept off: HDF5's own)
       // A flush that failed before (H5Fflush of a full disk) leaves HDF5 1.10's metadata cache
       // with dirty entries and its flush list still on ("slist not empty"), and every later
       // flush -- H5Fclose's included -- then fails at its start ("slist already enabled?"):

@@ -28,7 +28,7 @@ struct H5Guard {
 };
 
 /// One macro per foreign API (house style H3): adds file:line and HDF5's own message.
-#define SEEDSTORE_H5_ERROR(what)                                                         \
+#define SEEDSTORE_H5_ERROR(what)                                                              \
   ::seedstore::IoError(std::string(what) + " [" + __FILE__ + ":" + std::to_string(__LINE__) + \
                        "]: " + ::seedstore::H5ErrorText())
 

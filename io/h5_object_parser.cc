@@ -29,12 +29,24 @@ uint32_t Lookup3(const unsigned char* k, size_t length) {
     a += word(k, 4);
     b += word(k + 4, 4);
     c += word(k + 8, 4);
-    a -= c; a ^= rot(c, 4);  c += b;
-    b -= a; b ^= rot(a, 6);  a += c;
-    c -= b; c ^= rot(b, 8);  b += a;
-    a -= c; a ^= rot(c, 16); c += b;
-    b -= a; b ^= rot(a, 19); a += c;
-    c -= b; c ^= rot(b, 4);  b += a;
+    a -= c;
+    a ^= rot(c, 4);
+    c += b;
+    b -= a;
+    b ^= rot(a, 6);
+    a += c;
+    c -= b;
+    c ^= rot(b, 8);
+    b += a;
+    a -= c;
+    a ^= rot(c, 16);
+    c += b;
+    b -= a;
+    b ^= rot(a, 19);
+    a += c;
+    c -= b;
+    c ^= rot(b, 4);
+    b += a;
     length -= 12;
     k += 12;
   }
@@ -42,13 +54,20 @@ uint32_t Lookup3(const unsigned char* k, size_t length) {
   a += word(k, std::min<size_t>(length, 4));
   if (length > 4) b += word(k + 4, std::min<size_t>(length - 4, 4));
   if (length > 8) c += word(k + 8, length - 8);
-  c ^= b; c -= rot(b, 14);
-  a ^= c; a -= rot(c, 11);
-  b ^= a; b -= rot(a, 25);
-  c ^= b; c -= rot(b, 16);
-  a ^= c; a -= rot(c, 4);
-  b ^= a; b -= rot(a, 14);
-  c ^= b; c -= rot(b, 24);
+  c ^= b;
+  c -= rot(b, 14);
+  a ^= c;
+  a -= rot(c, 11);
+  b ^= a;
+  b -= rot(a, 25);
+  c ^= b;
+  c -= rot(b, 16);
+  a ^= c;
+  a -= rot(c, 4);
+  b ^= a;
+  b -= rot(a, 14);
+  c ^= b;
+  c -= rot(b, 24);
   return c;
 }
 
@@ -68,8 +87,8 @@ std::string SafeToOpen(const std::string& file, hid_t f, const std::string& dset
   Hid fcpl(H5Fget_create_plist(f), H5Pclose);
   size_t sa = 0, ss = 0;
   hsize_t ub = 0;
-  if (fcpl.get() < 0 || H5Pget_sizes(fcpl.get(), &sa, &ss) < 0 || H5Pget_userblock(fcpl.get(), &ub) < 0 || sa == 0 ||
-      sa > 8 || ss == 0 || ss > 8)
+  if (fcpl.get() < 0 || H5Pget_sizes(fcpl.get(), &sa, &ss) < 0 ||
+      H5Pget_userblock(fcpl.get(), &ub) < 0 || sa == 0 || sa > 8 || ss == 0 || ss > 8)
     return "the file's address sizes cannot be read";
   H5O_info_t info;
   if (H5Oget_info_by_name2(f, dset.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
@@ -106,7 +125,8 @@ std::string SafeToOpen(const std::string& file, hid_t f, const std::string& dset
     auto walk = [&](uint64_t from) -> std::string {
       if (buf.size() < from + (v2 ? 4 : 0)) return "its object header is truncated";
       const size_t end = buf.size() - (v2 ? 4 : 0);
-      if (v2 && Lookup3(buf.data(), end) != LE(buf.data() + end, 4)) return "its object header's checksum differs";
+      if (v2 && Lookup3(buf.data(), end) != LE(buf.data() + end, 4))
+        return "its object header's checksum differs";
       for (size_t p = from; p + msg_hdr <= end;) {
         const unsigned type = v2 ? buf[p] : static_cast<unsigned>(LE(buf.data() + p, 2));
         const size_t n = LE(buf.data() + p + (v2 ? 1 : 2), 2);
@@ -128,7 +148,8 @@ std::string SafeToOpen(const std::string& file, hid_t f, const std::string& dset
       }
       return "";
     };
-    if (!read(info.addr, fixed + width + len0 + (v2 ? 4 : 0))) return "its object header is truncated";
+    if (!read(info.addr, fixed + width + len0 + (v2 ? 4 : 0)))
+      return "its object header is truncated";
     if (std::string e = walk(fixed + width); !e.empty()) return e;
     for (size_t c = 0; c < chunks.size() && !found; ++c) {
       if (c >= 64) return "its object header has too many chunks";
@@ -150,11 +171,13 @@ std::string SafeToOpen(const std::string& file, hid_t f, const std::string& dset
     for (uint64_t p = hdr; p + obj_hdr <= coll;) {
       const uint64_t idx = LE(buf.data() + p, 2), n = LE(buf.data() + p + 8, ss);
       const uint64_t need = idx == 0 ? n : obj_hdr + (n + 7) / 8 * 8;
-      if (need < obj_hdr || need > coll - p) return "its mappings' global heap collection is damaged";
+      if (need < obj_hdr || need > coll - p)
+        return "its mappings' global heap collection is damaged";
       if (idx == heap_index) {
         if (n < 5) return "its mappings' heap object is too short";
         const unsigned char* d = buf.data() + p + obj_hdr;
-        if (Lookup3(d, n - 4) != LE(d + n - 4, 4)) return "its mappings' checksum differs (damaged)";
+        if (Lookup3(d, n - 4) != LE(d + n - 4, 4))
+          return "its mappings' checksum differs (damaged)";
         return "";
       }
       if (idx == 0) break;  // the free space ends the objects

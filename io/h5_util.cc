@@ -14,8 +14,10 @@ namespace seedstore {
 // The HDF5 file type of a dtype (bfloat16 as uint16, bool as uint8: see seedstore.dtype).
 Hid StorageType(DType d) {
   switch (d) {
-    case DType::kF32: return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
-    case DType::kF64: return Hid(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
+    case DType::kF32:
+      return Hid(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    case DType::kF64:
+      return Hid(H5Tcopy(H5T_IEEE_F64LE), H5Tclose);
     case DType::kF16: {
       // IEEE binary16 as h5py defines it (numpy float16).
       hid_t t = H5Tcopy(H5T_IEEE_F32LE);
@@ -24,14 +26,24 @@ Hid StorageType(DType d) {
       H5Tset_ebias(t, 15);
       return Hid(t, H5Tclose);
     }
-    case DType::kBF16: case DType::kU16: return Hid(H5Tcopy(H5T_STD_U16LE), H5Tclose);
-    case DType::kU8: case DType::kBool: return Hid(H5Tcopy(H5T_STD_U8LE), H5Tclose);
-    case DType::kU32: return Hid(H5Tcopy(H5T_STD_U32LE), H5Tclose);
-    case DType::kU64: return Hid(H5Tcopy(H5T_STD_U64LE), H5Tclose);
-    case DType::kI8: return Hid(H5Tcopy(H5T_STD_I8LE), H5Tclose);
-    case DType::kI16: return Hid(H5Tcopy(H5T_STD_I16LE), H5Tclose);
-    case DType::kI32: return Hid(H5Tcopy(H5T_STD_I32LE), H5Tclose);
-    case DType::kI64: return Hid(H5Tcopy(H5T_STD_I64LE), H5Tclose);
+    case DType::kBF16:
+    case DType::kU16:
+      return Hid(H5Tcopy(H5T_STD_U16LE), H5Tclose);
+    case DType::kU8:
+    case DType::kBool:
+      return Hid(H5Tcopy(H5T_STD_U8LE), H5Tclose);
+    case DType::kU32:
+      return Hid(H5Tcopy(H5T_STD_U32LE), H5Tclose);
+    case DType::kU64:
+      return Hid(H5Tcopy(H5T_STD_U64LE), H5Tclose);
+    case DType::kI8:
+      return Hid(H5Tcopy(H5T_STD_I8LE), H5Tclose);
+    case DType::kI16:
+      return Hid(H5Tcopy(H5T_STD_I16LE), H5Tclose);
+    case DType::kI32:
+      return Hid(H5Tcopy(H5T_STD_I32LE), H5Tclose);
+    case DType::kI64:
+      return Hid(H5Tcopy(H5T_STD_I64LE), H5Tclose);
   }
   return Hid();
 }
@@ -47,7 +59,8 @@ Status InThisFile(hid_t f, const std::string& path, const std::string& where) {
       return H5ReadFailure(where + ": reading the link '" + p + "'");
     if (info.type != H5L_TYPE_HARD)
       return StoreStatus(StoreError::kBadLayout,
-                         where + ": '" + p + "' is " + (info.type == H5L_TYPE_EXTERNAL ? "an external" : "a soft") +
+                         where + ": '" + p + "' is " +
+                             (info.type == H5L_TYPE_EXTERNAL ? "an external" : "a soft") +
                              " link; seedstore reads only objects stored in the file itself");
     if (end == std::string::npos) return Status::Ok();
   }
@@ -77,13 +90,22 @@ bool TypeMatches(hid_t t, DType d) {
   if (H5Tget_precision(t) != 8 * size || H5Tget_offset(t) != 0) return false;
   if (c == H5T_FLOAT) {
     // (sign position, exponent position and bits, mantissa position and bits, bias) of IEEE.
-    struct Ieee { size_t spos, epos, esize, mpos, msize, ebias; };
+    struct Ieee {
+      size_t spos, epos, esize, mpos, msize, ebias;
+    };
     Ieee want;
     switch (d) {
-      case DType::kF16: want = {15, 10, 5, 0, 10, 15}; break;
-      case DType::kF32: want = {31, 23, 8, 0, 23, 127}; break;
-      case DType::kF64: want = {63, 52, 11, 0, 52, 1023}; break;
-      default: return false;
+      case DType::kF16:
+        want = {15, 10, 5, 0, 10, 15};
+        break;
+      case DType::kF32:
+        want = {31, 23, 8, 0, 23, 127};
+        break;
+      case DType::kF64:
+        want = {63, 52, 11, 0, 52, 1023};
+        break;
+      default:
+        return false;
     }
     Ieee got;
     if (H5Tget_fields(t, &got.spos, &got.epos, &got.esize, &got.mpos, &got.msize) < 0) return false;
@@ -92,11 +114,19 @@ bool TypeMatches(hid_t t, DType d) {
            got.mpos == want.mpos && got.msize == want.msize && got.ebias == want.ebias;
   }
   switch (d) {
-    case DType::kF32: case DType::kF64: case DType::kF16: return false;
-    case DType::kBF16: case DType::kBool: case DType::kU8: case DType::kU16: case DType::kU32:
+    case DType::kF32:
+    case DType::kF64:
+    case DType::kF16:
+      return false;
+    case DType::kBF16:
+    case DType::kBool:
+    case DType::kU8:
+    case DType::kU16:
+    case DType::kU32:
     case DType::kU64:
       return c == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
-    default: return c == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_2;
+    default:
+      return c == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_2;
   }
 }
 
@@ -122,7 +152,8 @@ Result<Hid> OpenAttr(hid_t obj, const char* name, const std::string& where) {
   const htri_t e = H5Aexists(obj, name);
   if (e < 0) return H5ReadFailure(where + ": checking attribute '" + name + "'");
   if (e == 0)
-    return StoreStatus(StoreError::kMissingAttribute, where + ": attribute '" + name + "' is missing");
+    return StoreStatus(StoreError::kMissingAttribute,
+                       where + ": attribute '" + name + "' is missing");
   Hid a(H5Aopen(obj, name, H5P_DEFAULT), H5Aclose);
   if (!a.ok()) return H5ReadFailure(where + ": opening attribute '" + name + "'");
   return a;
@@ -181,7 +212,8 @@ Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::str
   return s;
 }
 
-Result<std::vector<uint64_t>> ReadU64ArrayAttr(int64_t obj, const char* name, const std::string& where) {
+Result<std::vector<uint64_t>> ReadU64ArrayAttr(int64_t obj, const char* name,
+                                               const std::string& where) {
   H5Guard g;
   return ReadU64Attr(obj, name, where);
 }

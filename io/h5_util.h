@@ -52,7 +52,8 @@ Result<std::string> ReadStringAttr(int64_t obj, const char* name, const std::str
 
 /// Reads integer attribute `name` of `obj` as uint64 words (a scalar or a 1-d array of at most
 /// 1024). Errors name `where`: missing-attribute, not an integer (kCorrupt), HDF5's.
-Result<std::vector<uint64_t>> ReadU64ArrayAttr(int64_t obj, const char* name, const std::string& where);
+Result<std::vector<uint64_t>> ReadU64ArrayAttr(int64_t obj, const char* name,
+                                               const std::string& where);
 
 /// Whether HDF5 type `type` stores dtype `d` bit for bit as seedstore reads it (docs/FORMAT.md
 /// 4.2 and the dtype-mismatch row of section 7: class, size, little-endian order, sign, full

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -41,8 +41,10 @@ struct Item {
 
 Result<uint64_t> ParseByteSize(const std::string& text) {
   static const char* kUnitNames = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB";
-  const Status not_a_size = InvalidArgument("size '" + text + "': expected a number (such as 5, 1.5 or 1e3) "
-                                            "and an optional unit (" + kUnitNames + "), nothing else");
+  const Status not_a_size = InvalidArgument("size '" + text +
+                                            "': expected a number (such as 5, 1.5 or 1e3) "
+                                            "and an optional unit (" +
+                                            kUnitNames + "), nothing else");
   // A decimal number -- digits, optionally a fraction and an exponent (1e3) -- then letters.
   auto digits = [&text](size_t i) {
     while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
@@ -53,7 +55,8 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
   if (i < text.size() && text[i] == '.') i = digits(i + 1);
   if (!whole && i < 2) return not_a_size;  // no digit before the unit
   if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
-    const size_t sign = i + 1 < text.size() && (text[i + 1] == '+' || text[i + 1] == '-') ? i + 2 : i + 1;
+    const size_t sign =
+        i + 1 < text.size() && (text[i + 1] == '+' || text[i + 1] == '-') ? i + 2 : i + 1;
     if (digits(sign) > sign) i = digits(sign);  // else the 'e' begins the unit (and is refused)
   }
   std::string unit = text.substr(i);
@@ -61,13 +64,20 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
     if (!std::isalpha(static_cast<unsigned char>(c))) return not_a_size;  // 1.5.5, 5 GB, 5GB!
     c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   }
-  static const std::map<std::string, double> kUnits = {
-      {"", 1},       {"B", 1},         {"KB", 1e3},        {"MB", 1e6},         {"GB", 1e9},
-      {"TB", 1e12},  {"KIB", 1024.0},  {"MIB", 1048576.0}, {"GIB", 1073741824.0},
-      {"TIB", 1099511627776.0}};
+  static const std::map<std::string, double> kUnits = {{"", 1},
+                                                       {"B", 1},
+                                                       {"KB", 1e3},
+                                                       {"MB", 1e6},
+                                                       {"GB", 1e9},
+                                                       {"TB", 1e12},
+                                                       {"KIB", 1024.0},
+                                                       {"MIB", 1048576.0},
+                                                       {"GIB", 1073741824.0},
+                                                       {"TIB", 1099511627776.0}};
   auto it = kUnits.find(unit);
   if (it == kUnits.end())
-    return InvalidArgument("size '" + text + "': unknown unit '" + text.substr(i) + "' (" + kUnitNames + ")");
+    return InvalidArgument("size '" + text + "': unknown unit '" + text.substr(i) + "' (" +
+                           kUnitNames + ")");
   const double bytes = std::strtod(text.substr(0, i).c_str(), nullptr) * it->second;
   if (!(bytes >= 1) || bytes > 9.2e18)
     return InvalidArgument("size '" + text + "' is out of range (1 byte to 9.2e18 bytes)");
@@ -100,7 +110,8 @@ Status CheckExportPath(const std::string& path, bool split) {
   if (base.empty() || base == "." || base == "..")
     return InvalidArgument("'" + path + "' names a folder, not a file; give a file to write");
   if (split && SplitStem(path).empty())
-    return InvalidArgument("'" + path + "' has no name to call the split files by (<name>-00001-of-0000N"
+    return InvalidArgument("'" + path +
+                           "' has no name to call the split files by (<name>-00001-of-0000N"
                            ".safetensors); give a file such as model.safetensors");
   return Status::Ok();
 }
@@ -119,12 +130,15 @@ struct ExportPlan {
 
 Status CheckFitsInMemory(uint64_t bytes, const std::string& what) {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  unsigned __int128 limit = pages > 0 && page > 0 ? static_cast<unsigned __int128>(pages) * page : ~0ull;
+  unsigned __int128 limit =
+      pages > 0 && page > 0 ? static_cast<unsigned __int128>(pages) * page : ~0ull;
   struct rlimit as;
-  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = std::min<unsigned __int128>(limit, as.rlim_cur);
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+    limit = std::min<unsigned __int128>(limit, as.rlim_cur);
   if (bytes <= limit) return Status::Ok();
-  return Unsupported(what + " needs " + std::to_string(bytes) + " bytes in memory at once; this machine has " +
-                     std::to_string(static_cast<uint64_t>(limit)) + " bytes of memory (shard it smaller)");
+  return Unsupported(
+      what + " needs " + std::to_string(bytes) + " bytes in memory at once; this machine has " +
+      std::to_string(static_cast<uint64_t>(limit)) + " bytes of memory (shard it smaller)");
 }
 
 namespace {
@@ -155,7 +169,8 @@ Result<ExportPlan> PlanExport(const Catalog& c, const std::string& path, const E
     SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(t.name, path));  // before any file is written
     it.bytes = it.region.Count() * DTypeSize(t.dtype);
     SEEDSTORE_RETURN_IF_ERROR(CheckFitsInMemory(
-        it.bytes, "tensor " + Quoted(t.name) + (o.layout ? " shard " + DescribeRegion(it.region) : std::string())));
+        it.bytes, "tensor " + Quoted(t.name) +
+                      (o.layout ? " shard " + DescribeRegion(it.region) : std::string())));
     p.total += it.bytes;
     p.items.push_back(std::move(it));
   }
@@ -165,7 +180,8 @@ Result<ExportPlan> PlanExport(const Catalog& c, const std::string& path, const E
   p.files.resize(1);
   uint64_t in_file = 0;
   for (size_t k = 0; k < p.items.size(); ++k) {
-    if (max_file_bytes > 0 && !p.files.back().empty() && in_file + p.items[k].bytes > max_file_bytes) {
+    if (max_file_bytes > 0 && !p.files.back().empty() &&
+        in_file + p.items[k].bytes > max_file_bytes) {
       p.files.emplace_back();
       in_file = 0;
     }
@@ -188,9 +204,9 @@ Result<ExportPlan> PlanExport(const Catalog& c, const std::string& path, const E
 // ExportSafetensorsFiles, which also counts the tensors written into `*tensors`. Every file is
 // written to a synced temporary first; only when all are complete are they renamed into place,
 // the index last (docs/FORMAT.md 8).
-Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string& path, const ExportOptions& o,
-                                             uint64_t max_file_bytes, std::function<void(uint64_t)> progress,
-                                             int* tensors) {
+Result<std::vector<std::string>> ExportFiles(const Catalog& c, const std::string& path,
+                                             const ExportOptions& o, uint64_t max_file_bytes,
+                                             std::function<void(uint64_t)> progress, int* tensors) {
   SEEDSTORE_ASSIGN_OR_RETURN(const ExportPlan p, PlanExport(c, path, o, max_file_bytes));
   const auto& ts = c.tensors();
   std::vector<AtomicFile> written;  // temporaries, until CommitAll renames them
@@ -257,8 +273,8 @@ std::vector<std::string> LeftoverExportFiles(const std::string& path,
   std::vector<std::string> left;
   auto consider = [&](const std::string& f) {
     struct stat st;
-    if (std::find(written.begin(), written.end(), f) == written.end() && ::stat(f.c_str(), &st) == 0 &&
-        S_ISREG(st.st_mode))
+    if (std::find(written.begin(), written.end(), f) == written.end() &&
+        ::stat(f.c_str(), &st) == 0 && S_ISREG(st.st_mode))
       left.push_back(f);
   };
   consider(path);
@@ -290,7 +306,8 @@ Result<SafetensorsIndex> ListSafetensorsFiles(const std::string& path) {
   if (const std::string kind = NotARegularFile(path); !kind.empty())
     return InvalidArgument("index file " + Quoted(path) + " is " + kind +
                            ", not a regular file: an index names the files next to it");
-  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "index file " + Quoted(path)));
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text,
+                             ReadTextFile(path, "index file " + Quoted(path)));
   return ParseSafetensorsIndex(text, path);
 }
 
@@ -302,7 +319,8 @@ Result<std::vector<uint64_t>> GlobalShapeOf(const json& m, DType dtype, const st
     if (!d.is_number_unsigned()) return Corrupt(w + ": global_shape holds a non-integer");
     global.push_back(d.get<uint64_t>());
   }
-  if (Status vs = ValidateShape(global, dtype, "global_shape"); !vs.ok()) return Corrupt(w + ": " + vs.message());
+  if (Status vs = ValidateShape(global, dtype, "global_shape"); !vs.ok())
+    return Corrupt(w + ": " + vs.message());
   return global;
 }
 
@@ -316,7 +334,8 @@ bool IsSafetensorsSource(const std::string& path) {
     if (fd < 0) return false;
     unsigned char head[9];
     struct stat st;
-    const bool read = ::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) && ::fstat(fd, &st) == 0;
+    const bool read = ::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) &&
+                      ::fstat(fd, &st) == 0;
     ::close(fd);
     if (!read) return false;
     uint64_t n = 0;
@@ -345,24 +364,26 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     SafetensorsFile file = std::move(*opened);
     for (const std::string& name : mapped)
       if (!file.Find(name))
-        return NotFound("index file '" + path + "': tensor " + Quoted(name) + " is mapped to '" + f +
-                        "', which does not hold it");
+        return NotFound("index file '" + path + "': tensor " + Quoted(name) + " is mapped to '" +
+                        f + "', which does not hold it");
     // A rank's shard file says where each tensor lies in the global one.
     json shard_meta = json::object();
     if (auto m = file.metadata().find("seedstore.shards"); m != file.metadata().end()) {
       std::string why;
       shard_meta = ParseJson(m->second, &why);
       if (shard_meta.is_discarded() || !shard_meta.is_object())
-        return Corrupt("safetensors file '" + f + "': __metadata__['seedstore.shards'] is not a JSON object" +
+        return Corrupt("safetensors file '" + f +
+                       "': __metadata__['seedstore.shards'] is not a JSON object" +
                        (why.empty() ? std::string() : ": " + why));
       for (auto it = shard_meta.begin(); it != shard_meta.end(); ++it)
         if (!file.Find(it.key()))
-          return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor " + Quoted(it.key()) +
-                         ", which the file does not hold");
+          return Corrupt("safetensors file '" + f + "': seedstore.shards names tensor " +
+                         Quoted(it.key()) + ", which the file does not hold");
     }
     if (auto m = file.metadata().find("seedstore.rank"); m != file.metadata().end()) {
       const std::string& text = m->second;
-      const std::string w = "safetensors file '" + f + "': __metadata__['seedstore.rank'] is " + Quoted(text);
+      const std::string w =
+          "safetensors file '" + f + "': __metadata__['seedstore.rank'] is " + Quoted(text);
       int r = -1;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), r);
       if (ec != std::errc() || end != text.data() + text.size() || r < 0)
@@ -373,20 +394,24 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     }
     // Its tensors in file-offset order, each with where it lies in the global tensor.
     std::vector<SafetensorsEntry> v = file.entries();
-    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    std::stable_sort(v.begin(), v.end(),
+                     [](const auto& a, const auto& b) { return a.begin < b.begin; });
     std::vector<std::pair<SafetensorsEntry, std::optional<Region>>> held;
     for (SafetensorsEntry& e : v) {
       std::optional<Region> shard;
       if (shard_meta.contains(e.name)) {
         const json& m = shard_meta[e.name];
-        const std::string w = "safetensors file '" + f + "' tensor '" + e.name + "': seedstore.shards";
+        const std::string w =
+            "safetensors file '" + f + "' tensor '" + e.name + "': seedstore.shards";
         if (!m.is_object() || !m.contains("global_shape") || !m["global_shape"].is_array())
           return Corrupt(w + " has no global_shape");
-        SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<uint64_t> global, GlobalShapeOf(m, e.dtype, w));
+        SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<uint64_t> global,
+                                   GlobalShapeOf(m, e.dtype, w));
         auto r = RegionFromJson(m, global);
         if (!r.ok()) return Corrupt(w + ": " + r.status().message());
         if (LocalShape(*r) != e.shape)
-          return Corrupt(w + ": the region " + DescribeRegion(*r) + " does not have the tensor's shape");
+          return Corrupt(w + ": the region " + DescribeRegion(*r) +
+                         " does not have the tensor's shape");
         shard = *r;
       }
       held.emplace_back(std::move(e), shard);
@@ -397,7 +422,8 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
       const std::string w = "safetensors file '" + f + "': __metadata__['seedstore.empty_shards']";
       std::string why;
       const json e = ParseJson(m->second, &why);
-      if (!e.is_object()) return Corrupt(w + " is not a JSON object" + (why.empty() ? std::string() : ": " + why));
+      if (!e.is_object())
+        return Corrupt(w + " is not a JSON object" + (why.empty() ? std::string() : ": " + why));
       for (auto it = e.begin(); it != e.end(); ++it) {
         const std::string tw = w + " tensor " + Quoted(it.key());
         const json& v = *it;
@@ -410,7 +436,8 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
         auto dt = ParseDType(v["dtype"].get<std::string>());
         if (!dt.ok()) return Corrupt(tw + ": " + dt.status().message());
         entry.dtype = *dt;
-        SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<uint64_t> global, GlobalShapeOf(v, entry.dtype, tw));
+        SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<uint64_t> global,
+                                   GlobalShapeOf(v, entry.dtype, tw));
         if (file.Find(entry.name)) return Corrupt(tw + ": the file holds that tensor");
         held.emplace_back(std::move(entry), FlatRegion(global, 0, 0));
       }
@@ -418,12 +445,14 @@ Result<std::unique_ptr<SafetensorsCatalog>> SafetensorsCatalog::Open(const std::
     const size_t k = c->files_.size();
     for (auto& [e, shard] : held) {
       if (e.name.empty())  // valid safetensors, but every seedstore command names tensors
-        return InvalidArgument("safetensors file '" + f + "': a tensor has an empty name; seedstore reads "
+        return InvalidArgument("safetensors file '" + f +
+                               "': a tensor has an empty name; seedstore reads "
                                "only named tensors (rename it)");
       if (auto it = seen.find(e.name); it != seen.end())
-        return InvalidArgument((EndsWith(path, ".json") ? "index file '" + path + "': " : std::string()) +
-                               "safetensors tensor '" + e.name + "' is held by both '" +
-                               c->files_[it->second].path() + "' and '" + f + "'");
+        return InvalidArgument(
+            (EndsWith(path, ".json") ? "index file '" + path + "': " : std::string()) +
+            "safetensors tensor '" + e.name + "' is held by both '" + c->files_[it->second].path() +
+            "' and '" + f + "'");
       seen[e.name] = k;
       TensorRecord t;
       t.name = e.name;
@@ -460,20 +489,25 @@ Result<StorageSummary> SafetensorsCatalog::Storage(const std::vector<size_t>& li
 
 Status SafetensorsCatalog::Read(size_t i, const Region& r, void* out, CpuOptions) const {
   if (i >= records_.size())
-    return InvalidArgument("'" + origin_ + "': tensor index " + std::to_string(i) + " out of range");
+    return InvalidArgument("'" + origin_ + "': tensor index " + std::to_string(i) +
+                           " out of range");
   const TensorRecord& t = records_[i];
   SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r).WithContext("'" + file_of(i) + "'"));
   const auto& [k, e] = where_[i];
-  return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) { return files_[k].ReadBox(e, b, dst); });
+  return ReadByBoxes(t, r, out,
+                     [&](const Region& b, void* dst) { return files_[k].ReadBox(e, b, dst); });
 }
 
 Result<int> ImportSafetensors(const std::string& source, const std::string& store,
                               const ImportOptions& o, std::function<void(uint64_t)> progress) {
   if (LooksLikeHdf5(source))  // not a damaged safetensors file: the wrong kind of input
-    return InvalidArgument("'" + source + "' is an HDF5 file (a seedstore store or distributed save?), not "
-                           "safetensors: import reads .safetensors files and model.safetensors.index.json "
-                           "(a store is copied or consolidated with: seedstore reshard SRC --consolidate -o OUT)");
-  SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<SafetensorsCatalog> src, SafetensorsCatalog::Open(source));
+    return InvalidArgument(
+        "'" + source +
+        "' is an HDF5 file (a seedstore store or distributed save?), not "
+        "safetensors: import reads .safetensors files and model.safetensors.index.json "
+        "(a store is copied or consolidated with: seedstore reshard SRC --consolidate -o OUT)");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<SafetensorsCatalog> src,
+                             SafetensorsCatalog::Open(source));
   const std::vector<TensorRecord>& ts = src->tensors();
   auto source_of = [src](size_t i) {
     return BoxSource([src, i](const Region& box, void* out) { return src->Read(i, box, out); });
@@ -485,11 +519,12 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
     return c;
   };
   if (!o.update) {
-    SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(store, o.seed, Generator::kThreefry, o.write));
+    SEEDSTORE_ASSIGN_OR_RETURN(auto w,
+                               StoreWriter::Create(store, o.seed, Generator::kThreefry, o.write));
     w->SetShardRank(src->shard_rank());
     for (size_t i = 0; i < ts.size(); ++i)
-      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, ts[i].shape, ts[i].dtype, source_of(i), progress,
-                                            placed(ts[i].piece))
+      SEEDSTORE_RETURN_IF_ERROR(w->AddDense(ts[i].name, ts[i].shape, ts[i].dtype, source_of(i),
+                                            progress, placed(ts[i].piece))
                                     .WithContext("importing '" + src->file_of(i) + "'"));
     SEEDSTORE_RETURN_IF_ERROR(w->Commit());
     return static_cast<int>(ts.size());
@@ -504,12 +539,17 @@ Result<int> ImportSafetensors(const std::string& source, const std::string& stor
     if (k < 0) return NotFound(w + ": the store '" + store + "' has no such tensor");
     const TensorRecord& t = st->tensors()[k];
     if (t.shape != ts[i].shape || t.dtype != ts[i].dtype)
-      return InvalidArgument(w + " is " + ShapeText(ts[i].shape) + " " + DTypeName(ts[i].dtype) + "; the store's is " +
-                             ShapeText(t.shape) + " " + DTypeName(t.dtype) + " (--update keeps shapes and dtypes)");
-    if (t.piece.has_value() != ts[i].piece.has_value() || (t.piece && !SameRegion(*t.piece, *ts[i].piece)))
-      return InvalidArgument(w + ": " + (ts[i].piece ? "the piece " + DescribeRegion(*ts[i].piece) : std::string("the whole tensor")) +
-                             " cannot replace the store's " +
-                             (t.piece ? "piece " + DescribeRegion(*t.piece) : std::string("whole tensor")));
+      return InvalidArgument(w + " is " + ShapeText(ts[i].shape) + " " + DTypeName(ts[i].dtype) +
+                             "; the store's is " + ShapeText(t.shape) + " " + DTypeName(t.dtype) +
+                             " (--update keeps shapes and dtypes)");
+    if (t.piece.has_value() != ts[i].piece.has_value() ||
+        (t.piece && !SameRegion(*t.piece, *ts[i].piece)))
+      return InvalidArgument(
+          w + ": " +
+          (ts[i].piece ? "the piece " + DescribeRegion(*ts[i].piece)
+                       : std::string("the whole tensor")) +
+          " cannot replace the store's " +
+          (t.piece ? "piece " + DescribeRegion(*t.piece) : std::string("whole tensor")));
     values[ts[i].name] = source_of(i);
   }
   st.reset();

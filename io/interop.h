@@ -70,10 +70,10 @@ Status CheckFitsInMemory(uint64_t bytes, const std::string& what);
 /// tensor with no elements), named in __metadata__["seedstore.empty_shards"], are listed after
 /// the file's own tensors (in name order) as **empty pieces**: dense, shape [0], `piece` the
 /// flat range [0, 0) of the global shape (docs/FORMAT.md 4.1) -- so `fingerprint`, `diff`,
-/// `import` and `export` see every shard of the rank, as from the model with --layout. Errors name the
-/// file and the tensor: a tensor held by two files, an index entry whose file lacks it, a
-/// file name that is not local to the index's folder; a file the index names that cannot be
-/// opened (missing: NOT_FOUND, or invalid) also names the index and a tensor mapped to it.
+/// `import` and `export` see every shard of the rank, as from the model with --layout. Errors name
+/// the file and the tensor: a tensor held by two files, an index entry whose file lacks it, a file
+/// name that is not local to the index's folder; a file the index names that cannot be opened
+/// (missing: NOT_FOUND, or invalid) also names the index and a tensor mapped to it.
 class SafetensorsCatalog : public Catalog {
  public:
   static Result<std::unique_ptr<SafetensorsCatalog>> Open(const std::string& path);
@@ -89,6 +89,7 @@ class SafetensorsCatalog : public Catalog {
   Result<StorageSummary> Storage(const std::vector<size_t>& listed) const override;
   /// __metadata__["seedstore.rank"] (every file that has it must agree; CORRUPT otherwise).
   std::optional<int> shard_rank() const override { return rank_; }
+
  private:
   std::string origin_;
   std::optional<int> rank_;
@@ -121,7 +122,6 @@ struct ImportOptions {
 /// distributed save's rank file holds them; with `update`, a piece replaces only the same
 /// piece. Atomic. Returns the number of tensors imported. Errors name the file and tensor.
 Result<int> ImportSafetensors(const std::string& source, const std::string& store,
-                              const ImportOptions& o,
-                              std::function<void(uint64_t)> progress = {});
+                              const ImportOptions& o, std::function<void(uint64_t)> progress = {});
 
 }  // namespace seedstore

@@ -47,7 +47,8 @@ void SealWords(const unsigned char* head, uint64_t* hash, uint64_t* n) {
 // Seals the master's temporary `file` (written with a kSealBytes user block, closed).
 Status SealMaster(const std::string& file) {
   const int fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return IoError("cannot open master '" + file + "' to seal it: " + std::strerror(errno));
+  if (fd < 0)
+    return IoError("cannot open master '" + file + "' to seal it: " + std::strerror(errno));
   uint64_t hash = 0, n = 0;
   unsigned char seal[32] = {};
   bool ok = HashAfterSeal(fd, &hash, &n);
@@ -69,12 +70,14 @@ Status CheckMasterSeal(const std::string& path, bool is_master, bool* sealed) {
   unsigned char head[32] = {};
   const ssize_t got = ::pread(fd, head, sizeof head, 0);
   static const unsigned char kHdf5[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-  const bool magic = got == static_cast<ssize_t>(sizeof head) && std::memcmp(head, kSealMagic, 16) == 0;
+  const bool magic =
+      got == static_cast<ssize_t>(sizeof head) && std::memcmp(head, kSealMagic, 16) == 0;
   Status st;
   uint64_t want = 0, want_n = 0, hash = 0, n = 0;
   SealWords(head, &want, &want_n);
   if (got < static_cast<ssize_t>(sizeof head) || std::memcmp(head, kHdf5, 8) == 0) {
-    st = Status::Ok();  // unsealed (older) master or a store; or unreadable or short: H5Store::Open names it
+    st = Status::Ok();  // unsealed (older) master or a store; or unreadable or short: H5Store::Open
+                        // names it
   } else if (!HashAfterSeal(fd, &hash, &n)) {
     st = IoError("cannot read '" + path + "': " + std::strerror(errno));
   } else if (!magic) {
@@ -83,19 +86,21 @@ Status CheckMasterSeal(const std::string& path, bool is_master, bool* sealed) {
     // HDF5 file with a user block of its own, which HDF5 reads.
     if (is_master || (n == want_n && hash == want)) {
       if (sealed) *sealed = true;
-      st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
-                     "the master starts with neither its seal nor HDF5's signature (docs/FORMAT.md 10)");
+      st = DistError(
+          "master-corrupt", Code::kCorrupt, path, -1, "",
+          "the master starts with neither its seal nor HDF5's signature (docs/FORMAT.md 10)");
     }
   } else {
     if (sealed) *sealed = true;
     if (n != want_n)
       st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
-                     "its seal covers " + std::to_string(want_n) + " bytes after the user block, the file has " +
-                         std::to_string(n) + " (truncated or extended)");
+                     "its seal covers " + std::to_string(want_n) +
+                         " bytes after the user block, the file has " + std::to_string(n) +
+                         " (truncated or extended)");
     else if (hash != want)
       st = DistError("master-corrupt", Code::kCorrupt, path, -1, "",
-                     "its bytes do not match its seal (XXH3-64 " + Hex64(hash) + ", sealed " + Hex64(want) +
-                         "): the master is damaged");
+                     "its bytes do not match its seal (XXH3-64 " + Hex64(hash) + ", sealed " +
+                         Hex64(want) + "): the master is damaged");
   }
   ::close(fd);
   return st;

@@ -33,7 +33,8 @@ hid_t BoxSpace(const Region& b) {
   std::vector<hsize_t> dims(b.shape, b.shape + b.rank), st(b.start, b.start + b.rank), cnt(b.rank);
   for (int d = 0; d < b.rank; ++d) cnt[d] = b.stop[d] - b.start[d];
   const hid_t s = H5Screate_simple(b.rank, dims.data(), nullptr);
-  if (s >= 0 && H5Sselect_hyperslab(s, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr) < 0) {
+  if (s >= 0 &&
+      H5Sselect_hyperslab(s, H5S_SELECT_SET, st.data(), nullptr, cnt.data(), nullptr) < 0) {
     H5Sclose(s);
     return -1;
   }
@@ -80,8 +81,8 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
   for (const DistCatalog::Piece& p : pieces)
     if (p.region.flat) flat_runs += (p.region.end - p.region.begin) / t.shape.back() + 2;
   if (style == FlatMappings::kRuns && flat_runs > kMaxFlatRuns) {
-    m.why_none = "its flat pieces would need more than " + std::to_string(kMaxFlatRuns) +
-                 " mappings";
+    m.why_none =
+        "its flat pieces would need more than " + std::to_string(kMaxFlatRuns) + " mappings";
     return m;
   }
   m.kind = MasterDataset::kVirtual;
@@ -98,7 +99,8 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
         sdims[d] = sb.stop[d] - sb.start[d];
         sst[d] = g.start[d] - sb.start[d];
       }
-      m.mappings.push_back({p.rank, k, BoxOf(rank, gshape, g.start, cnt), BoxOf(rank, sdims, sst, cnt)});
+      m.mappings.push_back(
+          {p.rank, k, BoxOf(rank, gshape, g.start, cnt), BoxOf(rank, sdims, sst, cnt)});
       continue;
     }
     const uint64_t local_n = g.end - g.begin;
@@ -108,7 +110,8 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
         uint64_t cnt[kMaxRank];
         for (int d = 0; d < rank; ++d) cnt[d] = b.stop[d] - b.start[d];
         const uint64_t lc = b.Count();
-        m.mappings.push_back({p.rank, k, BoxOf(rank, gshape, b.start, cnt), BoxOf(1, &local_n, &ls, &lc)});
+        m.mappings.push_back(
+            {p.rank, k, BoxOf(rank, gshape, b.start, cnt), BoxOf(1, &local_n, &ls, &lc)});
         ls += lc;
       }
       continue;
@@ -140,7 +143,8 @@ namespace {
 // byte counts and its pieces (rank, region, stored box when padded, recorded fingerprint).
 std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& layout, uint32_t id,
                             const std::string& path, const std::vector<Fingerprint>& fps,
-                            const std::vector<uint64_t>& counts, const std::vector<uint64_t>& piece_fps) {
+                            const std::vector<uint64_t>& counts,
+                            const std::vector<uint64_t>& piece_fps) {
   const auto& ts = src.tensors();
   json tensors = json::array();
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -152,7 +156,8 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
     for (size_t k = 0; k < plan.shards[i].size(); ++k) {
       const Shard& s = plan.shards[i][k];
       json piece = {{"rank", s.replicas[0]}, {"region", RegionToJson(s.region)}};
-      if (!SameRegion(plan.stored[i][k], s.region)) piece["stored"] = RegionToJson(plan.stored[i][k]);
+      if (!SameRegion(plan.stored[i][k], s.region))
+        piece["stored"] = RegionToJson(plan.stored[i][k]);
       const size_t q = plan.first_piece[i] + k;
       piece["fingerprint"] = FingerprintHex(Fingerprint{piece_fps[2 * q], piece_fps[2 * q + 1]});
       pieces.push_back(std::move(piece));
@@ -167,12 +172,17 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
                            {"pieces", pieces}});
   }
   json files = json::array();
-  for (int r = 0; r < layout.world_size(); ++r) files.push_back(BaseName(RankFileName(path, id, r)));
+  for (int r = 0; r < layout.world_size(); ++r)
+    files.push_back(BaseName(RankFileName(path, id, r)));
   char idhex[16];
   std::snprintf(idhex, sizeof idhex, "%08x", id);
-  const json index = {{"format", "seedstore-distributed"}, {"version", 1},   {"save_id", idhex},
-                      {"world", layout.world_size()},      {"layout", layout.ToJson()},
-                      {"rank_files", files},               {"flat_mappings", "boxes"},
+  const json index = {{"format", "seedstore-distributed"},
+                      {"version", 1},
+                      {"save_id", idhex},
+                      {"world", layout.world_size()},
+                      {"layout", layout.ToJson()},
+                      {"rank_files", files},
+                      {"flat_mappings", "boxes"},
                       {"tensors", tensors}};
   return index.dump();
 }
@@ -181,7 +191,8 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
 
 Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
                              const Layout& layout, uint32_t id, const std::string& path,
-                             const std::vector<Fingerprint>& fps, const std::vector<uint64_t>& counts,
+                             const std::vector<Fingerprint>& fps,
+                             const std::vector<uint64_t>& counts,
                              const std::vector<uint64_t>& piece_fps) {
   const auto& ts = src.tensors();
   const std::string text = MasterIndexText(src, plan, layout, id, path, fps, counts, piece_fps);
@@ -204,15 +215,18 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
       hsize_t n = text.size();
       Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
       Hid d(H5Dcreate2(fid, kDistIndexPath, H5T_STD_U8LE, space.get(), H5P_DEFAULT, untimed.get(),
-                     H5P_DEFAULT),
-          H5Dclose);
+                       H5P_DEFAULT),
+            H5Dclose);
       if (g.get() < 0 || d.get() < 0)
-        return IoError("cannot create " + std::string(kDistIndexPath) + " in '" + file + "': " + H5ErrorText());
+        return IoError("cannot create " + std::string(kDistIndexPath) + " in '" + file +
+                       "': " + H5ErrorText());
       if (H5Dwrite(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
-        return IoError("cannot write " + std::string(kDistIndexPath) + " to '" + file + "': " + H5ErrorText());
+        return IoError("cannot write " + std::string(kDistIndexPath) + " to '" + file +
+                       "': " + H5ErrorText());
       const uint64_t h = Checksum64(text.data(), text.size());
       Hid as(H5Screate(H5S_SCALAR), H5Sclose);
-      Hid a(H5Acreate2(d.get(), "seedstore.xxh3", H5T_STD_U64LE, as.get(), H5P_DEFAULT, H5P_DEFAULT),
+      Hid a(
+          H5Acreate2(d.get(), "seedstore.xxh3", H5T_STD_U64LE, as.get(), H5P_DEFAULT, H5P_DEFAULT),
           H5Aclose);
       H5Awrite(a.get(), H5T_NATIVE_UINT64, &h);
     }
@@ -234,8 +248,9 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
         SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.dtype", DTypeName(t.dtype)));
         hsize_t two = 2;
         Hid as(H5Screate_simple(1, &two, nullptr), H5Sclose);
-        Hid a(H5Acreate2(d, "seedstore.fingerprint", H5T_STD_U64LE, as.get(), H5P_DEFAULT, H5P_DEFAULT),
-            H5Aclose);
+        Hid a(H5Acreate2(d, "seedstore.fingerprint", H5T_STD_U64LE, as.get(), H5P_DEFAULT,
+                         H5P_DEFAULT),
+              H5Aclose);
         const uint64_t lanes[2] = {fps[i].lane0, fps[i].lane1};
         if (a.get() < 0 || H5Awrite(a.get(), H5T_NATIVE_UINT64, lanes) < 0)
           return IoError("cannot write the attributes of '" + t.name + "' in the master");
@@ -246,9 +261,10 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
         SEEDSTORE_RETURN_IF_ERROR(src.Read(i, WholeTensor(t.shape), v.data(), CpuOptions{1}));
         Hid space(H5Screate(H5S_SCALAR), H5Sclose);
         Hid d(H5Dcreate2(fid, dset.c_str(), ftype.get(), space.get(), H5P_DEFAULT, untimed.get(),
-                       H5P_DEFAULT),
-            H5Dclose);
-        if (d.get() < 0 || H5Dwrite(d.get(), ftype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+                         H5P_DEFAULT),
+              H5Dclose);
+        if (d.get() < 0 ||
+            H5Dwrite(d.get(), ftype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
           return IoError("cannot write the scalar '" + t.name + "' to the master");
         SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.get()));
         continue;
@@ -266,8 +282,9 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
       if (failed) return IoError("cannot map the pieces of '" + t.name + "' (H5Pset_virtual)");
       std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());
       Hid space(H5Screate_simple(rank, gdims.data(), nullptr), H5Sclose);
-      Hid d(H5Dcreate2(fid, dset.c_str(), ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-          H5Dclose);
+      Hid d(H5Dcreate2(fid, dset.c_str(), ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(),
+                       H5P_DEFAULT),
+            H5Dclose);
       if (d.get() < 0) return IoError("cannot create the virtual dataset of '" + t.name + "'");
       SEEDSTORE_RETURN_IF_ERROR(add_attrs(d.get()));
     }

@@ -15,7 +15,6 @@
 
 namespace seedstore {
 
-
 // How a flat piece is mapped (docs/FORMAT.md 10; the index's "flat_mappings"). kBoxes (what this
 // writer writes): one mapping per box of the range's row-major
 // decomposition (FlatRangeToBoxes: at most 2 x rank - 1), each from a contiguous run of the
@@ -65,7 +64,8 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
 /// the master is abandoned (AbandonH5File), never left half-closed.
 Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
                              const Layout& layout, uint32_t id, const std::string& path,
-                             const std::vector<Fingerprint>& fps, const std::vector<uint64_t>& counts,
+                             const std::vector<Fingerprint>& fps,
+                             const std::vector<uint64_t>& counts,
                              const std::vector<uint64_t>& piece_fps);
 
 }  // namespace seedstore

@@ -217,9 +217,10 @@ Status MpiDeadline::Blame(const char* what, double timeout, const std::vector<in
     return IoError(std::string("rank 0 ") +
                    (done[2] ? "reached" + step + " and then stopped responding for "
                             : "did not reach" + step + " within ") +
-                   secs + " s (--timeout): hung, dead or far slower than the others (seen by rank 1)");
-  return IoError("rank " + std::to_string(rank_) + ":" + step + " did not complete within " +
-                 secs + " s (--timeout): another rank is hung or dead" +
+                   secs +
+                   " s (--timeout): hung, dead or far slower than the others (seen by rank 1)");
+  return IoError("rank " + std::to_string(rank_) + ":" + step + " did not complete within " + secs +
+                 " s (--timeout): another rank is hung or dead" +
                  (rank_ == 0 ? "" : " (rank 0 names it unless it is rank 0)"));
 }
 
@@ -233,9 +234,9 @@ Status MpiDeadline::Heartbeat(double now, double beat, const char* what) {
     if (alive_send_ != MPI_REQUEST_NULL)
       SEEDSTORE_MPI_CHECK(MPI_Test(&alive_send_, &flag, MPI_STATUS_IGNORE), what);
     if (flag) {
-      SEEDSTORE_MPI_CHECK(MPI_Isend(&alive_out_, 1, MPI_INT, rank_ == 0 ? 1 : 0, kAliveTag, comm_,
-                                    &alive_send_),
-                          what);
+      SEEDSTORE_MPI_CHECK(
+          MPI_Isend(&alive_out_, 1, MPI_INT, rank_ == 0 ? 1 : 0, kAliveTag, comm_, &alive_send_),
+          what);
       last_beat_ = now;
     }
   }

@@ -29,13 +29,12 @@ namespace seedstore {
 std::string MpiError(int rc);
 
 /// One macro per foreign API (house style H3): file:line plus MPI's own message.
-#define SEEDSTORE_MPI_CHECK(call, what)                                                  \
-  do {                                                                                   \
-    const int _rc = (call);                                                              \
-    if (_rc != MPI_SUCCESS)                                                              \
-      return ::seedstore::IoError(std::string(what) + ": " #call " failed at " __FILE__  \
-                                  ":" + std::to_string(__LINE__) + ": " +                \
-                                  ::seedstore::MpiError(_rc));                           \
+#define SEEDSTORE_MPI_CHECK(call, what)                                                          \
+  do {                                                                                           \
+    const int _rc = (call);                                                                      \
+    if (_rc != MPI_SUCCESS)                                                                      \
+      return ::seedstore::IoError(std::string(what) + ": " #call " failed at " __FILE__ ":" +    \
+                                  std::to_string(__LINE__) + ": " + ::seedstore::MpiError(_rc)); \
   } while (0)
 
 /// Initializes MPI (MPI_THREAD_FUNNELED) unless it already is; *owns says whether this call
@@ -75,8 +74,8 @@ class MpiDeadline {
   int rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL;
   uint64_t seq_ = 0;
-  std::vector<int> tokens_;  // rank 0: every rank's arrival; others: [0] their own
-  int token0_ = 0;           // rank 0's arrival, sent by rank 0 and received by rank 1
+  std::vector<int> tokens_;    // rank 0: every rank's arrival; others: [0] their own
+  int token0_ = 0;             // rank 0's arrival, sent by rank 0 and received by rank 1
   std::vector<double> heard_;  // per rank: when its last heartbeat arrived here
   double last_beat_ = -1e300;
   int alive_out_ = 0, alive_in_ = 0;

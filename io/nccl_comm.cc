@@ -38,8 +38,12 @@ NcclComm::~NcclComm() = default;
 int NcclComm::rank() const { return 0; }
 int NcclComm::size() const { return 1; }
 int NcclComm::device() const { return 0; }
-Status NcclComm::AllGather(const void*, size_t, void*, Memory, const char*) { return Unsupported(kNoNccl); }
-Status NcclComm::AllReduceSum(uint64_t*, size_t, Memory, const char*) { return Unsupported(kNoNccl); }
+Status NcclComm::AllGather(const void*, size_t, void*, Memory, const char*) {
+  return Unsupported(kNoNccl);
+}
+Status NcclComm::AllReduceSum(uint64_t*, size_t, Memory, const char*) {
+  return Unsupported(kNoNccl);
+}
 Status NcclComm::Broadcast(void*, size_t, int, Memory, const char*) { return Unsupported(kNoNccl); }
 Status NcclComm::Barrier(const char*) { return Unsupported(kNoNccl); }
 void NcclComm::Abort() {}
@@ -59,20 +63,20 @@ double Now() {
 }
 
 // One macro per foreign API (house style H3): file:line plus the library's own message.
-#define SEEDSTORE_CUDA_CHECK(call, what)                                                  \
-  do {                                                                                    \
-    const cudaError_t _e = (call);                                                        \
-    if (_e != cudaSuccess)                                                                \
-      return IoError(std::string(what) + ": " #call " failed at " __FILE__ ":" +          \
-                     std::to_string(__LINE__) + ": " + cudaGetErrorString(_e));           \
+#define SEEDSTORE_CUDA_CHECK(call, what)                                         \
+  do {                                                                           \
+    const cudaError_t _e = (call);                                               \
+    if (_e != cudaSuccess)                                                       \
+      return IoError(std::string(what) + ": " #call " failed at " __FILE__ ":" + \
+                     std::to_string(__LINE__) + ": " + cudaGetErrorString(_e));  \
   } while (0)
 
-#define SEEDSTORE_NCCL_CHECK(call, what)                                                  \
-  do {                                                                                    \
-    const ncclResult_t _r = (call);                                                       \
-    if (_r != ncclSuccess && _r != ncclInProgress)                                        \
-      return IoError(std::string(what) + ": " #call " failed at " __FILE__ ":" +          \
-                     std::to_string(__LINE__) + ": " + ncclGetErrorString(_r));           \
+#define SEEDSTORE_NCCL_CHECK(call, what)                                         \
+  do {                                                                           \
+    const ncclResult_t _r = (call);                                              \
+    if (_r != ncclSuccess && _r != ncclInProgress)                               \
+      return IoError(std::string(what) + ": " #call " failed at " __FILE__ ":" + \
+                     std::to_string(__LINE__) + ": " + ncclGetErrorString(_r));  \
   } while (0)
 
 std::string VersionName(int code) {
@@ -162,7 +166,8 @@ struct NcclComm::Impl {
 
   Status Usable(const char* what) const {
     if (!broken) return Status::Ok();
-    return IoError(std::string(what) + ": the NCCL communicator is unusable after an earlier "
+    return IoError(std::string(what) +
+                   ": the NCCL communicator is unusable after an earlier "
                    "failure");
   }
 
@@ -239,7 +244,8 @@ struct NcclComm::Impl {
   }
 
   Status CopyIn(const void* h, size_t bytes, void* d, const char* what) {
-    if (bytes) SEEDSTORE_CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream), what);
+    if (bytes)
+      SEEDSTORE_CUDA_CHECK(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream), what);
     return Status::Ok();
   }
   Status CopyOut(void* h, size_t bytes, const char* what) {
@@ -276,8 +282,7 @@ Result<std::unique_ptr<NcclComm>> NcclComm::Create(const NcclUniqueId& id, int n
     impl->broken = true;
     return IoError("NCCL backend setup: ncclCommInitRankConfig(rank " + std::to_string(rank) +
                    " of " + std::to_string(nranks) + ", device " + std::to_string(device) +
-                   ") failed: " + ncclGetErrorString(init) + " (NCCL " + NcclVersionString() +
-                   ")");
+                   ") failed: " + ncclGetErrorString(init) + " (NCCL " + NcclVersionString() + ")");
   }
   SEEDSTORE_RETURN_IF_ERROR(impl->WaitComm("NCCL communicator init", t0));
   return std::unique_ptr<NcclComm>(new NcclComm(std::move(impl)));
@@ -304,13 +309,14 @@ Status NcclComm::AllGather(const void* send, size_t bytes, void* recv, Memory wh
                            const char* what) {
   Impl& m = *impl_;
   if (bytes == 0) return m.Usable(what);  // nothing to move (every rank passes the same size)
-  if (send == nullptr || recv == nullptr) return InvalidArgument(std::string(what) + ": null buffer");
+  if (send == nullptr || recv == nullptr)
+    return InvalidArgument(std::string(what) + ": null buffer");
   const auto after = [&] { return m.AfterDefaultStream(what); };
   const auto none = [] { return Status::Ok(); };
   if (where == Memory::kDevice)
-    return m.Run(what, after, [&] {
-      return ncclAllGather(send, recv, bytes, ncclUint8, m.comm, m.stream);
-    }, none);
+    return m.Run(
+        what, after, [&] { return ncclAllGather(send, recv, bytes, ncclUint8, m.comm, m.stream); },
+        none);
   SEEDSTORE_RETURN_IF_ERROR(m.Reserve(bytes * m.size, what));
   char* d = static_cast<char*>(m.d_buf);
   char* mine = d + static_cast<size_t>(m.rank) * bytes;  // in place: NCCL's documented form
@@ -328,9 +334,9 @@ Status NcclComm::AllReduceSum(uint64_t* data, size_t n, Memory where, const char
   const auto none = [] { return Status::Ok(); };
   // ncclUint64 + ncclSum wraps mod 2^64, as fingerprints need.
   if (where == Memory::kDevice)
-    return m.Run(what, after, [&] {
-      return ncclAllReduce(data, data, n, ncclUint64, ncclSum, m.comm, m.stream);
-    }, none);
+    return m.Run(
+        what, after,
+        [&] { return ncclAllReduce(data, data, n, ncclUint64, ncclSum, m.comm, m.stream); }, none);
   SEEDSTORE_RETURN_IF_ERROR(m.Reserve(n * 8, what));
   return m.Run(
       what, [&] { return m.CopyIn(data, n * 8, m.d_buf, what); },
@@ -346,9 +352,9 @@ Status NcclComm::Broadcast(void* data, size_t bytes, int root, Memory where, con
   const auto after = [&] { return m.AfterDefaultStream(what); };
   const auto none = [] { return Status::Ok(); };
   if (where == Memory::kDevice)
-    return m.Run(what, after, [&] {
-      return ncclBroadcast(data, data, bytes, ncclUint8, root, m.comm, m.stream);
-    }, none);
+    return m.Run(
+        what, after,
+        [&] { return ncclBroadcast(data, data, bytes, ncclUint8, root, m.comm, m.stream); }, none);
   SEEDSTORE_RETURN_IF_ERROR(m.Reserve(bytes, what));
   return m.Run(
       what, [&] { return m.rank == root ? m.CopyIn(data, bytes, m.d_buf, what) : Status::Ok(); },

@@ -14,11 +14,13 @@ namespace seedstore {
 
 Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
   auto ends_with = [&path](const std::string& suffix) {
-    return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return path.size() >= suffix.size() &&
+           path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    return InvalidArgument("'" + path + "' is a directory, not a model source (a spec .json, a "
+    return InvalidArgument("'" + path +
+                           "' is a directory, not a model source (a spec .json, a "
                            "store, a distributed save, a .safetensors file or a "
                            "model.safetensors.index.json)");
   // A pipe or a terminal (`<(...)`, /dev/stdin) can only be a spec: read it once, as one. One
@@ -26,11 +28,14 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
   // block the open).
   if (const std::string kind = NotARegularFile(path); !kind.empty() && !ends_with(".safetensors")) {
     if ((kind != "a pipe (FIFO)" && kind != "a character device") || ends_with(".h5"))
-      return InvalidArgument("'" + path + "' is " + kind + ": a store, distributed save or safetensors "
-                             "file is read by seeking; give a regular file (only a spec may come from a pipe)");
+      return InvalidArgument(
+          "'" + path + "' is " + kind +
+          ": a store, distributed save or safetensors "
+          "file is read by seeking; give a regular file (only a spec may come from a pipe)");
     auto spec = ModelSpec::Load(path);
     if (!spec.ok())
-      return spec.status().WithContext("'" + path + "' is " + kind + ": of the model sources only a spec (JSON) "
+      return spec.status().WithContext("'" + path + "' is " + kind +
+                                       ": of the model sources only a spec (JSON) "
                                        "can be read from one");
     SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SpecCatalog> c, SpecCatalog::Create(*spec, path));
     return std::unique_ptr<Catalog>(std::move(c));
@@ -42,7 +47,8 @@ Result<std::unique_ptr<Catalog>> OpenCatalog(const std::string& path) {
     ::close(fd);
   }
   if (IsSafetensorsSource(path)) {  // a .safetensors file or a Hugging Face index
-    SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCatalog> c, SafetensorsCatalog::Open(path));
+    SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCatalog> c,
+                               SafetensorsCatalog::Open(path));
     return std::unique_ptr<Catalog>(std::move(c));
   }
   if (json) {

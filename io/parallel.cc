@@ -19,7 +19,8 @@ int ThreadCount(int requested, uint64_t work_items) {
 namespace {
 
 // ParallelFor (no `commit`: items are independent; slot = thread) and ParallelForInOrder.
-Status RunItems(uint64_t n, int threads, bool keep_going, const std::function<Status(uint64_t, int)>& work,
+Status RunItems(uint64_t n, int threads, bool keep_going,
+                const std::function<Status(uint64_t, int)>& work,
                 const std::function<Status(uint64_t, int)>* commit) {
   const int per_thread = commit ? InOrderSlots(threads) / std::max(threads, 1) : 1;
   std::atomic<uint64_t> next{0};

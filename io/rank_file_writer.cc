@@ -10,8 +10,9 @@
 
 namespace seedstore {
 
-Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, DenseChunking chunking,
-                bool as_piece, const void* data, uint64_t* counts, Fingerprint* fp) {
+Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g,
+                DenseChunking chunking, bool as_piece, const void* data, uint64_t* counts,
+                Fingerprint* fp) {
   const TensorRecord& t = src.tensors()[i];
   const std::vector<uint64_t> shape = t.shape;
   BoxSource source = [&src, i, g, shape](const Region& local, void* out) -> Status {
@@ -42,9 +43,7 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, D
   return Status::Ok();
 }
 
-
 namespace {
-
 
 // The most bytes of the source WriteRankFiles reads at once for pieces that share it, and
 // the most rank files one call keeps open.
@@ -77,8 +76,9 @@ Region Cover(const Region& a, const Region& b) {
 // The fingerprint each piece k of tensor i is recorded with goes to piece_fps[p], p =
 // plan.first_piece[i] + k (two words each; other entries are left as they are).
 Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<int>& ranks,
-                      const std::vector<std::string>& files, const DistSaveOptions& o, uint64_t* bytes,
-                      std::vector<uint64_t>& counts, std::vector<uint64_t>& piece_fps) {
+                      const std::vector<std::string>& files, const DistSaveOptions& o,
+                      uint64_t* bytes, std::vector<uint64_t>& counts,
+                      std::vector<uint64_t>& piece_fps) {
   auto record = [&](size_t i, size_t k, const Fingerprint& f) {
     const size_t p = plan.first_piece[i] + k;
     piece_fps[2 * p] = f.lane0;
@@ -131,7 +131,8 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
       if (b == a + 1) {  // alone: read as it is written, chunk by chunk (or copied as stored)
         Fingerprint f;
         SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
-                                           items[a].chunking, true, nullptr, &counts[kCounts * i], &f));
+                                           items[a].chunking, true, nullptr, &counts[kCounts * i],
+                                           &f));
         record(i, items[a].k, f);
         ++a;
         continue;

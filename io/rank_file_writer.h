@@ -22,8 +22,9 @@ constexpr size_t kMaxOpenRankFiles = 8;
 /// bytes stored into counts[0, 1, 2]. The elements come from `data` when it is not null (g's
 /// elements, row-major in its local shape), else from the source. The fingerprint recorded
 /// for it goes to *fp when fp is not null.
-Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, DenseChunking chunking,
-                bool as_piece, const void* data, uint64_t* counts, Fingerprint* fp = nullptr);
+Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g,
+                DenseChunking chunking, bool as_piece, const void* data, uint64_t* counts,
+                Fingerprint* fp = nullptr);
 
 /// Writes the files of layout ranks `ranks` (files[k] for ranks[k]), tensor by tensor with all
 /// of them open; per tensor i, adds the chunks copied and encoded and the bytes stored to
@@ -36,7 +37,8 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g, D
 /// plan.first_piece[i] + k (two words each; other entries are left as they are). *bytes grows
 /// by the data bytes of the pieces written.
 Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<int>& ranks,
-                      const std::vector<std::string>& files, const DistSaveOptions& o, uint64_t* bytes,
-                      std::vector<uint64_t>& counts, std::vector<uint64_t>& piece_fps);
+                      const std::vector<std::string>& files, const DistSaveOptions& o,
+                      uint64_t* bytes, std::vector<uint64_t>& counts,
+                      std::vector<uint64_t>& piece_fps);
 
 }  // namespace seedstore

@@ -34,10 +34,12 @@ Status RankFileReachable(const std::string& save, int rank, const std::string& f
     const ssize_t n = ::readlink(f.c_str(), target.data(), target.size());
     if (n >= 0) {
       target.resize(static_cast<size_t>(n));
-      return DistError("rank-file-missing", Code::kNotFound, save, rank, f,
-                       reading + "the file is a symbolic link to '" + target + "', which does not exist");
+      return DistError(
+          "rank-file-missing", Code::kNotFound, save, rank, f,
+          reading + "the file is a symbolic link to '" + target + "', which does not exist");
     }
-    return DistError("rank-file-missing", Code::kNotFound, save, rank, f, reading + "the file does not exist");
+    return DistError("rank-file-missing", Code::kNotFound, save, rank, f,
+                     reading + "the file does not exist");
   }
   return DistError("rank-file-unreadable", Code::kIo, save, rank, f,
                    reading + "cannot reach the file: " + std::strerror(err));
@@ -71,7 +73,8 @@ bool IsDistributedSave(const std::string& path) {
   // A sealed master, intact or not, is one without asking HDF5 (which must not parse a damaged
   // one: DistCatalog::Open names it).
   bool sealed = false;
-  if (NotARegularFile(path).empty() && (!CheckMasterSeal(path, false, &sealed).ok() || sealed)) return true;
+  if (NotARegularFile(path).empty() && (!CheckMasterSeal(path, false, &sealed).ok() || sealed))
+    return true;
   if (!LooksLikeHdf5(path)) return false;
   auto lock = LockH5();
   Hid f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -80,7 +83,8 @@ bool IsDistributedSave(const std::string& path) {
 
 bool FileIsDistributedMaster(int64_t file, const std::string& where) {
   // The root's attributes lie in its object header, which HDF5 checksums.
-  auto role = H5Aexists(file, kRoleAttr) > 0 ? ReadStringAttr(file, kRoleAttr, where) : Result<std::string>("");
+  auto role = H5Aexists(file, kRoleAttr) > 0 ? ReadStringAttr(file, kRoleAttr, where)
+                                             : Result<std::string>("");
   const htri_t group = H5Lexists(file, "/distributed", H5P_DEFAULT);
   const bool yes = !role.ok() || *role == kMasterRole || group < 0 ||
                    (group > 0 && H5Lexists(file, kDistIndexPath, H5P_DEFAULT) != 0);

@@ -42,13 +42,14 @@ bool IsDistributedSave(const std::string& path);
 
 /// A named error of distributed save `path`: "<name>: distributed save '<path>'[ rank R file
 /// '<file>']: <msg>" with `code` (rank < 0: no rank file named).
-Status DistError(const char* name, Code code, const std::string& path, int rank, const std::string& file,
-                 const std::string& msg);
+Status DistError(const char* name, Code code, const std::string& path, int rank,
+                 const std::string& file, const std::string& msg);
 
 /// Why rank file `f` of save `save` cannot be reached, or OK: rank-file-missing (NOT_FOUND)
 /// when nothing is there or a symbolic link points nowhere, rank-file-unreadable (IO_ERROR) when
 /// the path cannot be resolved (a symbolic link loop, a directory that may not be searched).
 /// `reading` prefixes the message.
-Status RankFileReachable(const std::string& save, int rank, const std::string& f, const std::string& reading);
+Status RankFileReachable(const std::string& save, int rank, const std::string& f,
+                         const std::string& reading);
 
 }  // namespace seedstore

@@ -33,8 +33,7 @@ namespace seedstore {
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -58,9 +57,10 @@ std::string ReshardReport::Table() const {
   s += line;
   size_t bad = 0;
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%s %-5s %6zu %12llu %-8s %-32s %s\n", PadRight(r.name, 40).c_str(),
-                  r.lazy ? "lazy" : "dense", r.pieces, static_cast<unsigned long long>(r.bytes),
-                  r.source_ref.c_str(), FingerprintHex(r.source).c_str(),
+    std::snprintf(line, sizeof line, "%s %-5s %6zu %12llu %-8s %-32s %s\n",
+                  PadRight(r.name, 40).c_str(), r.lazy ? "lazy" : "dense", r.pieces,
+                  static_cast<unsigned long long>(r.bytes), r.source_ref.c_str(),
+                  FingerprintHex(r.source).c_str(),
                   r.ok() ? "ok" : ("MISMATCH (output " + FingerprintHex(r.output) + ")").c_str());
     s += line;
     bad += !r.ok();
@@ -90,7 +90,8 @@ Status ReshardReport::ToStatus() const {
 namespace {
 
 // Adds fingerprint(r) of each region to lanes[0] and lanes[1]; the first error stops it.
-Status AddUp(const std::vector<Region>& regions, const std::function<Result<Fingerprint>(const Region&)>& fingerprint,
+Status AddUp(const std::vector<Region>& regions,
+             const std::function<Result<Fingerprint>(const Region&)>& fingerprint,
              uint64_t* lanes) {
   for (const Region& r : regions) {
     SEEDSTORE_ASSIGN_OR_RETURN(const Fingerprint f, fingerprint(r));
@@ -108,9 +109,17 @@ class SaveJob {
  public:
   SaveJob(Exchange& comm, const Catalog& src, const Layout& layout, const std::string& requested,
           const std::string& path, const DistSaveOptions& o)
-      : comm_(comm), src_(src), layout_(layout), requested_(requested), path_(path), o_(o),
-        me_(comm.rank()), np_(comm.size()), world_(o.consolidate ? 1 : layout.world_size()),
-        ts_(src.tensors()), n_(ts_.size()) {}
+      : comm_(comm),
+        src_(src),
+        layout_(layout),
+        requested_(requested),
+        path_(path),
+        o_(o),
+        me_(comm.rank()),
+        np_(comm.size()),
+        world_(o.consolidate ? 1 : layout.world_size()),
+        ts_(src.tensors()),
+        n_(ts_.size()) {}
 
   Result<ReshardReport> Run();
 
@@ -186,13 +195,14 @@ Status SaveJob::CheckSourceAndNames() {
   // The names next to the master -- its lock, the commit protocol's files and, unless
   // consolidated, its rank files -- must fit NAME_MAX: found out at the last rename, all the
   // work would be lost.
-  const std::string longest =
-      o_.consolidate ? ProtocolName(path_, 0xffffffffu, "commit") : RankFileName(path_, 0xffffffffu, world_ - 1);
+  const std::string longest = o_.consolidate ? ProtocolName(path_, 0xffffffffu, "commit")
+                                             : RankFileName(path_, 0xffffffffu, world_ - 1);
   if (BaseName(longest).size() > NAME_MAX)
     return InvalidArgument("save: '" + requested_ + "': the name is too long for its " +
-                           (o_.consolidate ? "commit files (as '" : "rank files (as '") + BaseName(longest) +
-                           "', " + std::to_string(BaseName(longest).size()) + " bytes; a file name has at most " +
-                           std::to_string(NAME_MAX) + "): give a shorter name");
+                           (o_.consolidate ? "commit files (as '" : "rank files (as '") +
+                           BaseName(longest) + "', " + std::to_string(BaseName(longest).size()) +
+                           " bytes; a file name has at most " + std::to_string(NAME_MAX) +
+                           "): give a shorter name");
   return Status::Ok();
 }
 
@@ -201,7 +211,8 @@ Status SaveJob::MakeAgreedPlan() {
     auto p = MakePlan(src_, layout_);
     Status ps = p.status();
     if (ps.ok() && !(o_.max_padding >= 0))
-      ps = InvalidArgument("reshard: max padding must be >= 0, not " + std::to_string(o_.max_padding));
+      ps = InvalidArgument("reshard: max padding must be >= 0, not " +
+                           std::to_string(o_.max_padding));
     if (ps.ok()) ps = PadPieces(src_, o_.write, o_.max_padding, &*p);
     SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, ps, "plan"));
     plan_ = std::move(*p);
@@ -243,8 +254,9 @@ Status SaveJob::SourceFingerprints() {
       }
       continue;
     }
-    st = AddUp(MyRegions(i, ts_[i].lazy || o_.consolidate),
-               [&](const Region& r) { return src_.FingerprintRegion(i, r, o_.cpu); }, &sfp[2 * i]);
+    st = AddUp(
+        MyRegions(i, ts_[i].lazy || o_.consolidate),
+        [&](const Region& r) { return src_.FingerprintRegion(i, r, o_.cpu); }, &sfp[2 * i]);
   }
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st, "source fingerprints"));
   SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(sfp.data(), sfp.size(), "source fingerprints"));
@@ -304,18 +316,21 @@ Status SaveJob::WriteDistributed() {
   // time: their chunk reads, hashing and fsyncs overlap (HDF5 calls themselves take turns
   // under the store's lock).
   const int threads = ThreadCount(o_.cpu.threads, mine_.size());
-  const size_t groups = std::min(mine_.size(), std::max<size_t>(threads, (mine_.size() + kMaxOpenRankFiles - 1) /
-                                                                             kMaxOpenRankFiles));
+  const size_t groups = std::min(
+      mine_.size(),
+      std::max<size_t>(threads, (mine_.size() + kMaxOpenRankFiles - 1) / kMaxOpenRankFiles));
   std::vector<uint64_t> file_bytes(groups, 0);
   std::vector<std::vector<uint64_t>> file_counts(groups, std::vector<uint64_t>(kCounts * n_, 0));
   // Each piece's recorded fingerprint, from the process that wrote it (zero elsewhere; the
   // groups write disjoint pieces), all-reduced for the master's index.
   piece_fps_.assign(2 * plan_.first_piece.back(), 0);
   st_ = ParallelFor(groups, threads, false, [&](uint64_t k, int) -> Status {
-    std::vector<int> ranks(mine_.begin() + k * mine_.size() / groups, mine_.begin() + (k + 1) * mine_.size() / groups);
+    std::vector<int> ranks(mine_.begin() + k * mine_.size() / groups,
+                           mine_.begin() + (k + 1) * mine_.size() / groups);
     std::vector<std::string> files;
     for (int r : ranks) files.push_back(RankFileName(path_, id_, r));
-    return WriteRankFiles(src_, plan_, ranks, files, o_, &file_bytes[k], file_counts[k], piece_fps_);
+    return WriteRankFiles(src_, plan_, ranks, files, o_, &file_bytes[k], file_counts[k],
+                          piece_fps_);
   });
   for (size_t k = 0; k < groups; ++k) {
     bytes_ += file_bytes[k];
@@ -338,10 +353,11 @@ Status SaveJob::WriteDistributed() {
       mo.user_block = kSealBytes;
       SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(staged_, seed_, gen_, mo));
       for (size_t i = 0; i < n_; ++i)
-        if (ts_[i].lazy) SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts_[i].lazy->spec, &src_fp_[i], true, o_.cpu));
+        if (ts_[i].lazy)
+          SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts_[i].lazy->spec, &src_fp_[i], true, o_.cpu));
       return w->Commit([&](const std::string& temp) {
-        SEEDSTORE_RETURN_IF_ERROR(
-            AddDistributedObjects(temp, src_, plan_, layout_, id_, path_, src_fp_, counts_, piece_fps_));
+        SEEDSTORE_RETURN_IF_ERROR(AddDistributedObjects(temp, src_, plan_, layout_, id_, path_,
+                                                        src_fp_, counts_, piece_fps_));
         return SealMaster(temp);
       });
     }();
@@ -353,11 +369,13 @@ Status SaveJob::StageAndAgree() {
   // Staged: complete, sealed (a master) and durable. The gate is its second name.
   if (me_ == 0) {
     if (st_.ok() && ::link(staged_.c_str(), gate_.c_str()) != 0)
-      st_ = IoError("save: cannot link '" + staged_ + "' as '" + gate_ + "': " + std::strerror(errno));
+      st_ = IoError("save: cannot link '" + staged_ + "' as '" + gate_ +
+                    "': " + std::strerror(errno));
   }
   TestFaultPoint(me_, "master");
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "write master"));
-  if (o_.consolidate) SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(counts_.data(), counts_.size(), "chunk counts"));
+  if (o_.consolidate)
+    SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(counts_.data(), counts_.size(), "chunk counts"));
   SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(&bytes_, 1, "bytes"));
   return Status::Ok();
 }
@@ -375,7 +393,8 @@ Status SaveJob::OpenOutputAndGrids() {
       out_ = std::move(*s);
     }
   }
-  if (st_.ok() && out_->tensors().size() != n_) st_ = Corrupt("reshard: output has another tensor count");
+  if (st_.ok() && out_->tensors().size() != n_)
+    st_ = Corrupt("reshard: output has another tensor count");
   // Per dense tensor of a distributed save: whether every piece stores whole cells of one
   // chunk grid (then the stored-chunks proof goes by cells: DistCatalog::ProveCells). Each
   // process looks at the pieces it wrote (PieceGrid; the index lists them in plan order):
@@ -407,9 +426,11 @@ Status SaveJob::OpenOutputAndGrids() {
       off_[i] = 1;
       continue;
     }
-    const std::vector<uint64_t> c0(ref.begin() + i * gw + 1, ref.begin() + i * gw + 1 + ts_[i].shape.size());
+    const std::vector<uint64_t> c0(ref.begin() + i * gw + 1,
+                                   ref.begin() + i * gw + 1 + ts_[i].shape.size());
     for (size_t k = 0; k < plan_.shards[i].size(); ++k)
-      if (WriterOf(plan_.shards[i][k].replicas[0], np_, world_) == me_ && mine_grid[i][k] != c0) ++off_[i];
+      if (WriterOf(plan_.shards[i][k].replicas[0], np_, world_) == me_ && mine_grid[i][k] != c0)
+        ++off_[i];
   }
   return comm_.AllReduceSum(off_.data(), off_.size(), "prove: chunk grids");
 }
@@ -436,9 +457,12 @@ Status SaveJob::Prove() {
       }
       continue;
     }
-    st_ = AddUp(MyRegions(i, o_.consolidate),
-                [&](const Region& r) { return ProvePiece(*out_, i, r, o_.cpu, o_.full_proof, off_[i] == 0); },
-                &ofp[2 * i]);
+    st_ = AddUp(
+        MyRegions(i, o_.consolidate),
+        [&](const Region& r) {
+          return ProvePiece(*out_, i, r, o_.cpu, o_.full_proof, off_[i] == 0);
+        },
+        &ofp[2 * i]);
   }
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "prove"));
   SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(ofp.data(), ofp.size(), "prove"));
@@ -479,7 +503,8 @@ Result<ReshardReport> SaveJob::Commit() {
     DropMine();
     if (!st_.ok()) return st_;
     if (!proven) return rep_;  // the rows name the tensors that differ (ToStatus)
-    return IoError("save: '" + path_ + "' not replaced: rank 0 could not commit the save (see its message)");
+    return IoError("save: '" + path_ +
+                   "' not replaced: rank 0 could not commit the save (see its message)");
   }
   committed_ = true;
   rep_.committed = true;
@@ -549,7 +574,8 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
   // A save that replaces a file keeps its permissions: its new rank files get them too (the
   // master keeps them as any replaced file does).
   DistSaveOptions o = options;
-  if (struct stat old; o.write.file_mode < 0 && ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode))
+  if (struct stat old;
+      o.write.file_mode < 0 && ::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode))
     o.write.file_mode = static_cast<int>(old.st_mode & 07777);
   SaveJob job(comm, src, layout, requested, path, o);
   return job.Run();

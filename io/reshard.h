@@ -52,9 +52,9 @@ struct DistSaveOptions {
 struct ReshardRow {
   std::string name;
   bool lazy = false;
-  size_t pieces = 0;            // non-empty distinct pieces written (0 for lazy)
-  uint64_t bytes = 0;           // data bytes written (0 for lazy)
-  std::string source_ref;       // "recorded" or "computed"
+  size_t pieces = 0;       // non-empty distinct pieces written (0 for lazy)
+  uint64_t bytes = 0;      // data bytes written (0 for lazy)
+  std::string source_ref;  // "recorded" or "computed"
   /// Chunks written for this tensor: copied as stored from the source (no decode/re-encode,
   /// the source chunk's checksum verified) or encoded anew.
   uint64_t chunks_copied = 0, chunks_encoded = 0;
@@ -64,8 +64,8 @@ struct ReshardRow {
 
 struct ReshardReport {
   std::string path;
-  int world = 1;           // output layout's ranks (1 when consolidated)
-  int writers = 1;         // processes that wrote
+  int world = 1;    // output layout's ranks (1 when consolidated)
+  int writers = 1;  // processes that wrote
   bool consolidated = false;
   bool full_proof = false;  // DistSaveOptions::full_proof
   /// Whether this save replaced what was at the path (the commit happened; it was proven
@@ -74,7 +74,7 @@ struct ReshardReport {
   /// One per tensor; empty on a rank that learned of the commit only after losing contact with
   /// the others (a timeout after rank 0 committed).
   std::vector<ReshardRow> rows;
-  uint64_t bytes = 0;      // data bytes written (dense, uncompressed)
+  uint64_t bytes = 0;                              // data bytes written (dense, uncompressed)
   uint64_t chunks_copied = 0, chunks_encoded = 0;  // sums of the rows'
   double write_s = 0, prove_s = 0, total_s = 0;
   bool ok() const;
@@ -86,12 +86,13 @@ struct ReshardReport {
 
 /// Writes `src` to `path` under `layout` as a distributed save (or one store when
 /// o.consolidate) -- where `path` points, when it is a symbolic link (ResolveSymlinks in
-/// io/atomic_file.h: master, rank files and lock all go there) -- then proves every tensor: the sum of the fingerprints of its distinct
-/// pieces, read back from `path`, must equal the source's recorded (or computed) fingerprint.
-/// `comm`'s ranks split the layout's ranks among them in contiguous blocks (process p of P
-/// writes ranks [p * world / P, (p + 1) * world / P), and proves their pieces), writing up to 8
-/// rank files at once tensor by tensor, small neighbouring pieces cut from one read of the
-/// source; every process gets the same report. Rank 0 takes the writer lock
+/// io/atomic_file.h: master, rank files and lock all go there) -- then proves every tensor: the sum
+/// of the fingerprints of its distinct pieces, read back from `path`, must equal the source's
+/// recorded (or computed) fingerprint. `comm`'s ranks split the layout's ranks among them in
+/// contiguous blocks (process p of P writes ranks [p * world / P, (p + 1) * world / P), and proves
+/// their pieces), writing up to 8 rank files at once tensor by tensor, small neighbouring pieces
+/// cut from one read of the source; every process gets the same report. Rank 0 takes the writer
+/// lock
 /// "<path>.lock" first: while another live process holds it the writer is refused with
 /// "writer-locked" (kIo); a lock file whose writer is gone (killed, or its job ended) is held by
 /// nobody and is taken over, with a note on stderr. The proof runs before the commit: the new
@@ -105,7 +106,8 @@ struct ReshardReport {
 /// returns OK (report.committed, rows possibly empty) and removes nothing. No process ever
 /// removes a file the committed master names; the replaced save's files are removed by rank 0
 /// once the commit is durable, or by the next save.
-/// A fingerprint mismatch is not an error here (nothing is committed): inspect the report (ToStatus()).
+/// A fingerprint mismatch is not an error here (nothing is committed): inspect the report
+/// (ToStatus()).
 ///
 /// Raw chunk copies: when `src` is a store or a distributed save, an output piece off the
 /// chunk grid of the stored source part owning its first element is first padded to that grid
@@ -139,6 +141,5 @@ Result<ReshardReport> Reshard(Exchange& comm, const Catalog& src, const Layout& 
 Result<ReshardReport> SaveBuffers(Exchange& comm, const std::vector<ParamBuffer>& params,
                                   const Layout& layout, const std::string& path,
                                   const DistSaveOptions& o = {});
-
 
 }  // namespace seedstore

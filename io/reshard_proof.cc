@@ -18,7 +18,8 @@ namespace {
 // holds it, Catalog::stored_chunks), through the catalog's Read (which decodes every chunk and
 // checks its checksum), on o.threads threads that each reuse one buffer; a flat range or a
 // contiguous tensor is read whole.
-Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Region& r, CpuOptions o) {
+Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Region& r,
+                                        CpuOptions o) {
   const TensorRecord& t = out.tensors()[i];
   std::vector<uint64_t> chunk;
   Region grid = r;  // the chunk grid starts at grid.start
@@ -38,13 +39,14 @@ Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Regi
   std::vector<Fingerprint> parts(threads);
   std::vector<std::vector<unsigned char>> bufs(threads);
   const size_t es = DTypeSize(t.dtype);
-  SEEDSTORE_RETURN_IF_ERROR(ParallelFor(tiles.Count(), threads, false, [&](uint64_t q, int th) -> Status {
-    const Region tile = tiles.Tile(q);
-    bufs[th].resize(tile.Count() * es);
-    SEEDSTORE_RETURN_IF_ERROR(out.Read(i, tile, bufs[th].data(), CpuOptions{1}));
-    parts[th].Add(FingerprintOf(t, tile, bufs[th].data(), CpuOptions{1}));
-    return Status::Ok();
-  }));
+  SEEDSTORE_RETURN_IF_ERROR(
+      ParallelFor(tiles.Count(), threads, false, [&](uint64_t q, int th) -> Status {
+        const Region tile = tiles.Tile(q);
+        bufs[th].resize(tile.Count() * es);
+        SEEDSTORE_RETURN_IF_ERROR(out.Read(i, tile, bufs[th].data(), CpuOptions{1}));
+        parts[th].Add(FingerprintOf(t, tile, bufs[th].data(), CpuOptions{1}));
+        return Status::Ok();
+      }));
   Fingerprint f;
   for (const Fingerprint& p : parts) f.Add(p);
   return f;
@@ -52,8 +54,8 @@ Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Regi
 
 }  // namespace
 
-Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o, bool full,
-                               bool cells) {
+Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o,
+                               bool full, bool cells) {
   if (const StoredChunks* sc = out.stored_chunks(); sc && !full) {
     SEEDSTORE_ASSIGN_OR_RETURN(std::optional<Fingerprint> f, sc->ProveStoredPiece(i, r, cells, o));
     if (f) return *f;

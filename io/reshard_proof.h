@@ -15,7 +15,7 @@ namespace seedstore {
 /// the cells whose first element r holds (DistCatalog::ProveCells); else less what a padded
 /// piece stores beyond r (decoded: DistCatalog::PaddingFingerprint). With `full`, or for a
 /// piece without a table in the global frame, decoded and fingerprinted chunk by chunk.
-Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o, bool full,
-                               bool cells);
+Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o,
+                               bool full, bool cells);
 
 }  // namespace seedstore

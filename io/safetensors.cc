@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <utility>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "io/atomic_file.h"
 #include "io/path.h"
@@ -21,10 +21,10 @@ struct Code2 {
   const char* code;
   DType t;
 };
-constexpr Code2 kCodes[] = {{"F32", DType::kF32}, {"F64", DType::kF64}, {"BF16", DType::kBF16},
-                            {"F16", DType::kF16}, {"U8", DType::kU8},   {"U16", DType::kU16},
-                            {"U32", DType::kU32}, {"U64", DType::kU64}, {"I8", DType::kI8},
-                            {"I16", DType::kI16}, {"I32", DType::kI32}, {"I64", DType::kI64},
+constexpr Code2 kCodes[] = {{"F32", DType::kF32},  {"F64", DType::kF64}, {"BF16", DType::kBF16},
+                            {"F16", DType::kF16},  {"U8", DType::kU8},   {"U16", DType::kU16},
+                            {"U32", DType::kU32},  {"U64", DType::kU64}, {"I8", DType::kI8},
+                            {"I16", DType::kI16},  {"I32", DType::kI32}, {"I64", DType::kI64},
                             {"BOOL", DType::kBool}};
 constexpr uint64_t kMaxHeader = 100'000'000;  // bytes: the reference's MAX_HEADER_SIZE
 
@@ -51,9 +51,11 @@ Result<DType> ParseSafetensorsDType(const std::string& s) {
 Status CheckSafetensorsName(const std::string& name, const std::string& path) {
   const std::string w = "safetensors file '" + path + "' tensor " + Quoted(name);
   if (name == "__metadata__")
-    return InvalidArgument(w + ": the name is reserved for the header's metadata; rename the tensor");
+    return InvalidArgument(w +
+                           ": the name is reserved for the header's metadata; rename the tensor");
   if (name.find('\0') != std::string::npos)
-    return InvalidArgument(w + ": a name holding a NUL byte cannot be read back (SafetensorsFile::Open refuses it)");
+    return InvalidArgument(
+        w + ": a name holding a NUL byte cannot be read back (SafetensorsFile::Open refuses it)");
   return Status::Ok();
 }
 
@@ -72,9 +74,10 @@ Status SafetensorsWriter::Write(const std::string& path,
   return f.Commit();
 }
 
-Result<AtomicFile> SafetensorsWriter::WriteTemporary(const std::string& path,
-                                                     const std::map<std::string, std::string>& metadata) {
-  for (const Item& it : items_) SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(it.entry.name, path));
+Result<AtomicFile> SafetensorsWriter::WriteTemporary(
+    const std::string& path, const std::map<std::string, std::string>& metadata) {
+  for (const Item& it : items_)
+    SEEDSTORE_RETURN_IF_ERROR(CheckSafetensorsName(it.entry.name, path));
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t off = 0;
@@ -134,9 +137,10 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   if (first == std::string::npos || h[first] != '{') {
     char what[64] = "only whitespace";
     if (first != std::string::npos)
-      std::snprintf(what, sizeof what, "byte 0x%02X at offset %zu", static_cast<unsigned char>(h[first]), first);
-    return Corrupt("safetensors file '" + path + "': header is not a JSON object (it begins with " + what +
-                   ", not '{')");
+      std::snprintf(what, sizeof what, "byte 0x%02X at offset %zu",
+                    static_cast<unsigned char>(h[first]), first);
+    return Corrupt("safetensors file '" + path + "': header is not a JSON object (it begins with " +
+                   what + ", not '{')");
   }
   std::string err;
   json j = ParseJson(h, &err);
@@ -147,9 +151,12 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     const std::string w = "safetensors file '" + path + "' tensor " + Quoted(it.key());
     if (it.key() == "__metadata__") {
       if (it->is_null()) continue;  // no metadata, as the reference reads it
-      if (!it->is_object()) return Corrupt("safetensors file '" + path + "': __metadata__ is not an object");
+      if (!it->is_object())
+        return Corrupt("safetensors file '" + path + "': __metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) return Corrupt("safetensors file '" + path + "': __metadata__['" + m.key() + "'] is not a string");
+        if (!m->is_string())
+          return Corrupt("safetensors file '" + path + "': __metadata__['" + m.key() +
+                         "'] is not a string");
         s.metadata_[m.key()] = m->get<std::string>();
       }
       continue;
@@ -158,9 +165,9 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     if (it.key().find('\0') != std::string::npos)
       return Unsupported(w + ": a tensor name holding a NUL byte is not supported");
     const json& v = *it;
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
-        !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2)
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets") || !v["dtype"].is_string() || !v["shape"].is_array() ||
+        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
       return Corrupt(w + ": malformed entry " + JsonPreview(v));
     SafetensorsEntry e;
     e.name = it.key();
@@ -174,8 +181,8 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       n *= d.get<uint64_t>();
     }
     if (e.shape.size() > static_cast<size_t>(kMaxRank))  // a valid file; seedstore's limit
-      return Unsupported(w + ": shape has " + std::to_string(e.shape.size()) + " dims; seedstore reads at most " +
-                         std::to_string(kMaxRank));
+      return Unsupported(w + ": shape has " + std::to_string(e.shape.size()) +
+                         " dims; seedstore reads at most " + std::to_string(kMaxRank));
     if (Status vs = ValidateShape(e.shape, e.dtype, "shape"); !vs.ok())
       return Corrupt(w + ": " + vs.message());
     if (!v["data_offsets"][0].is_number_unsigned() || !v["data_offsets"][1].is_number_unsigned())
@@ -183,10 +190,12 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     e.begin = v["data_offsets"][0].get<uint64_t>();
     e.end = v["data_offsets"][1].get<uint64_t>();
     if (e.begin > e.end || e.end > data_size)
-      return Corrupt(w + ": data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                     "] outside the data section (" + std::to_string(data_size) + " bytes)");
+      return Corrupt(w + ": data_offsets [" + std::to_string(e.begin) + ", " +
+                     std::to_string(e.end) + "] outside the data section (" +
+                     std::to_string(data_size) + " bytes)");
     if (n != e.end - e.begin)
-      return Corrupt(w + ": byte size " + std::to_string(e.end - e.begin) + " does not match shape");
+      return Corrupt(w + ": byte size " + std::to_string(e.end - e.begin) +
+                     " does not match shape");
     s.by_name_[e.name] = s.entries_.size();
     s.entries_.push_back(std::move(e));
   }
@@ -209,8 +218,12 @@ Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)), fd_(o.fd_), data_start_(o.data_start_),
-      entries_(std::move(o.entries_)), by_name_(std::move(o.by_name_)), metadata_(std::move(o.metadata_)) {
+    : path_(std::move(o.path_)),
+      fd_(o.fd_),
+      data_start_(o.data_start_),
+      entries_(std::move(o.entries_)),
+      by_name_(std::move(o.by_name_)),
+      metadata_(std::move(o.metadata_)) {
   o.fd_ = -1;
 }
 
@@ -236,11 +249,13 @@ Result<SafetensorsIndex> ParseSafetensorsIndex(std::string_view text, const std:
   SafetensorsIndex idx;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     if (!it->is_string())
-      return InvalidArgument("index file '" + path + "': weight_map[" + Quoted(it.key()) + "] is not a file name");
+      return InvalidArgument("index file '" + path + "': weight_map[" + Quoted(it.key()) +
+                             "] is not a file name");
     const std::string f = it->get<std::string>();
-    if (f.empty() || f.find('/') != std::string::npos || f.find('\0') != std::string::npos || f == "." || f == "..")
-      return InvalidArgument("index file '" + path + "': weight_map[" + Quoted(it.key()) + "] file name " +
-                             Quoted(f) + " must be a file in the index's folder");
+    if (f.empty() || f.find('/') != std::string::npos || f.find('\0') != std::string::npos ||
+        f == "." || f == "..")
+      return InvalidArgument("index file '" + path + "': weight_map[" + Quoted(it.key()) +
+                             "] file name " + Quoted(f) + " must be a file in the index's folder");
     idx.tensors[dir + f].push_back(it.key());
   }
   for (const auto& [file, names] : idx.tensors) idx.files.push_back(file);  // sorted: a std::map

@@ -17,8 +17,8 @@ namespace seedstore {
 class BufferCatalog : public Catalog {
  public:
   static Result<std::unique_ptr<BufferCatalog>> Create(const std::vector<ParamBuffer>& params,
-                                                      const Layout& layout, int rank,
-                                                      const DistSaveOptions& o) {
+                                                       const Layout& layout, int rank,
+                                                       const DistSaveOptions& o) {
     auto c = std::make_unique<BufferCatalog>();
     c->root_seed_ = o.root_seed;
     c->generator_ = o.generator;
@@ -81,6 +81,5 @@ class BufferCatalog : public Catalog {
   std::vector<Region> shards_;
   std::vector<const unsigned char*> data_;
 };
-
 
 }  // namespace seedstore

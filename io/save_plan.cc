@@ -31,7 +31,8 @@ Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
 std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i) {
   std::vector<DistCatalog::Piece> ps;
   for (size_t k = 0; k < plan.shards[i].size(); ++k)
-    ps.push_back({plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k], std::nullopt});
+    ps.push_back(
+        {plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k], std::nullopt});
   return ps;
 }
 
@@ -40,7 +41,8 @@ int WriterOf(int r, int np, int world) {
 }
 std::vector<int> RanksWrittenBy(int me, int np, int world) {
   std::vector<int> r;
-  for (int k = static_cast<int>(int64_t{me} * world / np); k < int64_t{me + 1} * world / np; ++k) r.push_back(k);
+  for (int k = static_cast<int>(int64_t{me} * world / np); k < int64_t{me + 1} * world / np; ++k)
+    r.push_back(k);
   return r;
 }
 

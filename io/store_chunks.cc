@@ -63,7 +63,8 @@ int H5Store::HintFd(uint64_t chunk_bytes) const {
 // are ignored.
 static void PrefetchChunk(int fd, const ChunkWhere& w, const Grid& g, uint64_t j) {
   if (fd < 0 || !g.chunked() || j >= g.num) return;
-  if (!w.located && g.num > H5Store::kAddressedChunks) return;  // no address: the kernel's readahead
+  if (!w.located && g.num > H5Store::kAddressedChunks)
+    return;  // no address: the kernel's readahead
   uint64_t c[kMaxRank];
   hsize_t off[kMaxRank];
   g.Coords(j, c);
@@ -90,15 +91,15 @@ static Status ChunkError(const std::string& path, const TensorRecord& t, const G
     for (int d = 0; d < g.rank; ++d) c[d] *= g.chunk[d];
     at = " at offset " + ShapeText(std::vector<uint64_t>(c, c + g.rank));
   }
-  return StoreStatus(StoreError::kChunkCorrupt,
-                     "file '" + path + "' tensor '" + t.name + "' chunk " + std::to_string(j) + at + ": " + m);
+  return StoreStatus(StoreError::kChunkCorrupt, "file '" + path + "' tensor '" + t.name +
+                                                    "' chunk " + std::to_string(j) + at + ": " + m);
 }
 
 // Reads chunk j's stored bytes into s.raw and its filter mask into *mask: the chunk after the
 // filter pipeline for a chunked dataset (pread at its address when fd >= 0, else
 // H5Dread_chunk), the data bytes as stored for a contiguous one (mask 0).
-static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, const ChunkWhere& w, int fd,
-                              const Grid& g, uint64_t j, ChunkScratch& s, unsigned* mask) {
+static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, const ChunkWhere& w,
+                              int fd, const Grid& g, uint64_t j, ChunkScratch& s, unsigned* mask) {
   auto fail = [&](const std::string& m) { return ChunkError(path, t, g, j, m); };
   *mask = 0;
   if (!g.chunked()) {
@@ -149,21 +150,22 @@ static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, co
 }
 
 // Checks the stored bytes in s.raw against the chunk-info table's hash of chunk j.
-static Status CheckStoredHash(const std::string& path, const TensorRecord& t, const Grid& g, uint64_t j,
-                              const ChunkScratch& s, uint64_t expected) {
+static Status CheckStoredHash(const std::string& path, const TensorRecord& t, const Grid& g,
+                              uint64_t j, const ChunkScratch& s, uint64_t expected) {
   const uint64_t h = Checksum64(s.raw.data(), s.raw.size());
   if (h == expected) return Status::Ok();
-  return ChunkError(path, t, g, j,
-                    "stored bytes hash mismatch (chunk-info " + Hex64(expected) + ", computed " + Hex64(h) + ")");
+  return ChunkError(
+      path, t, g, j,
+      "stored bytes hash mismatch (chunk-info " + Hex64(expected) + ", computed " + Hex64(h) + ")");
 }
 
 // Reads chunk j, checks its checksum and writes its elements to the sink. With `info`, the
 // stored bytes are also checked against the chunk-info table's hash. s.raw keeps the stored
 // bytes and *mask their filter mask.
 static Status LoadChunk(const std::string& path, const TensorRecord& t, const StoredTensor& st,
-                        const ChunkWhere& w, int fd, const Grid& g, uint64_t j, uint64_t expected_sum,
-                        const ChunkSink& sink, ChunkScratch& s, const ChunkInfo* info = nullptr,
-                        unsigned* mask_out = nullptr) {
+                        const ChunkWhere& w, int fd, const Grid& g, uint64_t j,
+                        uint64_t expected_sum, const ChunkSink& sink, ChunkScratch& s,
+                        const ChunkInfo* info = nullptr, unsigned* mask_out = nullptr) {
   const size_t es = DTypeSize(t.dtype);
   const size_t bytes = g.ChunkElems() * es;
   uint64_t cs[kMaxRank] = {};  // the chunk's origin (tensor coordinates)
@@ -200,9 +202,11 @@ static Status LoadChunk(const std::string& path, const TensorRecord& t, const St
                       std::to_string(bytes));
         std::vector<uint8_t>* dst = next();
         dst->resize(bytes);
-        const size_t r = ZSTD_decompressDCtx(ThreadZstdDCtx(), dst->data(), bytes, cur->data(), cur->size());
+        const size_t r =
+            ZSTD_decompressDCtx(ThreadZstdDCtx(), dst->data(), bytes, cur->data(), cur->size());
         if (ZSTD_isError(r) || r != bytes)
-          return fail(std::string("zstd: ") + (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame"));
+          return fail(std::string("zstd: ") +
+                      (ZSTD_isError(r) ? ZSTD_getErrorName(r) : "short frame"));
         cur = dst;
       } else {  // shuffle
         if (cur->size() != bytes) return fail("shuffled chunk has the wrong size");
@@ -224,17 +228,20 @@ static Status LoadChunk(const std::string& path, const TensorRecord& t, const St
   const uint64_t* cext = g.chunked() ? g.chunk.data() : g.shape.data();
   const uint64_t sum = EmitChunk(src, bytes, es, shuffled, g.rank, cs, cext, sink, s);
   if (sum != expected_sum)
-    return fail("checksum mismatch (stored " + Hex64(expected_sum) + ", computed " + Hex64(sum) + ")");
+    return fail("checksum mismatch (stored " + Hex64(expected_sum) + ", computed " + Hex64(sum) +
+                ")");
   return Status::Ok();
 }
 
 Status H5Store::Read(size_t i, const Region& r, void* out, CpuOptions o) const {
-  if (i >= records_.size()) return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
+  if (i >= records_.size())
+    return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
   const TensorRecord& t = records_[i];
   if (t.lazy) return t.lazy->Materialize(r, out, o);
   SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   SEEDSTORE_RETURN_IF_ERROR(CheckRegionIn(t, r));
-  return ReadByBoxes(t, r, out, [&](const Region& b, void* dst) { return ReadDense(i, b, dst, o); });
+  return ReadByBoxes(t, r, out,
+                     [&](const Region& b, void* dst) { return ReadDense(i, b, dst, o); });
 }
 
 Status H5Store::DecodeChunk(const ChunkWhere& w, size_t i, uint64_t j, std::vector<uint8_t>* out,
@@ -254,9 +261,10 @@ Status H5Store::ReadStoredChunk(size_t i, uint64_t j, StoredChunk* out, bool dec
   if (i < records_.size()) SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   if (i >= records_.size() || records_[i].lazy || stored_[i].chunk.empty() ||
       j >= stored_[i].num_chunks)
-    return InvalidArgument("file '" + path_ + "': no stored chunk " + std::to_string(j) + " of tensor " +
-                           (i < records_.size() ? "'" + records_[i].name + "'" : std::to_string(i)) +
-                           " (lazy, contiguous or out of range)");
+    return InvalidArgument(
+        "file '" + path_ + "': no stored chunk " + std::to_string(j) + " of tensor " +
+        (i < records_.size() ? "'" + records_[i].name + "'" : std::to_string(i)) +
+        " (lazy, contiguous or out of range)");
   const TensorRecord& t = records_[i];
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
@@ -334,15 +342,17 @@ Result<std::pair<std::shared_ptr<const H5Store>, size_t>> H5Store::PartStore(siz
   return std::make_pair(std::shared_ptr<const H5Store>(std::shared_ptr<const H5Store>(), this), i);
 }
 
-Result<std::optional<Fingerprint>> H5Store::ProveStoredPiece(size_t i, const Region&, bool, CpuOptions o) const {
+Result<std::optional<Fingerprint>> H5Store::ProveStoredPiece(size_t i, const Region&, bool,
+                                                             CpuOptions o) const {
   if (chunk_info(i).empty() || records_[i].piece) return std::optional<Fingerprint>();
   SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, ProveStored(i, o));
   return std::optional<Fingerprint>(f);
 }
 
-Status H5Store::ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
-                               const std::function<Status(const ChunkWhere& where, uint64_t j, const uint64_t* is,
-                                                          const uint64_t* ie, ChunkScratch& s, int th)>& f) const {
+Status H5Store::ForEachChunkIn(
+    size_t i, const Region& box, CpuOptions o,
+    const std::function<Status(const ChunkWhere& where, uint64_t j, const uint64_t* is,
+                               const uint64_t* ie, ChunkScratch& s, int th)>& f) const {
   const StoredTensor& st = stored_[i];
   SEEDSTORE_ASSIGN_OR_RETURN(const ChunkWhere w, ChunksOf(i));
   const Grid g = Grid::Make(records_[i].shape, st.chunk);
@@ -401,15 +411,18 @@ Status H5Store::ReadDense(size_t i, const Region& box, void* out, CpuOptions o) 
     return LoadChunk(path_, t, st, w, fd_, g, 0, checksums_[i][0], sink, scratch);
   }
   // The chunks intersecting the box; each is decoded straight into its part of `out`.
-  return ForEachChunkIn(i, box, o, [&](const ChunkWhere& w, uint64_t j, const uint64_t* is, const uint64_t* ie,
-                                       ChunkScratch& s, int) {
-    const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, is, ie};
-    return LoadChunk(path_, t, st, w, fd_, g, j, checksums_[i][j], sink, s);
-  });
+  return ForEachChunkIn(
+      i, box, o,
+      [&](const ChunkWhere& w, uint64_t j, const uint64_t* is, const uint64_t* ie, ChunkScratch& s,
+          int) {
+        const ChunkSink sink{static_cast<uint8_t*>(out), box.start, b_ext, is, ie};
+        return LoadChunk(path_, t, st, w, fd_, g, j, checksums_[i][j], sink, s);
+      });
 }
 
 Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOptions o) const {
-  if (i >= records_.size()) return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
+  if (i >= records_.size())
+    return InvalidArgument("tensor index " + std::to_string(i) + " out of range");
   const TensorRecord& t = records_[i];
   if (t.lazy) return t.lazy->FingerprintRegion(r, o);
   SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
@@ -417,7 +430,8 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
   const StoredTensor& st = stored_[i];
   const Grid g = Grid::Make(t.shape, st.chunk);
   if (!g.chunked()) return Catalog::FingerprintRegion(i, r, o);  // one small contiguous dataset
-  const std::vector<Region> boxes = r.flat ? FlatRangeToBoxes(t.shape, r.begin, r.end) : std::vector<Region>{r};
+  const std::vector<Region> boxes =
+      r.flat ? FlatRangeToBoxes(t.shape, r.begin, r.end) : std::vector<Region>{r};
   const int threads = std::max(1, ThreadCount(o.threads, g.num));
   std::vector<std::vector<uint8_t>> bufs(threads);
   std::vector<Fingerprint> parts(threads);
@@ -426,22 +440,24 @@ Result<Fingerprint> H5Store::FingerprintRegion(size_t i, const Region& r, CpuOpt
     if (box.Count() == 0) continue;
     // Each intersecting chunk's part of the box is decoded packed into the thread's buffer
     // (L2-sized, reused) and hashed there: no buffer of the region's size.
-    SEEDSTORE_RETURN_IF_ERROR(ForEachChunkIn(i, box, o, [&](const ChunkWhere& w, uint64_t j, const uint64_t* is,
-                                                             const uint64_t* ie, ChunkScratch& s,
-                                                             int th) -> Status {
-      Region part = box;
-      uint64_t ext[kMaxRank];
-      for (int d = 0; d < g.rank; ++d) {
-        part.start[d] = is[d];
-        part.stop[d] = ie[d];
-        ext[d] = ie[d] - is[d];
-      }
-      bufs[th].resize(part.Count() * es);
-      const ChunkSink sink{bufs[th].data(), is, ext, is, ie};
-      SEEDSTORE_RETURN_IF_ERROR(LoadChunk(path_, t, st, w, fd_, g, j, checksums_[i][j], sink, s));
-      parts[th].Add(FingerprintOf(t, part, bufs[th].data(), CpuOptions{1}));
-      return Status::Ok();
-    }));
+    SEEDSTORE_RETURN_IF_ERROR(
+        ForEachChunkIn(i, box, o,
+                       [&](const ChunkWhere& w, uint64_t j, const uint64_t* is, const uint64_t* ie,
+                           ChunkScratch& s, int th) -> Status {
+                         Region part = box;
+                         uint64_t ext[kMaxRank];
+                         for (int d = 0; d < g.rank; ++d) {
+                           part.start[d] = is[d];
+                           part.stop[d] = ie[d];
+                           ext[d] = ie[d] - is[d];
+                         }
+                         bufs[th].resize(part.Count() * es);
+                         const ChunkSink sink{bufs[th].data(), is, ext, is, ie};
+                         SEEDSTORE_RETURN_IF_ERROR(
+                             LoadChunk(path_, t, st, w, fd_, g, j, checksums_[i][j], sink, s));
+                         parts[th].Add(FingerprintOf(t, part, bufs[th].data(), CpuOptions{1}));
+                         return Status::Ok();
+                       }));
   }
   Fingerprint f;
   for (const Fingerprint& p : parts) f.Add(p);
@@ -513,15 +529,18 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
                                          [](uint8_t b) { return b > 1; });
           if (bad != bufs[th].data() + bufs[th].size())
             s = ChunkError(path_, t, g, j,
-                           "bool element " + std::to_string(bad - bufs[th].data()) + " of the chunk holds byte " +
-                               std::to_string(*bad) + " (a bool is stored as 0 or 1; readers disagree on others)");
+                           "bool element " + std::to_string(bad - bufs[th].data()) +
+                               " of the chunk holds byte " + std::to_string(*bad) +
+                               " (a bool is stored as 0 or 1; readers disagree on others)");
         }
-        const Fingerprint f = s.ok() ? FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}) : Fingerprint{};
+        const Fingerprint f =
+            s.ok() ? FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}) : Fingerprint{};
         if (s.ok() && info && f != info->fingerprint)
           s = StoreStatus(StoreError::kFingerprintMismatch,
-                          "file '" + path_ + "' tensor '" + t.name + "' chunk " + std::to_string(j) +
-                              ": chunk-info fingerprint " + FingerprintHex(info->fingerprint) +
-                              ", recomputed " + FingerprintHex(f));
+                          "file '" + path_ + "' tensor '" + t.name + "' chunk " +
+                              std::to_string(j) + ": chunk-info fingerprint " +
+                              FingerprintHex(info->fingerprint) + ", recomputed " +
+                              FingerprintHex(f));
         if (!s.ok()) {
           std::lock_guard<std::mutex> l(mu);
           rep.problems.push_back({t.name, static_cast<int64_t>(j), s});
@@ -546,7 +565,8 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
             {t.name, -1,
              StoreStatus(StoreError::kFingerprintMismatch,
                          "file '" + path_ + "' tensor '" + t.name + "': recorded fingerprint " +
-                             FingerprintHex(*t.fingerprint) + ", recomputed " + FingerprintHex(total))});
+                             FingerprintHex(*t.fingerprint) + ", recomputed " +
+                             FingerprintHex(total))});
     }
   }
   rep.FinishOk(records_);

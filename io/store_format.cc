@@ -6,21 +6,36 @@ namespace seedstore {
 
 const char* StoreErrorName(StoreError e) {
   switch (e) {
-    case StoreError::kNotHdf5: return "not-hdf5";
-    case StoreError::kTruncated: return "truncated";
-    case StoreError::kBadMagic: return "bad-magic";
-    case StoreError::kUnsupportedVersion: return "unsupported-version";
-    case StoreError::kMissingAttribute: return "missing-attribute";
-    case StoreError::kMissingObject: return "missing-object";
-    case StoreError::kBadIndex: return "bad-index";
-    case StoreError::kShapeMismatch: return "shape-mismatch";
-    case StoreError::kDtypeMismatch: return "dtype-mismatch";
-    case StoreError::kUnknownFilter: return "unknown-filter";
-    case StoreError::kChunkCorrupt: return "chunk-corrupt";
-    case StoreError::kFingerprintMismatch: return "fingerprint-mismatch";
-    case StoreError::kBadLayout: return "bad-layout";
-    case StoreError::kTableCorrupt: return "table-corrupt";
-    case StoreError::kMetadataCorrupt: return "metadata-corrupt";
+    case StoreError::kNotHdf5:
+      return "not-hdf5";
+    case StoreError::kTruncated:
+      return "truncated";
+    case StoreError::kBadMagic:
+      return "bad-magic";
+    case StoreError::kUnsupportedVersion:
+      return "unsupported-version";
+    case StoreError::kMissingAttribute:
+      return "missing-attribute";
+    case StoreError::kMissingObject:
+      return "missing-object";
+    case StoreError::kBadIndex:
+      return "bad-index";
+    case StoreError::kShapeMismatch:
+      return "shape-mismatch";
+    case StoreError::kDtypeMismatch:
+      return "dtype-mismatch";
+    case StoreError::kUnknownFilter:
+      return "unknown-filter";
+    case StoreError::kChunkCorrupt:
+      return "chunk-corrupt";
+    case StoreError::kFingerprintMismatch:
+      return "fingerprint-mismatch";
+    case StoreError::kBadLayout:
+      return "bad-layout";
+    case StoreError::kTableCorrupt:
+      return "table-corrupt";
+    case StoreError::kMetadataCorrupt:
+      return "metadata-corrupt";
   }
   return "?";
 }
@@ -45,7 +60,8 @@ std::string EscapeH5Name(const std::string& name) {
 }
 
 uint64_t TableHash(const std::vector<uint64_t>& entries) {
-  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tables are hashed as stored (little-endian)");
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+                "tables are hashed as stored (little-endian)");
   return Checksum64(entries.data(), entries.size() * sizeof(uint64_t));
 }
 

@@ -22,22 +22,22 @@ constexpr int kH5FilterZstd = 32015;
 
 /// Named format errors; each message starts with "<name>: ".
 enum class StoreError {
-  kNotHdf5,             // "not-hdf5" (kCorrupt): no HDF5 superblock signature
-  kTruncated,           // "truncated" (kCorrupt): the file ends before HDF5's end-of-allocation
-  kBadMagic,            // "bad-magic" (kCorrupt): seedstore.format is not "seedstore"
-  kUnsupportedVersion,  // "unsupported-version" (kUnsupported)
-  kMissingAttribute,    // "missing-attribute" (kCorrupt)
-  kMissingObject,       // "missing-object" (kCorrupt): a dataset named by the index is absent
-  kBadIndex,            // "bad-index" (kCorrupt): index JSON malformed or its checksum wrong
-  kShapeMismatch,       // "shape-mismatch" (kCorrupt): dataset shape differs from its record
-  kDtypeMismatch,       // "dtype-mismatch" (kCorrupt)
-  kUnknownFilter,       // "unknown-filter" (kUnsupported): a filter other than shuffle/zstd
-  kChunkCorrupt,        // "chunk-corrupt" (kCorrupt): checksum mismatch or undecodable chunk
-  kFingerprintMismatch, // "fingerprint-mismatch" (kCorrupt)
-  kBadLayout,           // "bad-layout" (kCorrupt): a storage layout the format does not allow
-  kTableCorrupt,        // "table-corrupt" (kCorrupt): a checksum or chunk-info table fails its hash
-  kMetadataCorrupt,     // "metadata-corrupt" (kCorrupt): HDF5 cannot read an object's metadata
-                        // (an object header, B-tree node or heap fails its checksum or check)
+  kNotHdf5,              // "not-hdf5" (kCorrupt): no HDF5 superblock signature
+  kTruncated,            // "truncated" (kCorrupt): the file ends before HDF5's end-of-allocation
+  kBadMagic,             // "bad-magic" (kCorrupt): seedstore.format is not "seedstore"
+  kUnsupportedVersion,   // "unsupported-version" (kUnsupported)
+  kMissingAttribute,     // "missing-attribute" (kCorrupt)
+  kMissingObject,        // "missing-object" (kCorrupt): a dataset named by the index is absent
+  kBadIndex,             // "bad-index" (kCorrupt): index JSON malformed or its checksum wrong
+  kShapeMismatch,        // "shape-mismatch" (kCorrupt): dataset shape differs from its record
+  kDtypeMismatch,        // "dtype-mismatch" (kCorrupt)
+  kUnknownFilter,        // "unknown-filter" (kUnsupported): a filter other than shuffle/zstd
+  kChunkCorrupt,         // "chunk-corrupt" (kCorrupt): checksum mismatch or undecodable chunk
+  kFingerprintMismatch,  // "fingerprint-mismatch" (kCorrupt)
+  kBadLayout,            // "bad-layout" (kCorrupt): a storage layout the format does not allow
+  kTableCorrupt,     // "table-corrupt" (kCorrupt): a checksum or chunk-info table fails its hash
+  kMetadataCorrupt,  // "metadata-corrupt" (kCorrupt): HDF5 cannot read an object's metadata
+                     // (an object header, B-tree node or heap fails its checksum or check)
 };
 const char* StoreErrorName(StoreError e);
 /// A Status whose message is "<name>: <message>", with the error's code.
@@ -49,10 +49,10 @@ constexpr int kMinZstdLevel = 1, kMaxZstdLevel = 22;
 
 /// Options for writing dense tensors.
 struct WriteOptions {
-  int zstd_level = 1;                 // kMinZstdLevel..kMaxZstdLevel (others: clamped)
-  uint64_t chunk_bytes = 1u << 20;    // target uncompressed chunk size
-  int threads = 0;                    // compression threads (0 = all cores)
-  bool shuffle = true;                // byte-shuffle (HDF5 filter 2) before zstd
+  int zstd_level = 1;               // kMinZstdLevel..kMaxZstdLevel (others: clamped)
+  uint64_t chunk_bytes = 1u << 20;  // target uncompressed chunk size
+  int threads = 0;                  // compression threads (0 = all cores)
+  bool shuffle = true;              // byte-shuffle (HDF5 filter 2) before zstd
   /// Permissions of a new file (-1: 0644 less the umask); a replaced file keeps its own
   /// (AtomicFile::Create).
   int file_mode = -1;
@@ -69,14 +69,13 @@ using BoxSource = std::function<Status(const Region& box, void* out)>;
 /// Storage details of one tensor of an open store.
 struct StoredTensor {
   bool dense = false;
-  uint64_t stored_bytes = 0;           // bytes on disk (compressed chunks + checksum table)
-  std::vector<uint64_t> chunk;         // chunk shape (empty: contiguous, one "chunk")
+  uint64_t stored_bytes = 0;    // bytes on disk (compressed chunks + checksum table)
+  std::vector<uint64_t> chunk;  // chunk shape (empty: contiguous, one "chunk")
   uint64_t num_chunks = 0;
-  std::vector<int> filters;            // HDF5 filter ids, pipeline order
-  int zstd_level = 0;                  // the zstd filter's cd_values[0] (0: no zstd filter)
-  std::string dataset;                 // HDF5 path of the data ("" for lazy)
+  std::vector<int> filters;  // HDF5 filter ids, pipeline order
+  int zstd_level = 0;        // the zstd filter's cd_values[0] (0: no zstd filter)
+  std::string dataset;       // HDF5 path of the data ("" for lazy)
 };
-
 
 /// What a store's chunk-info table (/chunkinfo/<escaped>, docs/FORMAT.md 4.3) says of one
 /// chunk: the XXH3-64 of its stored bytes, and its fingerprint -- the sum over the chunk's
@@ -98,11 +97,10 @@ struct StoredChunk {
   /// the chunk was read without decoding (ReadStoredChunk with decode false); decoded data is
   /// the caller's to fingerprint in whatever frame it needs.
   std::optional<Fingerprint> fingerprint;
-  std::vector<uint8_t> data;   // the chunk's elements inside the tensor (its box clipped to
-                               // the tensor), row-major, decoded from `bytes` and verified
-                               // against `checksum`; empty when read without decoding
+  std::vector<uint8_t> data;  // the chunk's elements inside the tensor (its box clipped to
+                              // the tensor), row-major, decoded from `bytes` and verified
+                              // against `checksum`; empty when read without decoding
 };
-
 
 /// The attribute holding a checksum or chunk-info table's own hash (docs/FORMAT.md 4.3).
 constexpr const char* kTableHashAttr = "seedstore.xxh3";

@@ -31,7 +31,8 @@ using json = nlohmann::json;
 // before the attribute existed have none and pass.
 Status CheckTableHash(hid_t table, const std::vector<uint64_t>& entries, const std::string& what) {
   const htri_t has = H5Aexists(table, kTableHashAttr);
-  if (has < 0) return StoreStatus(StoreError::kTableCorrupt, what + ": its attributes cannot be read");
+  if (has < 0)
+    return StoreStatus(StoreError::kTableCorrupt, what + ": its attributes cannot be read");
   if (has == 0) return Status::Ok();
   SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> h, ReadU64Attr(table, kTableHashAttr, what));
   const uint64_t computed = TableHash(entries);
@@ -112,8 +113,7 @@ Status CheckOpenable(const std::string& path, const std::string& w, struct stat*
                            ", not a store: a store is read by seeking; give a regular file");
   if (const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
     return OpenFailure(w, errno);
-  else
-    ::close(fd);
+  else ::close(fd);
   // A distributed save's master: its seal before HDF5 parses a byte (docs/FORMAT.md 10).
   SEEDSTORE_RETURN_IF_ERROR(CheckMasterSeal(path, /*is_master=*/false, nullptr));
   if (!LooksLikeHdf5(path))
@@ -131,7 +131,8 @@ Status CheckRootAttributes(hid_t f, const std::string& w) {
   if (ver.size() != 1 || ver[0] != static_cast<uint64_t>(kStoreFormatVersion))
     return StoreStatus(StoreError::kUnsupportedVersion,
                        w + ": format version " + (ver.empty() ? "?" : std::to_string(ver[0])) +
-                           " (this build reads version " + std::to_string(kStoreFormatVersion) + ")");
+                           " (this build reads version " + std::to_string(kStoreFormatVersion) +
+                           ")");
   return Status::Ok();
 }
 
@@ -156,10 +157,9 @@ Result<std::string> ReadIndexText(hid_t f, const std::string& w) {
                              ReadU64Attr(d.get(), "seedstore.xxh3", w + " /seedstore/index"));
   const uint64_t computed = Checksum64(text.data(), text.size());
   if (sum.size() != 1 || sum[0] != computed)
-    return StoreStatus(StoreError::kBadIndex,
-                       w + ": /seedstore/index checksum mismatch (stored " +
-                           (sum.empty() ? "?" : Hex64(sum[0])) + ", computed " +
-                           Hex64(computed) + ")");
+    return StoreStatus(StoreError::kBadIndex, w + ": /seedstore/index checksum mismatch (stored " +
+                                                  (sum.empty() ? "?" : Hex64(sum[0])) +
+                                                  ", computed " + Hex64(computed) + ")");
   return text;
 }
 
@@ -185,9 +185,11 @@ Result<IndexHeader> ParseIndexHeader(json& idx, const std::string& w) {
   if (idx.contains("version") && idx["version"] != kStoreFormatVersion)
     return bad("field 'version' is " + JsonPreview(idx["version"]) + ", the file's is " +
                std::to_string(kStoreFormatVersion));
-  if (!idx.contains("seed") || !idx["seed"].is_number_unsigned()) return bad("field 'seed' missing or not an unsigned integer");
+  if (!idx.contains("seed") || !idx["seed"].is_number_unsigned())
+    return bad("field 'seed' missing or not an unsigned integer");
   h.seed = idx["seed"].get<uint64_t>();
-  if (!idx.contains("generator") || !idx["generator"].is_string()) return bad("field 'generator' missing");
+  if (!idx.contains("generator") || !idx["generator"].is_string())
+    return bad("field 'generator' missing");
   {
     auto gen = ParseGenerator(idx["generator"].get<std::string>());
     if (!gen.ok()) return bad(gen.status().message());
@@ -221,7 +223,8 @@ Result<TensorRecord> ParseLazyRecord(json rec, const std::string& where, const I
   auto l = LazyTensor::Resolve(*t, h.seed);
   if (!l.ok()) return bad(l.status().message());
   if (!(l->key == key))
-    return bad(where + " ('" + t->name + "'): key_words do not match the key derived from the spec");
+    return bad(where + " ('" + t->name +
+               "'): key_words do not match the key derived from the spec");
   tr.name = t->name;
   tr.shape = t->shape;
   tr.dtype = t->dtype;
@@ -231,8 +234,8 @@ Result<TensorRecord> ParseLazyRecord(json rec, const std::string& where, const I
 
 // A dense record's name, shape, dtype and piece (docs/FORMAT.md 4.1); *stored_bytes from
 // its "stored_bytes" when present.
-Result<TensorRecord> ParseDenseRecord(const json& rec, const std::string& where, const std::string& w,
-                                      uint64_t* stored_bytes) {
+Result<TensorRecord> ParseDenseRecord(const json& rec, const std::string& where,
+                                      const std::string& w, uint64_t* stored_bytes) {
   auto bad = [&](const std::string& m) { return BadIndex(w, m); };
   TensorRecord tr;
   if (!rec.contains("name") || !rec["name"].is_string() || !rec.contains("shape") ||
@@ -258,7 +261,8 @@ Result<TensorRecord> ParseDenseRecord(const json& rec, const std::string& where,
       if (ok) gshape.push_back(pc["shape"][d].get<uint64_t>());
     }
     if (!ok) return bad(where + " ('" + tr.name + "'): 'piece' needs 'shape' and 'region'");
-    if (auto v = ValidateShape(gshape, tr.dtype, where + " piece"); !v.ok()) return bad(v.message());
+    if (auto v = ValidateShape(gshape, tr.dtype, where + " piece"); !v.ok())
+      return bad(v.message());
     auto reg = RegionFromJson(pc["region"], gshape);
     if (!reg.ok()) return bad(where + " ('" + tr.name + "'): piece: " + reg.status().message());
     if (LocalShape(*reg) != tr.shape)
@@ -281,21 +285,25 @@ struct DenseObjects {
 
 // The dataset's attributes (seedstore.name, .dtype, .fingerprint), shape and HDF5 type
 // against its record (whose recorded fingerprint is `fp`). `tw` names file and tensor.
-Status CheckDatasetAgainstRecord(hid_t d, const TensorRecord& tr, const std::optional<Fingerprint>& fp,
-                                 const std::string& dataset, const std::string& where, const std::string& w,
+Status CheckDatasetAgainstRecord(hid_t d, const TensorRecord& tr,
+                                 const std::optional<Fingerprint>& fp, const std::string& dataset,
+                                 const std::string& where, const std::string& w,
                                  const std::string& tw) {
   SEEDSTORE_ASSIGN_OR_RETURN(std::string aname, ReadStringAttr(d, "seedstore.name", tw));
   if (aname != tr.name)
     return BadIndex(w, where + ": dataset '" + dataset + "' says its name is '" + aname + "'");
   SEEDSTORE_ASSIGN_OR_RETURN(std::string adt, ReadStringAttr(d, "seedstore.dtype", tw));
   if (adt != DTypeName(tr.dtype))
-    return StoreStatus(StoreError::kDtypeMismatch, tw + ": seedstore.dtype is '" + adt +
-                                                       "', the index says '" + DTypeName(tr.dtype) + "'");
-  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> afp, ReadU64Attr(d, "seedstore.fingerprint", tw));
+    return StoreStatus(
+        StoreError::kDtypeMismatch,
+        tw + ": seedstore.dtype is '" + adt + "', the index says '" + DTypeName(tr.dtype) + "'");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> afp,
+                             ReadU64Attr(d, "seedstore.fingerprint", tw));
   if (afp.size() != 2) return Corrupt(tw + ": seedstore.fingerprint must hold 2 words");
   if (!fp) return BadIndex(w, where + ": dense record without fingerprint");
   if (afp[0] != fp->lane0 || afp[1] != fp->lane1)
-    return StoreStatus(StoreError::kFingerprintMismatch, tw + ": seedstore.fingerprint differs from the index");
+    return StoreStatus(StoreError::kFingerprintMismatch,
+                       tw + ": seedstore.fingerprint differs from the index");
   Hid sp(H5Dget_space(d), H5Sclose);
   const int nd = H5Sget_simple_extent_ndims(sp.get());
   std::vector<hsize_t> dims(std::max(nd, 0));
@@ -303,31 +311,35 @@ Status CheckDatasetAgainstRecord(hid_t d, const TensorRecord& tr, const std::opt
   std::vector<uint64_t> dshape(dims.begin(), dims.end());
   if (nd < 0 || dshape != tr.shape)
     return StoreStatus(StoreError::kShapeMismatch, tw + ": dataset shape " + ShapeText(dshape) +
-                                                       " differs from the record's " + ShapeText(tr.shape));
+                                                       " differs from the record's " +
+                                                       ShapeText(tr.shape));
   Hid ty(H5Dget_type(d), H5Tclose);
   if (!TypeMatches(ty.get(), tr.dtype))
-    return StoreStatus(StoreError::kDtypeMismatch, tw + ": HDF5 type does not store " + DTypeName(tr.dtype));
+    return StoreStatus(StoreError::kDtypeMismatch,
+                       tw + ": HDF5 type does not store " + DTypeName(tr.dtype));
   return Status::Ok();
 }
 
 // The dataset's storage layout (chunked; contiguous or compact only for a scalar or an empty
 // tensor, docs/FORMAT.md 4.2) and filter pipeline (shuffle and zstd only): *chunk (empty when
 // not chunked), stt->filters and stt->zstd_level.
-Status ReadPipeline(hid_t d, const TensorRecord& tr, const std::string& tw, std::vector<uint64_t>* chunk,
-                    StoredTensor* stt) {
+Status ReadPipeline(hid_t d, const TensorRecord& tr, const std::string& tw,
+                    std::vector<uint64_t>* chunk, StoredTensor* stt) {
   const int nd = static_cast<int>(tr.shape.size());
   Hid pl(H5Dget_create_plist(d), H5Pclose);
   const H5D_layout_t lay = H5Pget_layout(pl.get());
   if (lay == H5D_CHUNKED) {
     std::vector<hsize_t> c(std::max(nd, 1));
-    if (H5Pget_chunk(pl.get(), nd, c.data()) != nd) return Corrupt(tw + ": cannot read the chunk shape");
+    if (H5Pget_chunk(pl.get(), nd, c.data()) != nd)
+      return Corrupt(tw + ": cannot read the chunk shape");
     chunk->assign(c.begin(), c.begin() + nd);
   } else if (lay != H5D_CONTIGUOUS && lay != H5D_COMPACT) {
     return StoreStatus(StoreError::kBadLayout, tw + ": unsupported dataset layout");
   } else if (tr.NumElements() > 1) {  // docs/FORMAT.md 4.2: only scalars and empty tensors
-    return StoreStatus(StoreError::kBadLayout,
-                       tw + ": a tensor of " + std::to_string(tr.NumElements()) +
-                           " elements stored without chunks (only a scalar or an empty tensor may be)");
+    return StoreStatus(
+        StoreError::kBadLayout,
+        tw + ": a tensor of " + std::to_string(tr.NumElements()) +
+            " elements stored without chunks (only a scalar or an empty tensor may be)");
   }
   const int nf = H5Pget_nfilters(pl.get());
   for (int k2 = 0; k2 < nf; ++k2) {
@@ -336,13 +348,16 @@ Status ReadPipeline(hid_t d, const TensorRecord& tr, const std::string& tw, std:
     unsigned cd[8];
     char fname[64];
     unsigned fcfg = 0;
-    const H5Z_filter_t id = H5Pget_filter2(pl.get(), k2, &flags, &ncd, cd, sizeof fname, fname, &fcfg);
+    const H5Z_filter_t id =
+        H5Pget_filter2(pl.get(), k2, &flags, &ncd, cd, sizeof fname, fname, &fcfg);
     if (id != kH5FilterShuffle && id != kH5FilterZstd)
-      return StoreStatus(StoreError::kUnknownFilter,
-                         tw + ": filter id " + std::to_string(id) + " (" + FilterName(id) +
-                             ") in the pipeline; seedstore reads only shuffle (2) and zstd (32015)");
+      return StoreStatus(
+          StoreError::kUnknownFilter,
+          tw + ": filter id " + std::to_string(id) + " (" + FilterName(id) +
+              ") in the pipeline; seedstore reads only shuffle (2) and zstd (32015)");
     if (id == kH5FilterShuffle && ncd >= 1 && cd[0] != static_cast<unsigned>(DTypeSize(tr.dtype)))
-      return Corrupt(tw + ": shuffle element size " + std::to_string(cd[0]) + " is not the dtype's");
+      return Corrupt(tw + ": shuffle element size " + std::to_string(cd[0]) +
+                     " is not the dtype's");
     if (id == kH5FilterZstd) stt->zstd_level = ncd >= 1 ? static_cast<int>(cd[0]) : 0;
     stt->filters.push_back(id);
   }
@@ -367,16 +382,16 @@ std::vector<ChunkLoc> LocateFewChunks(hid_t d, const Grid& grid) {
 }
 
 // The checksum table at `sums_path`: one entry per chunk, its own hash checked.
-Result<std::vector<uint64_t>> ReadChecksumTable(hid_t f, const std::string& sums_path, const Grid& grid,
-                                                const std::string& tw) {
+Result<std::vector<uint64_t>> ReadChecksumTable(hid_t f, const std::string& sums_path,
+                                                const Grid& grid, const std::string& tw) {
   Hid cs(H5Dopen2(f, sums_path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!cs.ok()) return H5ReadFailure(tw + ": opening " + sums_path);
   Hid csp(H5Dget_space(cs.get()), H5Sclose);
   if (H5Sget_simple_extent_ndims(csp.get()) != 1 ||
       static_cast<uint64_t>(H5Sget_simple_extent_npoints(csp.get())) != grid.num)
-    return StoreStatus(StoreError::kShapeMismatch,
-                       tw + ": checksum table " + sums_path + " does not have one entry per chunk (" +
-                           std::to_string(grid.num) + ")");
+    return StoreStatus(StoreError::kShapeMismatch, tw + ": checksum table " + sums_path +
+                                                       " does not have one entry per chunk (" +
+                                                       std::to_string(grid.num) + ")");
   std::vector<uint64_t> checks(grid.num);
   if (H5Dread(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, checks.data()) < 0)
     return H5ReadFailure(tw + ": reading " + sums_path);
@@ -386,8 +401,9 @@ Result<std::vector<uint64_t>> ReadChecksumTable(hid_t f, const std::string& sums
 
 // The chunk-info table at `info_path` (optional: files written before it existed have none;
 // then empty): one row per chunk, its own hash checked, its fingerprints adding up to `fp`.
-Result<std::vector<ChunkInfo>> ReadChunkInfoTable(hid_t f, const std::string& info_path, const Grid& grid,
-                                                  const Fingerprint& fp, const std::string& tw) {
+Result<std::vector<ChunkInfo>> ReadChunkInfoTable(hid_t f, const std::string& info_path,
+                                                  const Grid& grid, const Fingerprint& fp,
+                                                  const std::string& tw) {
   std::vector<ChunkInfo> infos;
   SEEDSTORE_ASSIGN_OR_RETURN(bool has_info, LinkExists(f, info_path, tw));
   if (!has_info) return infos;
@@ -396,11 +412,12 @@ Result<std::vector<ChunkInfo>> ReadChunkInfoTable(hid_t f, const std::string& in
   if (!ci.ok()) return H5ReadFailure(tw + ": opening " + info_path);
   Hid isp(H5Dget_space(ci.get()), H5Sclose);
   hsize_t idims[2] = {0, 0};
-  if (H5Sget_simple_extent_ndims(isp.get()) != 2 || H5Sget_simple_extent_dims(isp.get(), idims, nullptr) != 2 ||
-      idims[0] != grid.num || idims[1] != 3)
-    return StoreStatus(StoreError::kShapeMismatch,
-                       tw + ": chunk-info table " + info_path + " is not [" + std::to_string(grid.num) +
-                           ", 3] (one row per chunk)");
+  if (H5Sget_simple_extent_ndims(isp.get()) != 2 ||
+      H5Sget_simple_extent_dims(isp.get(), idims, nullptr) != 2 || idims[0] != grid.num ||
+      idims[1] != 3)
+    return StoreStatus(StoreError::kShapeMismatch, tw + ": chunk-info table " + info_path +
+                                                       " is not [" + std::to_string(grid.num) +
+                                                       ", 3] (one row per chunk)");
   std::vector<uint64_t> rows(grid.num * 3);
   if (H5Dread(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
     return H5ReadFailure(tw + ": reading " + info_path);
@@ -414,8 +431,8 @@ Result<std::vector<ChunkInfo>> ReadChunkInfoTable(hid_t f, const std::string& in
   }
   if (total != fp)
     return StoreStatus(StoreError::kFingerprintMismatch,
-                       tw + ": the chunk fingerprints of " + info_path + " add up to " + FingerprintHex(total) +
-                           ", the record says " + FingerprintHex(fp));
+                       tw + ": the chunk fingerprints of " + info_path + " add up to " +
+                           FingerprintHex(total) + ", the record says " + FingerprintHex(fp));
   return infos;
 }
 
@@ -430,7 +447,8 @@ Status CheckDenseObjects(hid_t f, const TensorRecord& tr, const std::optional<Fi
   const std::string sums_path = "/checksums/" + esc;
   for (const std::string& p : {stt.dataset, sums_path}) {
     SEEDSTORE_ASSIGN_OR_RETURN(bool exists, LinkExists(f, p, tw));
-    if (!exists) return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
+    if (!exists)
+      return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
     SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, tw));
   }
   // Closed once checked, as are its tables: reads open it again when they need its chunk
@@ -465,8 +483,9 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   if (s->file_ < 0) {
     Status e = H5ReadFailure(w + ": opening it");
     if (e.message().find("truncated") != std::string::npos)
-      return StoreStatus(StoreError::kTruncated, w + ": the file is truncated (" +
-                                                     std::to_string(st.st_size) + " bytes): " + e.message());
+      return StoreStatus(
+          StoreError::kTruncated,
+          w + ": the file is truncated (" + std::to_string(st.st_size) + " bytes): " + e.message());
     return e;
   }
   s->AttachDescriptor();
@@ -506,7 +525,8 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       obj.stored.dataset = "/tensors/" + EscapeH5Name(tr.name);
       damage = CheckDenseObjects(f, tr, fp, where, w, &obj);
       if (!damage.ok()) {  // the record stands; its reads fail with `damage`
-        obj = DenseObjects{StoredTensor{true, stored_bytes, {}, 0, {}, 0, obj.stored.dataset}, {}, {}, {}};
+        obj = DenseObjects{
+            StoredTensor{true, stored_bytes, {}, 0, {}, 0, obj.stored.dataset}, {}, {}, {}};
         H5ErrorText();  // what the checks left on HDF5's error stack
       }
     } else {
@@ -548,7 +568,8 @@ Status H5Store::DropCachedMetadata() {
   // picked up) leaves only the headers reads then use. Stores with no dense tensor (a
   // distributed save's master, whose virtual datasets name their sources relative to its
   // path) are left as they are; so is one whose descriptor cannot be duplicated.
-  if (fd_ < 0 || std::none_of(stored_.begin(), stored_.end(), [](const StoredTensor& t) { return t.dense; }))
+  if (fd_ < 0 ||
+      std::none_of(stored_.begin(), stored_.end(), [](const StoredTensor& t) { return t.dense; }))
     return Status::Ok();
   const int keep = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
   if (keep < 0 || ::access(("/proc/self/fd/" + std::to_string(keep)).c_str(), R_OK) != 0) {
@@ -561,7 +582,8 @@ Status H5Store::DropCachedMetadata() {
   file_ = H5Fopen(same.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   const std::string e = file_ < 0 ? H5ErrorText() : "";
   ::close(keep);
-  if (file_ < 0) return Corrupt("file '" + path_ + "': HDF5 cannot open it again after checking it: " + e);
+  if (file_ < 0)
+    return Corrupt("file '" + path_ + "': HDF5 cannot open it again after checking it: " + e);
   AttachDescriptor();
   return Status::Ok();
 }

@@ -51,7 +51,6 @@ struct ChunkWhere {
   int64_t dset() const;                            // the dataset's HDF5 id, or -1
 };
 
-
 /// A seedstore file opened for reading; a Catalog (lazy and dense tensors alike).
 class H5Store : public Catalog, public StoredChunks {
  public:
@@ -83,7 +82,8 @@ class H5Store : public Catalog, public StoredChunks {
   /// chunk is read, its checksum verified, and its part of the region decoded into a
   /// per-thread buffer and hashed there (`o.threads` chunks at a time; memory O(threads x
   /// chunk), not O(region)). Lazy: generated.
-  Result<Fingerprint> FingerprintRegion(size_t i, const Region& r, CpuOptions o = {}) const override;
+  Result<Fingerprint> FingerprintRegion(size_t i, const Region& r,
+                                        CpuOptions o = {}) const override;
 
   const StoredTensor& stored(size_t i) const { return stored_.at(i); }
   /// Why tensor i cannot be read (a named kCorrupt or kUnsupported error naming the file and
@@ -98,7 +98,8 @@ class H5Store : public Catalog, public StoredChunks {
   /// held by this store (PartStore hands out this store, not owned).
   const StoredChunks* stored_chunks() const override { return this; }
   std::vector<StoredPart> StoredParts(size_t i) const override;
-  Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PartStore(size_t i, int piece) const override;
+  Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PartStore(size_t i,
+                                                                      int piece) const override;
   /// ProveStored(i) when tensor i has a chunk-info table and is no piece (its table is then in
   /// the global frame, whatever `r` is: a store's pieces are whole tensors); else nullopt.
   Result<std::optional<Fingerprint>> ProveStoredPiece(size_t i, const Region& r, bool cells,
@@ -190,18 +191,20 @@ class H5Store : public Catalog, public StoredChunks {
   // the tensor), o.threads chunks at a time, with the intersection [is, ie) in tensor
   // indices, a scratch and the thread's index; prefetches ahead. The first error stops it.
   // `where` finds the tensor's chunks (ChunksOf), valid during the call.
-  Status ForEachChunkIn(size_t i, const Region& box, CpuOptions o,
-                        const std::function<Status(const ChunkWhere& where, uint64_t j, const uint64_t* is,
-                                                   const uint64_t* ie, ChunkScratch& s, int th)>& f) const;
+  Status ForEachChunkIn(
+      size_t i, const Region& box, CpuOptions o,
+      const std::function<Status(const ChunkWhere& where, uint64_t j, const uint64_t* is,
+                                 const uint64_t* ie, ChunkScratch& s, int th)>& f) const;
   // Decodes chunk j of dense tensor i (its box clipped to the tensor, packed row-major) into
   // `out`, checking its checksum and, with `check_info`, its chunk-info stored hash; s.raw
   // keeps the stored bytes, *mask (when not null) their filter mask.
-  Status DecodeChunk(const ChunkWhere& where, size_t i, uint64_t j, std::vector<uint8_t>* out, ChunkScratch& s,
-                     bool check_info, unsigned* mask) const;
-  // Dense tensor i's dataset (ShareHid: closed when the last holder lets go), for its chunk addresses. Open checks every dataset and closes
-  // it (an open one costs ~12 KB of HDF5 state: a store's tensors, or a distributed save's
-  // rank files, would hold them all); calls that read chunks open theirs here, and the
-  // kOpenDatasets used last stay open for the next. Thread-safe (the HDF5 lock).
+  Status DecodeChunk(const ChunkWhere& where, size_t i, uint64_t j, std::vector<uint8_t>* out,
+                     ChunkScratch& s, bool check_info, unsigned* mask) const;
+  // Dense tensor i's dataset (ShareHid: closed when the last holder lets go), for its chunk
+  // addresses. Open checks every dataset and closes it (an open one costs ~12 KB of HDF5 state: a
+  // store's tensors, or a distributed save's rank files, would hold them all); calls that read
+  // chunks open theirs here, and the kOpenDatasets used last stay open for the next. Thread-safe
+  // (the HDF5 lock).
   Result<std::shared_ptr<const Hid>> Dataset(size_t i) const;
   // How reads find dense tensor i's chunks: the locations recorded at open when it has them
   // and chunks are read with pread (fd_), else its dataset (Dataset).
@@ -223,11 +226,12 @@ class H5Store : public Catalog, public StoredChunks {
   std::optional<int> rank_;  // the index's "rank"
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
-  mutable std::vector<std::pair<size_t, std::shared_ptr<const Hid>>> open_;  // Dataset(): least recent first
+  mutable std::vector<std::pair<size_t, std::shared_ptr<const Hid>>>
+      open_;  // Dataset(): least recent first
   std::vector<std::vector<uint64_t>> checksums_;
-  std::vector<std::vector<ChunkInfo>> info_;  // chunk-info tables (empty when absent)
+  std::vector<std::vector<ChunkInfo>> info_;    // chunk-info tables (empty when absent)
   std::vector<std::vector<ChunkLoc>> located_;  // where the chunks are (kLocatedChunks; else empty)
-  std::vector<Status> damage_;  // Damage(i)
+  std::vector<Status> damage_;                  // Damage(i)
 };
 
 }  // namespace seedstore

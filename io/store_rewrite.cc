@@ -6,9 +6,11 @@
 namespace seedstore {
 
 Status RewriteOfMasterRefused(const std::string& path) {
-  return InvalidArgument("file '" + path +
-                         "' is a distributed save's master: tensors are replaced in a one-file store "
-                         "(`seedstore reshard " + path + " --consolidate -o STORE` makes one)");
+  return InvalidArgument(
+      "file '" + path +
+      "' is a distributed save's master: tensors are replaced in a one-file store "
+      "(`seedstore reshard " +
+      path + " --consolidate -o STORE` makes one)");
 }
 
 Status CheckRewritableAsStore(const H5Store& store, const std::string& path) {
@@ -22,9 +24,11 @@ Status CheckRewritableAsStore(const H5Store& store, const std::string& path) {
                          "'s file of the distributed save '" + save +
                          "': rewritten alone it would no longer match the piece fingerprints the "
                          "save's index records, and the save would fail to verify and read; update "
-                         "the save instead (`seedstore reshard " + save +
+                         "the save instead (`seedstore reshard " +
+                         save +
                          " --consolidate -o STORE`, update STORE, then `seedstore reshard STORE "
-                         "--layout LAYOUT -o " + save + "`)");
+                         "--layout LAYOUT -o " +
+                         save + "`)");
 }
 
 Status ReplaceWithDense(const std::string& path, const std::map<std::string, BoxSource>& values,
@@ -33,8 +37,9 @@ Status ReplaceWithDense(const std::string& path, const std::map<std::string, Box
   SEEDSTORE_RETURN_IF_ERROR(CheckRewritableAsStore(*src, path));
   for (const auto& [name, _] : values)
     if (src->Find(name) < 0) return NotFound("file '" + path + "': no tensor '" + name + "'");
-  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<StoreWriter> w,
-                             StoreWriter::Create(path, src->root_seed(), src->generator(), options));
+  SEEDSTORE_ASSIGN_OR_RETURN(
+      std::unique_ptr<StoreWriter> w,
+      StoreWriter::Create(path, src->root_seed(), src->generator(), options));
   w->SetShardRank(src->shard_rank());  // a rank's shard file stays that rank's
   for (size_t i = 0; i < src->tensors().size(); ++i) {
     const TensorRecord& t = src->tensors()[i];

@@ -34,5 +34,4 @@ Status RewriteOfMasterRefused(const std::string& path);
 /// so named without a master beside it is an ordinary store.
 Status CheckRewritableAsStore(const H5Store& store, const std::string& path);
 
-
 }  // namespace seedstore

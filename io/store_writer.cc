@@ -25,9 +25,13 @@ using json = nlohmann::json;
 
 // A dense tensor's index record (docs/FORMAT.md 4.1).
 json DenseRecordJson(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
-                     const Fingerprint& fp, uint64_t stored_bytes, const std::optional<Region>& piece) {
-  json rec = {{"name", name},   {"shape", shape},  {"dtype", DTypeName(dtype)},
-              {"kind", "dense"}, {"fingerprint", FingerprintHex(fp)},
+                     const Fingerprint& fp, uint64_t stored_bytes,
+                     const std::optional<Region>& piece) {
+  json rec = {{"name", name},
+              {"shape", shape},
+              {"dtype", DTypeName(dtype)},
+              {"kind", "dense"},
+              {"fingerprint", FingerprintHex(fp)},
               {"stored_bytes", stored_bytes}};
   if (piece)
     rec["piece"] = {{"shape", std::vector<uint64_t>(piece->shape, piece->shape + piece->rank)},
@@ -123,8 +127,9 @@ StoreWriter::~StoreWriter() {
 
 const std::string& StoreWriter::path() const { return impl_->file->path(); }
 
-Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path, uint64_t root_seed,
-                                                         Generator generator, WriteOptions options) {
+Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path,
+                                                         uint64_t root_seed, Generator generator,
+                                                         WriteOptions options) {
   std::unique_ptr<StoreWriter> w(new StoreWriter());
   w->impl_ = std::make_unique<Impl>();
   Impl& m = *w->impl_;
@@ -148,8 +153,10 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   if (!signal_cleanup::BeginChange())
     return IoError("creating '" + m.file->temp_path() + "': the process is ending on a signal");
   Hid fcpl(UntimedCreationList(H5P_FILE_CREATE), H5Pclose);
-  const bool fcpl_ok = fcpl.ok() && (m.opt.user_block == 0 || H5Pset_userblock(fcpl.get(), m.opt.user_block) >= 0);
-  m.h5 = fcpl_ok ? H5Fcreate(m.file->temp_path().c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()) : -1;
+  const bool fcpl_ok =
+      fcpl.ok() && (m.opt.user_block == 0 || H5Pset_userblock(fcpl.get(), m.opt.user_block) >= 0);
+  m.h5 =
+      fcpl_ok ? H5Fcreate(m.file->temp_path().c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()) : -1;
   signal_cleanup::EndChange();
   if (m.h5 < 0) return SEEDSTORE_H5_ERROR("creating '" + m.file->temp_path() + "'");
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(m.h5, "seedstore.format", "seedstore"));
@@ -162,7 +169,8 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   if (m.g_meta < 0 || m.g_tensors < 0 || m.g_sums < 0 || m.g_info < 0)
     return SEEDSTORE_H5_ERROR("creating groups");
   void* handle = nullptr;
-  if (H5Fget_vfd_handle(m.h5, fapl.get(), &handle) >= 0 && handle) m.fd = *static_cast<int*>(handle);
+  if (H5Fget_vfd_handle(m.h5, fapl.get(), &handle) >= 0 && handle)
+    m.fd = *static_cast<int*>(handle);
   H5ErrorText();
   return w;
 }
@@ -183,14 +191,15 @@ Status StoreWriter::AddLazy(const TensorSpec& t, const Fingerprint* fingerprint,
   return Status::Ok();
 }
 
-Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
-                             const BoxSource& source, std::function<void(uint64_t)> progress,
+Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t>& shape,
+                             DType dtype, const BoxSource& source,
+                             std::function<void(uint64_t)> progress,
                              const DenseChunking& chunking) {
   return AddDenseFrom(name, shape, dtype, source, nullptr, std::move(progress), chunking);
 }
 
-Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
-                             const void* data, std::function<void(uint64_t)> progress,
+Status StoreWriter::AddDense(const std::string& name, const std::vector<uint64_t>& shape,
+                             DType dtype, const void* data, std::function<void(uint64_t)> progress,
                              const DenseChunking& chunking) {
   const auto* whole = static_cast<const uint8_t*>(data);
   if (whole == nullptr && std::find(shape.begin(), shape.end(), 0) == shape.end())
@@ -211,8 +220,10 @@ namespace {
 // The chunk shape of a dense tensor of `shape` (elements of `es` bytes): `requested` when
 // given (DenseChunking::chunk; it must fit the shape and hold less than 4 GiB), else the
 // writer's rule (ChooseChunk). Empty for a tensor stored contiguously.
-Result<std::vector<uint64_t>> ChunkShapeFor(const std::vector<uint64_t>& shape, int es, uint64_t chunk_bytes,
-                                            const std::vector<uint64_t>& requested, const std::string& tw) {
+Result<std::vector<uint64_t>> ChunkShapeFor(const std::vector<uint64_t>& shape, int es,
+                                            uint64_t chunk_bytes,
+                                            const std::vector<uint64_t>& requested,
+                                            const std::string& tw) {
   std::vector<uint64_t> chunk_shape = ChooseChunk(shape, es, chunk_bytes);
   if (chunk_shape.empty() || requested.empty()) return chunk_shape;
   bool fits = requested.size() == shape.size();
@@ -222,16 +233,18 @@ Result<std::vector<uint64_t>> ChunkShapeFor(const std::vector<uint64_t>& shape, 
     bytes *= requested[d];
   }
   if (!fits || bytes >= (static_cast<unsigned __int128>(1) << 32))
-    return InvalidArgument(tw + ": chunk shape " + ShapeText(requested) + " does not fit the shape " +
-                           ShapeText(shape) + " (or is 4 GiB or more)");
+    return InvalidArgument(tw + ": chunk shape " + ShapeText(requested) +
+                           " does not fit the shape " + ShapeText(shape) +
+                           " (or is 4 GiB or more)");
   return requested;
 }
 
 // The record of a dense tensor as readers will see it, whose frame its fingerprints are taken
 // in: a piece of a larger tensor when `piece` is given (it must lie in its global tensor and
 // have the tensor's shape).
-Result<TensorRecord> FrameOf(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
-                             const std::optional<Region>& piece, const std::string& tw) {
+Result<TensorRecord> FrameOf(const std::string& name, const std::vector<uint64_t>& shape,
+                             DType dtype, const std::optional<Region>& piece,
+                             const std::string& tw) {
   TensorRecord frame;
   frame.name = name;
   frame.shape = shape;
@@ -247,7 +260,8 @@ Result<TensorRecord> FrameOf(const std::string& name, const std::vector<uint64_t
     if (in && p.flat) in = p.begin <= p.end && p.end <= n;
     if (!in || LocalShape(p) != shape)
       return InvalidArgument(tw + ": piece " + DescribeRegion(p) +
-                             " does not lie in its global tensor or has not the shape " + ShapeText(shape));
+                             " does not lie in its global tensor or has not the shape " +
+                             ShapeText(shape));
     frame.piece = p;
   }
   return frame;
@@ -258,12 +272,14 @@ Result<TensorRecord> FrameOf(const std::string& name, const std::vector<uint64_t
 // than one byte, zstd at its level), never filled, no times. *dset: the dataset, *type: its
 // file type.
 Status CreateDenseDataset(hid_t group, const std::string& esc, DType dtype, const Grid& g,
-                          const WriteOptions& options, const std::string& tw, Hid* dset, Hid* type) {
+                          const WriteOptions& options, const std::string& tw, Hid* dset,
+                          Hid* type) {
   H5Guard gl;
   const int rank = g.rank;
   *type = StorageType(dtype);
   std::vector<hsize_t> dims(g.shape.begin(), g.shape.end());
-  Hid space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
+  Hid space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr),
+            H5Sclose);
   Hid dcpl(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
   if (g.chunked()) {
@@ -274,7 +290,8 @@ Status CreateDenseDataset(hid_t group, const std::string& esc, DType dtype, cons
     if (H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level) < 0)
       return SEEDSTORE_H5_ERROR(tw + ": adding the zstd filter");
   }
-  *dset = Hid(H5Dcreate2(group, esc.c_str(), type->get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+  *dset = Hid(H5Dcreate2(group, esc.c_str(), type->get(), space.get(), H5P_DEFAULT, dcpl.get(),
+                         H5P_DEFAULT),
               H5Dclose);
   if (!dset->ok()) return SEEDSTORE_H5_ERROR(tw + ": creating dataset");
   return Status::Ok();
@@ -293,17 +310,17 @@ struct Pending {
 // bytes to store, in `s`'s buffers: zero-padded to a full chunk at an edge, *checksum the
 // XXH3-64 of that full chunk; chunked, shuffled (`shuffle`) and compressed at `level`, else
 // stored as is; *stored_hash the XXH3-64 of the bytes stored.
-Result<Pending> EncodeChunk(const uint8_t* elems, const Region& box, const Grid& g, size_t es, bool shuffle,
-                            int level, const std::string& tw, WriteScratch& s, uint64_t* checksum,
-                            uint64_t* stored_hash) {
+Result<Pending> EncodeChunk(const uint8_t* elems, const Region& box, const Grid& g, size_t es,
+                            bool shuffle, int level, const std::string& tw, WriteScratch& s,
+                            uint64_t* checksum, uint64_t* stored_hash) {
   const size_t chunk_bytes = g.ChunkElems() * es;
   const uint8_t* chunk = elems;
   if (g.chunked() && box.Count() != g.ChunkElems()) {
     s.chunk.assign(chunk_bytes, 0);  // edge chunk: zero outside the tensor
     uint64_t ext[kMaxRank];
     for (int d = 0; d < g.rank; ++d) ext[d] = box.stop[d] - box.start[d];
-    CopyIntersection(elems, box.start, ext, s.chunk.data(), box.start, g.chunk.data(), box.start, box.stop,
-                     g.rank, es);
+    CopyIntersection(elems, box.start, ext, s.chunk.data(), box.start, g.chunk.data(), box.start,
+                     box.stop, g.rank, es);
     chunk = s.chunk.data();
   }
   *checksum = Checksum64(chunk, chunk_bytes);
@@ -324,16 +341,19 @@ Result<Pending> EncodeChunk(const uint8_t* elems, const Region& box, const Grid&
 
 // Writes a dense tensor's checksum table (group `g_sums`) and chunk-info table (`g_info`),
 // each with its own hash (docs/FORMAT.md 4.3). Call holding the HDF5 lock.
-Status WriteChunkTables(hid_t g_sums, hid_t g_info, const std::string& esc, const std::vector<uint64_t>& sums,
-                        const std::vector<ChunkInfo>& infos, const std::string& tw) {
+Status WriteChunkTables(hid_t g_sums, hid_t g_info, const std::string& esc,
+                        const std::vector<uint64_t>& sums, const std::vector<ChunkInfo>& infos,
+                        const std::string& tw) {
   const uint64_t num = sums.size();
   Hid untimed(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
   {
     const hsize_t n = num;
     Hid space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-    Hid cs(H5Dcreate2(g_sums, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(), H5P_DEFAULT),
+    Hid cs(H5Dcreate2(g_sums, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(),
+                      H5P_DEFAULT),
            H5Dclose);
-    if (!cs.ok() || H5Dwrite(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
+    if (!cs.ok() ||
+        H5Dwrite(cs.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, sums.data()) < 0)
       return SEEDSTORE_H5_ERROR(tw + ": writing the checksum table");
     SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(cs.get(), kTableHashAttr, {TableHash(sums)}, true));
   }
@@ -345,9 +365,11 @@ Status WriteChunkTables(hid_t g_sums, hid_t g_info, const std::string& esc, cons
     rows[3 * j + 2] = infos[j].fingerprint.lane1;
   }
   Hid space(H5Screate_simple(2, dims, nullptr), H5Sclose);
-  Hid ci(H5Dcreate2(g_info, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(), H5P_DEFAULT),
+  Hid ci(H5Dcreate2(g_info, esc.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, untimed.get(),
+                    H5P_DEFAULT),
          H5Dclose);
-  if (!ci.ok() || H5Dwrite(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
+  if (!ci.ok() ||
+      H5Dwrite(ci.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()) < 0)
     return SEEDSTORE_H5_ERROR(tw + ": writing the chunk-info table");
   SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(ci.get(), kTableHashAttr, {TableHash(rows)}, true));
   return Status::Ok();
@@ -369,7 +391,8 @@ static Status CheckBoolBytes(const uint8_t* p, const Region& b, const std::strin
     at[d] = b.start[d] + q % ext;
     q /= ext;
   }
-  return InvalidArgument(tw + ": bool element " + ShapeText(at) + " holds byte " + std::to_string(*bad) +
+  return InvalidArgument(tw + ": bool element " + ShapeText(at) + " holds byte " +
+                         std::to_string(*bad) +
                          "; a bool is stored as 0 or 1 (readers disagree on other bytes)");
 }
 
@@ -388,9 +411,11 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   const Grid g = Grid::Make(shape, chunk_shape);
   const std::string esc = EscapeH5Name(name);
   // The record as readers will see it: its fingerprints are taken in its frame.
-  SEEDSTORE_ASSIGN_OR_RETURN(const TensorRecord frame, FrameOf(name, shape, dtype, chunking.piece, tw));
+  SEEDSTORE_ASSIGN_OR_RETURN(const TensorRecord frame,
+                             FrameOf(name, shape, dtype, chunking.piece, tw));
   Hid dset, type;
-  SEEDSTORE_RETURN_IF_ERROR(CreateDenseDataset(m.g_tensors, esc, dtype, g, m.opt, tw, &dset, &type));
+  SEEDSTORE_RETURN_IF_ERROR(
+      CreateDenseDataset(m.g_tensors, esc, dtype, g, m.opt, tw, &dset, &type));
   std::vector<uint64_t> sums(g.num);
   std::vector<ChunkInfo> infos(g.num);
   std::atomic<uint64_t> stored{0}, copied{0};
@@ -416,9 +441,11 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
     if (have_raw) {  // copied as stored: bytes, checksum and (given or computed) fingerprint
       if (!raw.fingerprint && raw.data.size() != n * es)
         return Internal(tw + ": the raw chunk " + std::to_string(j) + " holds " +
-                        std::to_string(raw.data.size()) + " bytes of data, not " + std::to_string(n * es));
-      infos[j].fingerprint =
-          raw.fingerprint ? *raw.fingerprint : FingerprintOf(frame, box, raw.data.data(), CpuOptions{1});
+                        std::to_string(raw.data.size()) + " bytes of data, not " +
+                        std::to_string(n * es));
+      infos[j].fingerprint = raw.fingerprint
+                                 ? *raw.fingerprint
+                                 : FingerprintOf(frame, box, raw.data.data(), CpuOptions{1});
       infos[j].stored_hash = raw.stored_hash;
       parts[th].Add(infos[j].fingerprint);
       sums[j] = raw.checksum;
@@ -437,8 +464,8 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
     if (dtype == DType::kBool) SEEDSTORE_RETURN_IF_ERROR(CheckBoolBytes(elems, box, tw));
     infos[j].fingerprint = FingerprintOf(frame, box, elems, CpuOptions{1});
     parts[th].Add(infos[j].fingerprint);
-    SEEDSTORE_ASSIGN_OR_RETURN(out, EncodeChunk(elems, box, g, es, do_shuffle, m.opt.zstd_level, tw, *scratch[th],
-                                                &sums[j], &infos[j].stored_hash));
+    SEEDSTORE_ASSIGN_OR_RETURN(out, EncodeChunk(elems, box, g, es, do_shuffle, m.opt.zstd_level, tw,
+                                                *scratch[th], &sums[j], &infos[j].stored_hash));
     return Status::Ok();
   };
   auto commit = [&](uint64_t j, int th) -> Status {
@@ -475,9 +502,11 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   SEEDSTORE_RETURN_IF_ERROR(WriteChunkTables(m.g_sums, m.g_info, esc, sums, infos, tw));
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.name", name));
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.dtype", DTypeName(dtype)));
-  SEEDSTORE_RETURN_IF_ERROR(WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
+  SEEDSTORE_RETURN_IF_ERROR(
+      WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
   m.counts.stored_bytes += stored.load() + g.num * 32;
-  m.records.push_back(DenseRecordJson(name, shape, dtype, fp, stored.load() + g.num * 32, frame.piece));
+  m.records.push_back(
+      DenseRecordJson(name, shape, dtype, fp, stored.load() + g.num * 32, frame.piece));
   m.last_dense = fp;
   return Status::Ok();
 }
@@ -502,9 +531,8 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
               H5P_DEFAULT) < 0 ||
       H5Ocopy(src.h5_file(), ("/checksums/" + esc).c_str(), m.g_sums, esc.c_str(), H5P_DEFAULT,
               H5P_DEFAULT) < 0 ||
-      (!src.chunk_info(i).empty() &&
-       H5Ocopy(src.h5_file(), ("/chunkinfo/" + esc).c_str(), m.g_info, esc.c_str(), H5P_DEFAULT,
-               H5P_DEFAULT) < 0))
+      (!src.chunk_info(i).empty() && H5Ocopy(src.h5_file(), ("/chunkinfo/" + esc).c_str(), m.g_info,
+                                             esc.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0))
     return SEEDSTORE_H5_ERROR("copying tensor '" + t.name + "' from '" + src.origin() + "'");
   m.counts.copied += src.stored(i).num_chunks;
   m.counts.stored_bytes += src.stored(i).stored_bytes;
@@ -554,9 +582,11 @@ Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>&
     // No chunk cache, for the reason the file has no sieve buffer (Create): H5Dwrite writes
     // the index's chunks, and fails, itself -- cached, H5Dclose wrote them, and a full disk
     // committed a store whose index was all zeros ("index checksum mismatch").
-    Hid d(H5Dcreate2(m.g_meta, "index", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(), NoChunkCache()),
+    Hid d(H5Dcreate2(m.g_meta, "index", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(),
+                     NoChunkCache()),
           H5Dclose);
-    if (!d.ok() || H5Dwrite(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+    if (!d.ok() ||
+        H5Dwrite(d.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
       return SEEDSTORE_H5_ERROR("writing /seedstore/index");
     SEEDSTORE_RETURN_IF_ERROR(
         WriteU64Attr(d.get(), "seedstore.xxh3", {Checksum64(text.data(), text.size())}, true));

@@ -17,7 +17,6 @@
 
 namespace seedstore {
 
-
 /// How StoreWriter::AddDense chunks a dense tensor and, optionally, where it may take chunks
 /// already encoded elsewhere (raw copy: no decode, re-chunk or recompression).
 struct DenseChunking {
@@ -114,6 +113,5 @@ class StoreWriter {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
 
 }  // namespace seedstore

@@ -31,7 +31,8 @@ class StoredChunks {
   /// The store holding part `piece` of dense tensor i (StoredPart::piece) and the tensor's
   /// index there. The store stays open while the caller holds it. Errors name the file
   /// (rank-file-missing, rank-file-corrupt).
-  virtual Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PartStore(size_t i, int piece) const = 0;
+  virtual Result<std::pair<std::shared_ptr<const H5Store>, size_t>> PartStore(size_t i,
+                                                                              int piece) const = 0;
   /// `st`, an error reading part `piece` of tensor i from its store, as this catalog names it
   /// (a distributed save: rank-file-corrupt naming the save, rank and file). By default `st`.
   virtual Status PartError(size_t i, int piece, const Status& st) const {

@@ -24,7 +24,8 @@ Status WriterLock::Acquire(const std::string& path) {
     if (fd < 0) {  // no such folder, no permission, read-only: not a writer
       const std::string e = std::strerror(errno);
       signal_cleanup::EndChange();
-      return IoError("cannot save to '" + path + "': cannot create its lock file '" + lock_ + "': " + e);
+      return IoError("cannot save to '" + path + "': cannot create its lock file '" + lock_ +
+                     "': " + e);
     }
     struct flock fl = {};
     fl.l_type = F_WRLCK;
@@ -37,24 +38,28 @@ Status WriterLock::Acquire(const std::string& path) {
       (void)WriterLockHeld(lock_, &holder);
       if (e == EAGAIN || e == EACCES)
         return IoError("writer-locked: '" + path + "' is being written by another writer (" +
-                       (holder.empty() ? std::string("lock file") : holder) + "; lock file '" + lock_ +
-                       "', held by a running process); the second writer is refused");
-      return IoError("cannot save to '" + path + "': cannot lock '" + lock_ + "': " + std::strerror(e));
+                       (holder.empty() ? std::string("lock file") : holder) + "; lock file '" +
+                       lock_ + "', held by a running process); the second writer is refused");
+      return IoError("cannot save to '" + path + "': cannot lock '" + lock_ +
+                     "': " + std::strerror(e));
     }
     // The file locked must still be the one at the name: a writer releasing its lock
     // removes the name first, and a new writer may have created another since.
     struct stat at_fd, at_name;
-    if (::fstat(fd, &at_fd) != 0 || ::stat(lock_.c_str(), &at_name) != 0 || at_fd.st_ino != at_name.st_ino ||
-        at_fd.st_dev != at_name.st_dev) {
+    if (::fstat(fd, &at_fd) != 0 || ::stat(lock_.c_str(), &at_name) != 0 ||
+        at_fd.st_ino != at_name.st_ino || at_fd.st_dev != at_name.st_dev) {
       ::close(fd);
       signal_cleanup::EndChange();
       continue;
     }
     char buf[256] = {};
-    std::string left(buf, static_cast<size_t>(std::max<ssize_t>(0, ::pread(fd, buf, sizeof buf - 1, 0))));
+    std::string left(
+        buf, static_cast<size_t>(std::max<ssize_t>(0, ::pread(fd, buf, sizeof buf - 1, 0))));
     while (!left.empty() && (left.back() == '\n' || left.back() == ' ')) left.pop_back();
     const std::string who = "pid " + std::to_string(::getpid()) + " on " + HostName() + "\n";
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) < 0) { /* informative only */ }
+    if (::ftruncate(fd, 0) != 0 ||
+        ::pwrite(fd, who.data(), who.size(), 0) < 0) { /* informative only */
+    }
     cleanup_slot_ = signal_cleanup::Register(lock_);
     signal_cleanup::EndChange();
     fd_ = fd;

@@ -88,8 +88,13 @@ ZSTD_DCtx_s* ThreadZstdDCtx() { return ThreadZstd().d; }
 void RegisterZstdFilter() {
   static std::once_flag once;
   std::call_once(once, [] {
-    static const H5Z_class2_t cls = {H5Z_CLASS_T_VERS, static_cast<H5Z_filter_t>(kH5FilterZstd),
-                                     1, 1, "Zstandard (seedstore)", nullptr, nullptr,
+    static const H5Z_class2_t cls = {H5Z_CLASS_T_VERS,
+                                     static_cast<H5Z_filter_t>(kH5FilterZstd),
+                                     1,
+                                     1,
+                                     "Zstandard (seedstore)",
+                                     nullptr,
+                                     nullptr,
                                      ZstdFilter};
     if (H5Zfilter_avail(kH5FilterZstd) <= 0) H5Zregister(&cls);
   });
@@ -97,17 +102,28 @@ void RegisterZstdFilter() {
 
 const char* FilterName(int id) {
   switch (id) {
-    case 1: return "deflate";
-    case 2: return "shuffle";
-    case 3: return "fletcher32";
-    case 4: return "szip";
-    case 5: return "nbit";
-    case 6: return "scaleoffset";
-    case 307: return "bzip2";
-    case 32001: return "blosc";
-    case 32004: return "lz4";
-    case 32015: return "zstd";
-    default: return "unknown";
+    case 1:
+      return "deflate";
+    case 2:
+      return "shuffle";
+    case 3:
+      return "fletcher32";
+    case 4:
+      return "szip";
+    case 5:
+      return "nbit";
+    case 6:
+      return "scaleoffset";
+    case 307:
+      return "bzip2";
+    case 32001:
+      return "blosc";
+    case 32004:
+      return "lz4";
+    case 32015:
+      return "zstd";
+    default:
+      return "unknown";
   }
 }
 

@@ -57,7 +57,7 @@ SEEDSTORE_HD void GenerateChunk(const SamplerParams& p, uint64_t i, StorageT<D>*
       w[4 * b + 3] = x.v[3];
     }
     if constexpr (PB == 4) {
-    SEEDSTORE_UNROLL
+      SEEDSTORE_UNROLL
       for (int k = 0; k < V; ++k) {
         uint32_t x = w[k];
         if constexpr (!kAligned) {  // static indices only: selects, no local memory
@@ -68,7 +68,7 @@ SEEDSTORE_HD void GenerateChunk(const SamplerParams& p, uint64_t i, StorageT<D>*
         v[k] = sampler_detail::PhiloxFromWord<X, D>(p, x);
       }
     } else {
-    SEEDSTORE_UNROLL
+      SEEDSTORE_UNROLL
       for (int k = 0; k < V; ++k) {
         uint32_t hi = w[2 * k], lo = w[2 * k + 1];
         if constexpr (!kAligned) {
@@ -95,7 +95,7 @@ SEEDSTORE_HD void Store16(T* dst, const T* v, bool vec_ok) {
 #else
   (void)vec_ok;
 #endif
-    SEEDSTORE_UNROLL
+  SEEDSTORE_UNROLL
   for (int k = 0; k < V; ++k) dst[k] = v[k];
 }
 
@@ -111,7 +111,7 @@ SEEDSTORE_HD void Load16(const T* src, T* v, bool vec_ok) {
 #else
   (void)vec_ok;
 #endif
-    SEEDSTORE_UNROLL
+  SEEDSTORE_UNROLL
   for (int k = 0; k < V; ++k) v[k] = src[k];
 }
 
@@ -151,7 +151,7 @@ SEEDSTORE_HD void MaterializeChunk(const SamplerParams& p, const RunMap& m, uint
     if (out) Store16(out + a, v, vec_ok);
     if constexpr (kHash) {
       uint64_t t0 = 0, t1 = 0;
-    SEEDSTORE_UNROLL
+      SEEDSTORE_UNROLL
       for (int k = 0; k < V; ++k) {
         const Fingerprint h = HashElement(i + k, ValueBits(v[k]), seed);
         t0 += h.lane0;
@@ -173,8 +173,8 @@ SEEDSTORE_HD void MaterializeChunk(const SamplerParams& p, const RunMap& m, uint
 
 /// Fingerprint work of chunk c of a buffer holding the region's elements (T = storage word).
 template <class T>
-SEEDSTORE_HD_NOINLINE Fingerprint SlowHashChunk(const RunMap& m, uint64_t a, int n,
-                                                const T* data, uint64_t seed) {
+SEEDSTORE_HD_NOINLINE Fingerprint SlowHashChunk(const RunMap& m, uint64_t a, int n, const T* data,
+                                                uint64_t seed) {
   Fingerprint f;
   for (int k = 0; k < n; ++k) {
     uint64_t room;

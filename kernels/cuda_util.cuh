@@ -23,18 +23,17 @@ inline KernelStatus CudaError(cudaError_t e, const char* what, const char* file,
 }
 
 /// Returns a kCuda KernelStatus naming file:line, the call and CUDA's message (H3).
-#define SEEDSTORE_CUDA_RETURN(expr)                                                       \
-  do {                                                                                    \
-    const cudaError_t seedstore_cuda_err_ = (expr);                                       \
-    if (seedstore_cuda_err_ != cudaSuccess)                                               \
-      return ::seedstore::cuda_detail::CudaError(seedstore_cuda_err_, #expr, __FILE__,    \
-                                                 __LINE__);                               \
+#define SEEDSTORE_CUDA_RETURN(expr)                                                               \
+  do {                                                                                            \
+    const cudaError_t seedstore_cuda_err_ = (expr);                                               \
+    if (seedstore_cuda_err_ != cudaSuccess)                                                       \
+      return ::seedstore::cuda_detail::CudaError(seedstore_cuda_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 /// Returns the KernelStatus of `expr` when it is an error.
-#define SEEDSTORE_KERNEL_TRY(expr)                           \
-  do {                                                       \
-    ::seedstore::KernelStatus seedstore_kernel_s_ = (expr);  \
+#define SEEDSTORE_KERNEL_TRY(expr)                             \
+  do {                                                         \
+    ::seedstore::KernelStatus seedstore_kernel_s_ = (expr);    \
     if (!seedstore_kernel_s_.ok()) return seedstore_kernel_s_; \
   } while (0)
 

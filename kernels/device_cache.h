@@ -13,9 +13,10 @@ namespace seedstore {
 /// multiprocessors at `per_sm` resident blocks each (at least 1), never more than the work
 /// needs, at least 1.
 inline int GridBlocks(uint64_t work, int threads, int sms, int per_sm) {
-  const uint64_t full = static_cast<uint64_t>(sms > 0 ? sms : 1) *
-                        static_cast<uint64_t>(per_sm > 0 ? per_sm : 1);
-  const uint64_t need = (work + static_cast<uint64_t>(threads) - 1) / static_cast<uint64_t>(threads);
+  const uint64_t full =
+      static_cast<uint64_t>(sms > 0 ? sms : 1) * static_cast<uint64_t>(per_sm > 0 ? per_sm : 1);
+  const uint64_t need =
+      (work + static_cast<uint64_t>(threads) - 1) / static_cast<uint64_t>(threads);
   const uint64_t b = need < full ? need : full;
   return b < 1 ? 1 : static_cast<int>(b);
 }

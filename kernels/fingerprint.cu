@@ -10,8 +10,8 @@ namespace {
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    FingerprintKernel(const __grid_constant__ RunMap m, const T* __restrict__ d_data,
-                      bool vec_ok, uint64_t seed, uint64_t* d_acc) {
+    FingerprintKernel(const __grid_constant__ RunMap m, const T* __restrict__ d_data, bool vec_ok,
+                      uint64_t seed, uint64_t* d_acc) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));
   const uint64_t chunks = m.count / V + (m.count % V != 0 ? 1 : 0);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -82,8 +82,8 @@ KernelStatus WithAccumulator(cudaStream_t stream, Fingerprint* h_result, F&& enq
 
 using namespace cuda_detail;
 
-KernelStatus FingerprintCudaAsync(DType dtype, const Region& r, const void* d_data,
-                                  uint64_t seed, void* stream, uint64_t* d_acc) {
+KernelStatus FingerprintCudaAsync(DType dtype, const Region& r, const void* d_data, uint64_t seed,
+                                  void* stream, uint64_t* d_acc) {
   if (static_cast<int>(dtype) >= kNumDTypes) return Invalid("FingerprintCuda: unknown dtype");
   SEEDSTORE_KERNEL_TRY(CheckRegion(r));
   if (d_acc == nullptr) return Invalid("FingerprintCuda: d_acc is null");
@@ -93,10 +93,14 @@ KernelStatus FingerprintCudaAsync(DType dtype, const Region& r, const void* d_da
   SEEDSTORE_KERNEL_TRY(NeedDevice());
   const cudaStream_t st = AsStream(stream);
   switch (DTypeSize(dtype)) {
-    case 8: return LaunchFingerprint<uint64_t>(r, d_data, seed, st, d_acc);
-    case 4: return LaunchFingerprint<uint32_t>(r, d_data, seed, st, d_acc);
-    case 2: return LaunchFingerprint<uint16_t>(r, d_data, seed, st, d_acc);
-    default: return LaunchFingerprint<uint8_t>(r, d_data, seed, st, d_acc);
+    case 8:
+      return LaunchFingerprint<uint64_t>(r, d_data, seed, st, d_acc);
+    case 4:
+      return LaunchFingerprint<uint32_t>(r, d_data, seed, st, d_acc);
+    case 2:
+      return LaunchFingerprint<uint16_t>(r, d_data, seed, st, d_acc);
+    default:
+      return LaunchFingerprint<uint8_t>(r, d_data, seed, st, d_acc);
   }
 }
 
@@ -117,9 +121,8 @@ KernelStatus FingerprintCuda(DType dtype, const Region& r, const void* d_data, u
   });
 }
 
-KernelStatus MaterializeFingerprintCudaAsync(const SamplerParams& p, const Region& r,
-                                             void* d_out, uint64_t seed, void* stream,
-                                             uint64_t* d_acc) {
+KernelStatus MaterializeFingerprintCudaAsync(const SamplerParams& p, const Region& r, void* d_out,
+                                             uint64_t seed, void* stream, uint64_t* d_acc) {
   SEEDSTORE_KERNEL_TRY(CheckSampler(p));
   SEEDSTORE_KERNEL_TRY(CheckRegion(r));
   if (d_acc == nullptr) return Invalid("MaterializeFingerprintCuda: d_acc is null");

@@ -30,8 +30,9 @@ KernelStatus CheckSampler(const SamplerParams& p) {
   if (static_cast<int>(p.dist) > static_cast<int>(Dist::kOnes))
     return Invalid("sampler: unknown distribution");
   if (!Supported(p.dist, p.dtype))
-    return Invalid("sampler: distribution not supported for this dtype (bits needs an "
-                   "unsigned dtype; uniform/normal/truncated_normal need a float dtype)");
+    return Invalid(
+        "sampler: distribution not supported for this dtype (bits needs an "
+        "unsigned dtype; uniform/normal/truncated_normal need a float dtype)");
   return Ok();
 }
 
@@ -59,8 +60,8 @@ __global__ void PhiloxKatKernel(size_t n, const uint32_t* in, uint32_t* out) {
   for (int k = 0; k < 4; ++k) out[4 * j + k] = w.v[k];
 }
 
-__global__ void HashKatKernel(size_t n, const uint64_t* index, const uint64_t* bits,
-                              uint64_t seed, uint64_t* out) {
+__global__ void HashKatKernel(size_t n, const uint64_t* index, const uint64_t* bits, uint64_t seed,
+                              uint64_t* out) {
   const size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= n) return;
   const Fingerprint h = HashElement(index[j], bits[j], seed);
@@ -129,8 +130,7 @@ KernelStatus CudaUseDevice(int device) {
   return Ok();
 }
 
-KernelStatus MaterializeCuda(const SamplerParams& p, const Region& r, void* d_out,
-                             void* stream) {
+KernelStatus MaterializeCuda(const SamplerParams& p, const Region& r, void* d_out, void* stream) {
   SEEDSTORE_KERNEL_TRY(CheckSampler(p));
   SEEDSTORE_KERNEL_TRY(CheckRegion(r));
   if (r.Count() == 0) return Ok();

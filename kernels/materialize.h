@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
-#include "gen/fingerprint.h"
 #include <functional>
 #include <vector>
+#include "gen/fingerprint.h"
 
 #include "gen/region.h"
 #include "gen/sampler.h"
@@ -68,8 +68,8 @@ KernelStatus FingerprintCuda(DType dtype, const Region& r, const void* d_data, u
 
 /// Asynchronous form: adds the fingerprint into d_acc[0] (lane0) and d_acc[1] (lane1), two
 /// uint64 in device memory that the caller zeroed. Many tensors can share one accumulator.
-KernelStatus FingerprintCudaAsync(DType dtype, const Region& r, const void* d_data,
-                                  uint64_t seed, void* stream, uint64_t* d_acc);
+KernelStatus FingerprintCudaAsync(DType dtype, const Region& r, const void* d_data, uint64_t seed,
+                                  void* stream, uint64_t* d_acc);
 
 /// Materialize and fingerprint in one pass: equal to MaterializeCuda then FingerprintCuda,
 /// reading nothing back from memory. d_out may be null: values are then only hashed
@@ -78,9 +78,8 @@ KernelStatus MaterializeFingerprintCuda(const SamplerParams& p, const Region& r,
                                         uint64_t seed, void* stream, Fingerprint* h_result);
 
 /// Asynchronous fused form; adds into d_acc as FingerprintCudaAsync.
-KernelStatus MaterializeFingerprintCudaAsync(const SamplerParams& p, const Region& r,
-                                             void* d_out, uint64_t seed, void* stream,
-                                             uint64_t* d_acc);
+KernelStatus MaterializeFingerprintCudaAsync(const SamplerParams& p, const Region& r, void* d_out,
+                                             uint64_t seed, void* stream, uint64_t* d_acc);
 
 /// Fills h_dst (pinned host memory) with `n` bytes of the stream starting at byte `offset`;
 /// returns false and sets *error on failure.

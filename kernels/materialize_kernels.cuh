@@ -43,8 +43,8 @@ KernelStatus LaunchMaterializeKernel(const SamplerParams& p, const RunMap& m, vo
 /// Launches the materialize kernel for p's (generator, dist, dtype) over a non-empty region.
 /// Picks the Philox-block-aligned variant when every run starts on a block boundary.
 template <bool kHash>
-KernelStatus LaunchMaterialize(const SamplerParams& p, const Region& r, void* d_out,
-                               uint64_t seed, cudaStream_t stream, uint64_t* d_acc) {
+KernelStatus LaunchMaterialize(const SamplerParams& p, const Region& r, void* d_out, uint64_t seed,
+                               cudaStream_t stream, uint64_t* d_acc) {
   const RunMap m = MakeRunMap(r);
   return VisitSampler(p, [&](auto g, auto x, auto d) -> KernelStatus {
     constexpr Generator G = std::decay_t<decltype(g)>::value;

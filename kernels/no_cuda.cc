@@ -25,8 +25,8 @@ KernelStatus FingerprintCuda(DType, const Region&, const void*, uint64_t, void*,
 KernelStatus FingerprintCudaAsync(DType, const Region&, const void*, uint64_t, void*, uint64_t*) {
   return NoCuda();
 }
-KernelStatus MaterializeFingerprintCuda(const SamplerParams&, const Region&, void*, uint64_t,
-                                        void*, Fingerprint*) {
+KernelStatus MaterializeFingerprintCuda(const SamplerParams&, const Region&, void*, uint64_t, void*,
+                                        Fingerprint*) {
   return NoCuda();
 }
 KernelStatus MaterializeFingerprintCudaAsync(const SamplerParams&, const Region&, void*, uint64_t,

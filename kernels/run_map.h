@@ -35,11 +35,11 @@ struct FastDivU64 {
 /// contiguous tensor, a flat range or a row-contiguous shard is a single run. Built on the
 /// host by MakeRunMap; passed by value to kernels.
 struct RunMap {
-  uint64_t count = 0;     // elements in the region
-  uint64_t run_len = 1;   // elements per run (innermost merged extent)
+  uint64_t count = 0;       // elements in the region
+  uint64_t run_len = 1;     // elements per run (innermost merged extent)
   uint64_t last_start = 0;  // global flat offset of the innermost merged dim's start
-  int rank = 1;           // merged dims (>= 1)
-  FastDivU64 run_div;     // divides by run_len
+  int rank = 1;             // merged dims (>= 1)
+  FastDivU64 run_div;       // divides by run_len
   // Outer merged dims d = 0 .. rank-2 (outermost first).
   uint64_t start[kMaxRank] = {}, ext[kMaxRank] = {}, stride[kMaxRank] = {};
   FastDivU64 ext_div[kMaxRank];

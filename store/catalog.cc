@@ -17,7 +17,8 @@ uint64_t TensorRecord::NumElements() const {
 
 uint64_t TensorRecord::fp_seed() const {
   if (!piece) return FingerprintSeed(name, dtype, shape);
-  return FingerprintSeed(name, dtype, std::vector<uint64_t>(piece->shape, piece->shape + piece->rank));
+  return FingerprintSeed(name, dtype,
+                         std::vector<uint64_t>(piece->shape, piece->shape + piece->rank));
 }
 
 std::vector<Region> TensorRecord::FrameRegions(const Region& r) const {
@@ -29,7 +30,8 @@ std::vector<Region> TensorRecord::FrameRegions(const Region& r) const {
     g.end = p.begin + (r.flat ? r.end : r.stop[0]);
     return {g};
   }
-  std::vector<Region> local = r.flat ? FlatRangeToBoxes(shape, r.begin, r.end) : std::vector<Region>{r};
+  std::vector<Region> local =
+      r.flat ? FlatRangeToBoxes(shape, r.begin, r.end) : std::vector<Region>{r};
   for (Region& b : local) {
     Region g = p;
     for (int d = 0; d < p.rank; ++d) {
@@ -66,12 +68,16 @@ Status ReadByBoxes(const TensorRecord& t, const Region& r, void* out,
 Status CheckWholeTensor(const Catalog& c, const TensorRecord& t, const std::string& what) {
   if (!t.piece) return Status::Ok();
   std::string global;
-  for (int d = 0; d < t.piece->rank; ++d) global += (d ? ", " : "") + std::to_string(t.piece->shape[d]);
-  return InvalidArgument(what + ": source '" + c.origin() + "' tensor " + Quoted(t.name) + " is a piece " +
-                         DescribeRegion(*t.piece) + " of a [" + global +
-                         "] tensor (a rank's file: a distributed save's rank file or a rank's safetensors "
-                         "shard file), and " + what + " needs whole tensors: give the whole model instead -- for "
-                         "a distributed save, its master (reshard the save's master, not a rank file)");
+  for (int d = 0; d < t.piece->rank; ++d)
+    global += (d ? ", " : "") + std::to_string(t.piece->shape[d]);
+  return InvalidArgument(
+      what + ": source '" + c.origin() + "' tensor " + Quoted(t.name) + " is a piece " +
+      DescribeRegion(*t.piece) + " of a [" + global +
+      "] tensor (a rank's file: a distributed save's rank file or a rank's safetensors "
+      "shard file), and " +
+      what +
+      " needs whole tensors: give the whole model instead -- for "
+      "a distributed save, its master (reshard the save's master, not a rank file)");
 }
 
 Status CheckRegionIn(const TensorRecord& t, const Region& r) {
@@ -80,11 +86,12 @@ Status CheckRegionIn(const TensorRecord& t, const Region& r) {
     return InvalidArgument(w + ": region has rank " + std::to_string(r.rank) + ", tensor has " +
                            std::to_string(t.shape.size()));
   for (int d = 0; d < r.rank; ++d) {
-    if (r.shape[d] != t.shape[d]) return InvalidArgument(w + ": region shape differs at dim " + std::to_string(d));
+    if (r.shape[d] != t.shape[d])
+      return InvalidArgument(w + ": region shape differs at dim " + std::to_string(d));
     if (!r.flat && (r.start[d] > r.stop[d] || r.stop[d] > t.shape[d]))
-      return InvalidArgument(w + ": region dim " + std::to_string(d) + " [" + std::to_string(r.start[d]) +
-                             ":" + std::to_string(r.stop[d]) + "] is outside [0:" +
-                             std::to_string(t.shape[d]) + "]");
+      return InvalidArgument(w + ": region dim " + std::to_string(d) + " [" +
+                             std::to_string(r.start[d]) + ":" + std::to_string(r.stop[d]) +
+                             "] is outside [0:" + std::to_string(t.shape[d]) + "]");
   }
   if (r.flat && (r.begin > r.end || r.end > t.NumElements()))
     return InvalidArgument(w + ": flat range is outside the tensor");
@@ -103,7 +110,8 @@ uint64_t FlatSpan(const Region& b) {
 // Splits box `b` into boxes of at most `max_bytes` (halving its outermost dimension of extent
 // > 1, recursively), in row-major order of their elements. by_span: measured by the flat
 // indices each box spans (FlatSpan) instead of by its elements.
-void SplitBox(const Region& b, size_t es, uint64_t max_bytes, std::vector<Region>* out, bool by_span = false) {
+void SplitBox(const Region& b, size_t es, uint64_t max_bytes, std::vector<Region>* out,
+              bool by_span = false) {
   int d = 0;
   while (d < b.rank && b.stop[d] - b.start[d] <= 1) ++d;
   if ((by_span ? FlatSpan(b) : b.Count()) * es <= max_bytes || d == b.rank) {
@@ -146,8 +154,8 @@ Result<Fingerprint> FingerprintBySlabs(const Catalog& c, size_t i, const Region&
   return f;
 }
 
-Result<Fingerprint> FingerprintBoxOfFlatPiece(const Catalog& c, size_t i, const Region& g, CpuOptions o,
-                                              uint64_t slab_bytes) {
+Result<Fingerprint> FingerprintBoxOfFlatPiece(const Catalog& c, size_t i, const Region& g,
+                                              CpuOptions o, uint64_t slab_bytes) {
   const TensorRecord& t = c.tensors().at(i);
   std::string w = "'";  // (one + chain here trips GCC 12's -Wrestrict)
   w += c.origin();
@@ -157,13 +165,16 @@ Result<Fingerprint> FingerprintBoxOfFlatPiece(const Catalog& c, size_t i, const 
     return InvalidArgument(w + " is not a flat piece of a larger tensor");
   const Region& p = *t.piece;
   bool same = !g.flat && g.rank == p.rank;
-  for (int d = 0; same && d < g.rank; ++d) same = g.shape[d] == p.shape[d] && g.start[d] <= g.stop[d] && g.stop[d] <= g.shape[d];
-  if (!same) return InvalidArgument(w + ": " + DescribeRegion(g) + " is not a box of its global tensor");
+  for (int d = 0; same && d < g.rank; ++d)
+    same = g.shape[d] == p.shape[d] && g.start[d] <= g.stop[d] && g.stop[d] <= g.shape[d];
+  if (!same)
+    return InvalidArgument(w + ": " + DescribeRegion(g) + " is not a box of its global tensor");
   Fingerprint f;
   if (g.Count() == 0) return f;
   const uint64_t first = g.RunBase(0);
   if (first < p.begin || first + FlatSpan(g) > p.end)
-    return InvalidArgument(w + ": the box " + DescribeRegion(g) + " is not inside its piece " + DescribeRegion(p));
+    return InvalidArgument(w + ": the box " + DescribeRegion(g) + " is not inside its piece " +
+                           DescribeRegion(p));
   const size_t es = DTypeSize(t.dtype);
   std::vector<Region> slabs;
   SplitBox(g, es, std::max<uint64_t>(slab_bytes, es), &slabs, /*by_span=*/true);
@@ -252,7 +263,8 @@ int Catalog::Find(const std::string& name) const {
   return -1;
 }
 
-Result<std::unique_ptr<SpecCatalog>> SpecCatalog::Create(const ModelSpec& spec, std::string origin) {
+Result<std::unique_ptr<SpecCatalog>> SpecCatalog::Create(const ModelSpec& spec,
+                                                         std::string origin) {
   auto c = std::make_unique<SpecCatalog>();
   c->spec_ = spec;
   c->origin_ = std::move(origin);

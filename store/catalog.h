@@ -1,8 +1,8 @@
 // A catalog: the tensors of a model, each lazy (init spec) or dense (stored bytes), any region
 // of which can be read. Spec files and store files (io/) both present themselves as one.
 #pragma once
-#include <initializer_list>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,7 +22,7 @@ struct TensorRecord {
   std::string name;
   std::vector<uint64_t> shape;
   DType dtype = DType::kF32;
-  std::optional<LazyTensor> lazy;  // set for lazy tensors
+  std::optional<LazyTensor> lazy;          // set for lazy tensors
   std::optional<Fingerprint> fingerprint;  // the recorded whole-tensor fingerprint, if any
   /// Set when this (dense) tensor is a piece of a larger tensor of the same name and dtype --
   /// a rank file's shard in a distributed save (docs/FORMAT.md 4.1, "piece"): the piece's
@@ -44,7 +44,8 @@ struct TensorRecord {
 
 /// Fingerprint of `data`, the row-major elements of region `r` of tensor `t` (its own
 /// indices), in t's frame (TensorRecord::FrameRegions).
-Fingerprint FingerprintOf(const TensorRecord& t, const Region& r, const void* data, CpuOptions o = {});
+Fingerprint FingerprintOf(const TensorRecord& t, const Region& r, const void* data,
+                          CpuOptions o = {});
 
 /// Reads region `r` of tensor `t` into `out` (row-major) box by box: `r` itself, or the boxes
 /// of a flat range in order (FlatRangeToBoxes), each written by read_box(box, dst) at its
@@ -101,8 +102,7 @@ class Catalog {
   virtual Status Read(size_t i, const Region& r, void* out, CpuOptions o = {}) const = 0;
   /// Fingerprint of region `r` of tensor `i`. Lazy: generated and hashed without a full buffer.
   /// Dense, by default: read and hashed at most 64 MiB at a time (FingerprintBySlabs).
-  virtual Result<Fingerprint> FingerprintRegion(size_t i, const Region& r,
-                                                CpuOptions o = {}) const;
+  virtual Result<Fingerprint> FingerprintRegion(size_t i, const Region& r, CpuOptions o = {}) const;
   /// Region `r` of tensor `i` where the catalog holds exactly its elements row-major in host
   /// memory (valid while the catalog lives), so a writer may encode them in place; else
   /// null, and Read copies them. By default null.
@@ -156,7 +156,8 @@ Result<Fingerprint> FingerprintBySlabs(const Catalog& c, size_t i, const Region&
 /// flat range each part spans), so at most once per element of the piece. INVALID_ARGUMENT
 /// naming the source and tensor when the tensor is no flat piece or `g` is no box of its
 /// global tensor lying inside the piece's range.
-Result<Fingerprint> FingerprintBoxOfFlatPiece(const Catalog& c, size_t i, const Region& g, CpuOptions o = {},
+Result<Fingerprint> FingerprintBoxOfFlatPiece(const Catalog& c, size_t i, const Region& g,
+                                              CpuOptions o = {},
                                               uint64_t slab_bytes = uint64_t{64} << 20);
 
 /// A catalog of lazy tensors from a spec (the JSON spec file).

@@ -158,8 +158,10 @@ json ParseJson(std::string_view text, std::string* error) {
           f.key = parsed.get<std::string>();
           if (!f.keys.insert(f.key).second && duplicate.empty()) {
             const std::string at = PointerOf(frames);
-            duplicate = "duplicate key " + Printable(json(f.key).dump(-1, ' ', false, json::error_handler_t::replace)) +
-                        (at.empty() ? " in the top-level object" : " in the object at " + Printable(at));
+            duplicate =
+                "duplicate key " +
+                Printable(json(f.key).dump(-1, ' ', false, json::error_handler_t::replace)) +
+                (at.empty() ? " in the top-level object" : " in the object at " + Printable(at));
           }
         }
         break;

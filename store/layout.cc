@@ -98,8 +98,8 @@ Result<int> ParseAxisName(const Mesh& mesh, const json& j, const std::string& wh
   if (a < 0) {
     std::string list;
     for (const auto& n : mesh.axes()) list += (list.empty() ? "" : ", ") + n;
-    return Bad(where, "unknown mesh axis " + Quoted(name) + " (mesh axes: " +
-                          (list.empty() ? "none" : list) + ")");
+    return Bad(where, "unknown mesh axis " + Quoted(name) +
+                          " (mesh axes: " + (list.empty() ? "none" : list) + ")");
   }
   return a;
 }
@@ -192,11 +192,10 @@ Result<Mesh> ParseMesh(const json& j) {
   if (j.contains("devices")) {
     const json& jd = j["devices"];
     if (!jd.is_array())
-      return Bad("mesh.devices", std::string("expected a flat list of ranks, got ") +
-                                     TypeName(jd) + " " + Show(jd));
+      return Bad("mesh.devices", std::string("expected a flat list of ranks, got ") + TypeName(jd) +
+                                     " " + Show(jd));
     for (size_t i = 0; i < jd.size(); ++i) {
-      SEEDSTORE_ASSIGN_OR_RETURN(int d,
-                                 ParseInt(jd[i], "mesh.devices[" + std::to_string(i) + "]"));
+      SEEDSTORE_ASSIGN_OR_RETURN(int d, ParseInt(jd[i], "mesh.devices[" + std::to_string(i) + "]"));
       devices.push_back(d);
     }
     if (devices.empty()) return Bad("mesh.devices", "empty list (omit the field for 0..N-1)");
@@ -226,8 +225,8 @@ Result<PlacementRule> ParseRule(const Mesh& mesh, const json& j, const std::stri
     const json& js = j["spec"];
     const std::string w = where + ".spec";
     if (!js.is_array())
-      return Bad(w, std::string("expected a list (one entry per tensor dim), got ") +
-                        TypeName(js) + " " + Show(js));
+      return Bad(w, std::string("expected a list (one entry per tensor dim), got ") + TypeName(js) +
+                        " " + Show(js));
     p.kind = Placement::Kind::kSpec;
     for (size_t d = 0; d < js.size(); ++d) {
       const std::string wd = w + "[" + std::to_string(d) + "]";
@@ -242,8 +241,8 @@ Result<PlacementRule> ParseRule(const Mesh& mesh, const json& j, const std::stri
     const json& jt = j["dtensor"];
     const std::string w = where + ".dtensor";
     if (!jt.is_array())
-      return Bad(w, std::string("expected a list (one entry per mesh axis), got ") +
-                        TypeName(jt) + " " + Show(jt));
+      return Bad(w, std::string("expected a list (one entry per mesh axis), got ") + TypeName(jt) +
+                        " " + Show(jt));
     p.kind = Placement::Kind::kDTensor;
     for (size_t i = 0; i < jt.size(); ++i) {
       SEEDSTORE_ASSIGN_OR_RETURN(Placement::DTensorEntry e,
@@ -342,9 +341,9 @@ Result<Mesh> Mesh::Create(std::vector<std::string> axes, std::vector<int> shape,
     for (size_t k = 0; k < i; ++k)
       if (axes[k] == axes[i]) return Bad(w, "axis name " + Quoted(axes[i]) + " repeated");
     if (shape[i] < 1)
-      return Bad("mesh.shape[" + std::to_string(i) + "]",
-                 "size of axis " + Quoted(axes[i]) + " must be positive, got " +
-                     std::to_string(shape[i]));
+      return Bad(
+          "mesh.shape[" + std::to_string(i) + "]",
+          "size of axis " + Quoted(axes[i]) + " must be positive, got " + std::to_string(shape[i]));
     world *= shape[i];
     if (world > INT_MAX)
       return Bad("mesh.shape", "world size exceeds " + std::to_string(INT_MAX) + " ranks");
@@ -417,10 +416,9 @@ Result<Layout> Layout::Create(Mesh mesh, std::vector<PlacementRule> rules, bool 
         break;
       case Placement::Kind::kDTensor:
         if (static_cast<int>(p.dtensor.size()) != mesh.num_axes())
-          return Bad(where + ".dtensor",
-                     "has " + std::to_string(p.dtensor.size()) +
-                         " entries, expected one per mesh axis (" +
-                         std::to_string(mesh.num_axes()) + ")");
+          return Bad(where + ".dtensor", "has " + std::to_string(p.dtensor.size()) +
+                                             " entries, expected one per mesh axis (" +
+                                             std::to_string(mesh.num_axes()) + ")");
         break;
       case Placement::Kind::kFlat:
         SEEDSTORE_RETURN_IF_ERROR(CheckAxes(mesh, p.flat_axes, where + ".flat", &used));
@@ -436,8 +434,8 @@ Result<Layout> Layout::Create(Mesh mesh, std::vector<PlacementRule> rules, bool 
 
 Result<Layout> Layout::FromJson(const json& j) {
   if (!j.is_object())
-    return InvalidArgument(std::string("layout: expected a JSON object, got ") + TypeName(j) +
-                           " " + Show(j));
+    return InvalidArgument(std::string("layout: expected a JSON object, got ") + TypeName(j) + " " +
+                           Show(j));
   SEEDSTORE_RETURN_IF_ERROR(CheckKeys(j, "top level", {"mesh", "placements", "strict"}));
   if (!j.contains("mesh")) return InvalidArgument("layout: missing field 'mesh'");
   SEEDSTORE_ASSIGN_OR_RETURN(Mesh mesh, ParseMesh(j["mesh"]));
@@ -452,8 +450,8 @@ Result<Layout> Layout::FromJson(const json& j) {
   if (j.contains("placements")) {
     const json& jp = j["placements"];
     if (!jp.is_array())
-      return Bad("placements", std::string("expected a list of rules, got ") + TypeName(jp) +
-                                   " " + Show(jp));
+      return Bad("placements",
+                 std::string("expected a list of rules, got ") + TypeName(jp) + " " + Show(jp));
     for (size_t i = 0; i < jp.size(); ++i) {
       SEEDSTORE_ASSIGN_OR_RETURN(PlacementRule r,
                                  ParseRule(mesh, jp[i], "placements[" + std::to_string(i) + "]"));
@@ -473,7 +471,8 @@ Result<Layout> Layout::Parse(std::string_view text, std::string_view origin) {
 }
 
 Result<Layout> Layout::Load(const std::string& path) {
-  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "layout file " + Quoted(path)));
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text,
+                             ReadTextFile(path, "layout file " + Quoted(path)));
   return Parse(text, "file " + Quoted(path));
 }
 
@@ -561,8 +560,7 @@ json Layout::ToJson() const {
 
 int Layout::MatchRule(const std::string& tensor_name) const {
   for (size_t i = 0; i < rules_.size(); ++i)
-    if (fnmatch(rules_[i].match.c_str(), tensor_name.c_str(), 0) == 0)
-      return static_cast<int>(i);
+    if (fnmatch(rules_[i].match.c_str(), tensor_name.c_str(), 0) == 0) return static_cast<int>(i);
   return -1;
 }
 
@@ -657,27 +655,26 @@ Result<Shard> Layout::ShardOf(const std::string& tensor_name, const std::vector<
                               int rank) const {
   SEEDSTORE_ASSIGN_OR_RETURN(std::vector<int> coords, mesh_.Coords(rank));
   const int ri = MatchRule(tensor_name);
-  SEEDSTORE_ASSIGN_OR_RETURN(
-      Resolved res, Resolve(mesh_, tensor_name, shape, ri < 0 ? nullptr : &rules_[ri], ri, strict_));
+  SEEDSTORE_ASSIGN_OR_RETURN(Resolved res, Resolve(mesh_, tensor_name, shape,
+                                                   ri < 0 ? nullptr : &rules_[ri], ri, strict_));
   Shard s;
   s.region = EvalRegion(mesh_, res, coords);
   for (int p = 0; p < mesh_.world_size(); ++p) {
     const int other = mesh_.devices()[p];
-    if (other == rank ||
-        SameRegion(EvalRegion(mesh_, res, CoordsOfPosition(mesh_, p)), s.region))
+    if (other == rank || SameRegion(EvalRegion(mesh_, res, CoordsOfPosition(mesh_, p)), s.region))
       s.replicas.push_back(other);
   }
   std::sort(s.replicas.begin(), s.replicas.end());
-  s.replica_index = static_cast<int>(
-      std::lower_bound(s.replicas.begin(), s.replicas.end(), rank) - s.replicas.begin());
+  s.replica_index = static_cast<int>(std::lower_bound(s.replicas.begin(), s.replicas.end(), rank) -
+                                     s.replicas.begin());
   return s;
 }
 
 Result<std::vector<Shard>> Layout::DistinctShards(const std::string& tensor_name,
                                                   const std::vector<uint64_t>& shape) const {
   const int ri = MatchRule(tensor_name);
-  SEEDSTORE_ASSIGN_OR_RETURN(
-      Resolved res, Resolve(mesh_, tensor_name, shape, ri < 0 ? nullptr : &rules_[ri], ri, strict_));
+  SEEDSTORE_ASSIGN_OR_RETURN(Resolved res, Resolve(mesh_, tensor_name, shape,
+                                                   ri < 0 ? nullptr : &rules_[ri], ri, strict_));
   std::map<std::vector<uint64_t>, size_t> index;
   std::vector<Shard> out;
   for (int p = 0; p < mesh_.world_size(); ++p) {
@@ -742,7 +739,8 @@ Result<Region> RegionFromJson(const json& j, const std::vector<uint64_t>& shape)
     return FlatRegion(shape, be[0], be[1]);
   }
   std::vector<uint64_t> st, sp;
-  if (!j.contains("start") || !j.contains("stop") || !u64s(j["start"], &st) || !u64s(j["stop"], &sp))
+  if (!j.contains("start") || !j.contains("stop") || !u64s(j["start"], &st) ||
+      !u64s(j["stop"], &sp))
     return Corrupt("bad box (start and stop must be arrays of unsigned integers)");
   if (st.size() != shape.size() || sp.size() != shape.size()) return Corrupt("bad box rank");
   for (size_t d = 0; d < shape.size(); ++d)

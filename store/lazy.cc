@@ -28,8 +28,8 @@ Status LazyTensor::CheckRegion(const Region& r) const {
   }
   if (r.flat && (r.begin > r.end || r.end > spec.NumElements()))
     return InvalidArgument(w + ": flat range [" + std::to_string(r.begin) + ":" +
-                           std::to_string(r.end) + "] is outside [0:" +
-                           std::to_string(spec.NumElements()) + "]");
+                           std::to_string(r.end) +
+                           "] is outside [0:" + std::to_string(spec.NumElements()) + "]");
   return Status::Ok();
 }
 

@@ -40,8 +40,8 @@ SelfTestCase Philox(const char* name, const uint32_t c[4], const uint32_t k[2],
 }
 
 // Samples `n` elements of a tensor built from the arguments and compares their storage bits.
-SelfTestCase Sample(const char* name, DType dt, const char* dist_json_name, Dist dist,
-                    double scale, KeySpec key, const std::vector<uint64_t>& want) {
+SelfTestCase Sample(const char* name, DType dt, const char* dist_json_name, Dist dist, double scale,
+                    KeySpec key, const std::vector<uint64_t>& want) {
   TensorSpec t;
   t.name = name;
   t.shape = {want.size()};
@@ -145,7 +145,8 @@ std::vector<SelfTestCase> RunSelfTest() {
         detail = "record " + std::to_string(i) + " differs from libxxhash";
       }
     }
-    r.push_back({"fingerprint record hash == XXH3_128bits_withSeed (64 random records)", ok, detail});
+    r.push_back(
+        {"fingerprint record hash == XXH3_128bits_withSeed (64 random records)", ok, detail});
   }
   return r;
 }

@@ -27,14 +27,15 @@ constexpr NameD kDTypeNames[] = {
     {"bool", DType::kBool},
 };
 constexpr NameD kDTypeAliases[] = {
-    {"f32", DType::kF32},  {"fp32", DType::kF32}, {"f64", DType::kF64},  {"fp64", DType::kF64},
-    {"bf16", DType::kBF16}, {"f16", DType::kF16}, {"fp16", DType::kF16}, {"half", DType::kF16},
-    {"u8", DType::kU8},    {"u16", DType::kU16},  {"u32", DType::kU32},  {"u64", DType::kU64},
-    {"i8", DType::kI8},    {"i16", DType::kI16},  {"i32", DType::kI32},  {"i64", DType::kI64},
+    {"f32", DType::kF32},   {"fp32", DType::kF32}, {"f64", DType::kF64},  {"fp64", DType::kF64},
+    {"bf16", DType::kBF16}, {"f16", DType::kF16},  {"fp16", DType::kF16}, {"half", DType::kF16},
+    {"u8", DType::kU8},     {"u16", DType::kU16},  {"u32", DType::kU32},  {"u64", DType::kU64},
+    {"i8", DType::kI8},     {"i16", DType::kI16},  {"i32", DType::kI32},  {"i64", DType::kI64},
 };
 
 Status CheckFields(const json& j, const std::string& where, std::initializer_list<const char*> ok) {
-  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + JsonPreview(j));
+  if (!j.is_object())
+    return InvalidArgument(where + ": expected a JSON object, got " + JsonPreview(j));
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const char* f : ok) known = known || it.key() == f;
@@ -52,30 +53,35 @@ Result<double> GetNumber(const json& j, const char* field, double dflt, const st
   if (!std::isfinite(d)) return InvalidArgument(where + "." + field + ": must be finite");
   // Parameters are held as float64: an integer it cannot hold exactly (beyond 2^53) would
   // silently become another value (an int64 constant 2^53 + 1 became 2^53).
-  const bool inexact = v.is_number_unsigned()
-                           ? d >= 0x1p64 || static_cast<uint64_t>(d) != v.get<uint64_t>()
-                           : v.is_number_integer() && (d >= 0x1p63 || static_cast<int64_t>(d) != v.get<int64_t>());
+  const bool inexact =
+      v.is_number_unsigned()
+          ? d >= 0x1p64 || static_cast<uint64_t>(d) != v.get<uint64_t>()
+          : v.is_number_integer() && (d >= 0x1p63 || static_cast<int64_t>(d) != v.get<int64_t>());
   if (inexact)
-    return InvalidArgument(where + "." + field + ": " + v.dump() +
-                           " is not exactly a float64 (parameters are float64: integers up to 2^53, "
-                           "larger ones only where float64 holds them)");
+    return InvalidArgument(
+        where + "." + field + ": " + v.dump() +
+        " is not exactly a float64 (parameters are float64: integers up to 2^53, "
+        "larger ones only where float64 holds them)");
   return d;
 }
 
 // Round a float32 to dtype D (f32, bf16, f16) and back.
 float RoundTo(DType d, float x) {
   switch (d) {
-    case DType::kBF16: return BF16ToF32(F32ToBF16(x));
-    case DType::kF16: return F16ToF32(F32ToF16(x));
-    default: return x;
+    case DType::kBF16:
+      return BF16ToF32(F32ToBF16(x));
+    case DType::kF16:
+      return F16ToF32(F32ToF16(x));
+    default:
+      return x;
   }
 }
 
 // Next representable value of dtype d (f32/bf16/f16) after x toward +inf (up) or -inf.
 float NextAfterIn(DType d, float x, bool up) {
   if (d == DType::kF32) {
-    return std::nextafter(x, up ? std::numeric_limits<float>::infinity()
-                                : -std::numeric_limits<float>::infinity());
+    return std::nextafter(
+        x, up ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity());
   }
   // 16-bit: step the storage bits (sign-magnitude).
   uint16_t b = d == DType::kBF16 ? F32ToBF16(x) : F32ToF16(x);
@@ -94,18 +100,24 @@ float NextAfterIn(DType d, float x, bool up) {
 Result<uint64_t> ConstantBits(DType d, double v, const std::string& where) {
   const bool is_float = d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
   if (is_float && !std::isfinite(RoundTo(d, static_cast<float>(v))))
-    return InvalidArgument(where + ": value " + JsonPreview(json(v)) + " is out of range for dtype " +
-                           DTypeName(d) + " (it would be infinite)");
+    return InvalidArgument(where + ": value " + JsonPreview(json(v)) +
+                           " is out of range for dtype " + DTypeName(d) +
+                           " (it would be infinite)");
   switch (d) {
-    case DType::kF32: return FloatBits(static_cast<float>(v));
-    case DType::kF64: return BitCast<uint64_t>(v);
-    case DType::kBF16: return F32ToBF16(static_cast<float>(v));
-    case DType::kF16: return F32ToF16(static_cast<float>(v));
-    default: break;
+    case DType::kF32:
+      return FloatBits(static_cast<float>(v));
+    case DType::kF64:
+      return BitCast<uint64_t>(v);
+    case DType::kBF16:
+      return F32ToBF16(static_cast<float>(v));
+    case DType::kF16:
+      return F32ToF16(static_cast<float>(v));
+    default:
+      break;
   }
   if (v != std::floor(v))
-    return InvalidArgument(where + ": value " + JsonPreview(json(v)) + " is not an integer for dtype " +
-                           DTypeName(d));
+    return InvalidArgument(where + ": value " + JsonPreview(json(v)) +
+                           " is not an integer for dtype " + DTypeName(d));
   const int bits = DTypeSize(d) * 8;
   const bool is_unsigned = d == DType::kU8 || d == DType::kU16 || d == DType::kU32 ||
                            d == DType::kU64 || d == DType::kBool;
@@ -113,8 +125,8 @@ Result<uint64_t> ConstantBits(DType d, double v, const std::string& where) {
   double hi = is_unsigned ? std::ldexp(1.0, bits) : std::ldexp(1.0, bits - 1);
   if (d == DType::kBool) hi = 2.0;
   if (v < lo || v >= hi)
-    return InvalidArgument(where + ": value " + JsonPreview(json(v)) + " is out of range for dtype " +
-                           DTypeName(d));
+    return InvalidArgument(where + ": value " + JsonPreview(json(v)) +
+                           " is out of range for dtype " + DTypeName(d));
   const uint64_t mask = bits == 64 ? ~uint64_t{0} : ((uint64_t{1} << bits) - 1);
   if (is_unsigned) return static_cast<uint64_t>(v) & mask;
   return static_cast<uint64_t>(static_cast<int64_t>(v)) & mask;
@@ -144,13 +156,20 @@ std::string DTypeNameList() {
 
 const char* DistName(Dist d) {
   switch (d) {
-    case Dist::kBits: return "bits";
-    case Dist::kUniform: return "uniform";
-    case Dist::kNormal: return "normal";
-    case Dist::kTruncatedNormal: return "truncated_normal";
-    case Dist::kConstant: return "constant";
-    case Dist::kZeros: return "zeros";
-    case Dist::kOnes: return "ones";
+    case Dist::kBits:
+      return "bits";
+    case Dist::kUniform:
+      return "uniform";
+    case Dist::kNormal:
+      return "normal";
+    case Dist::kTruncatedNormal:
+      return "truncated_normal";
+    case Dist::kConstant:
+      return "constant";
+    case Dist::kZeros:
+      return "zeros";
+    case Dist::kOnes:
+      return "ones";
   }
   return "?";
 }
@@ -181,7 +200,8 @@ Result<Flavour> ParseFlavour(std::string_view s) {
 }
 
 Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {
-  if (!j.is_object()) return InvalidArgument(where + ": expected a JSON object, got " + JsonPreview(j));
+  if (!j.is_object())
+    return InvalidArgument(where + ": expected a JSON object, got " + JsonPreview(j));
   if (!j.contains("dist")) return InvalidArgument(where + ".dist: missing");
   if (!j.at("dist").is_string())
     return InvalidArgument(where + ".dist: expected a string, got " + JsonPreview(j.at("dist")));
@@ -211,8 +231,7 @@ Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {
       break;
     }
     case Dist::kTruncatedNormal: {
-      SEEDSTORE_RETURN_IF_ERROR(
-          CheckFields(j, where, {"dist", "lower", "upper", "scale", "mean"}));
+      SEEDSTORE_RETURN_IF_ERROR(CheckFields(j, where, {"dist", "lower", "upper", "scale", "mean"}));
       SEEDSTORE_ASSIGN_OR_RETURN(s.lower, GetNumber(j, "lower", -2.0, where));
       SEEDSTORE_ASSIGN_OR_RETURN(s.upper, GetNumber(j, "upper", 2.0, where));
       SEEDSTORE_ASSIGN_OR_RETURN(s.scale, GetNumber(j, "scale", 1.0, where));
@@ -235,13 +254,25 @@ Result<InitSpec> InitSpec::FromJson(const json& j, const std::string& where) {
 json InitSpec::ToJson() const {
   json j = {{"dist", DistName(dist)}};
   switch (dist) {
-    case Dist::kUniform: j["minval"] = minval; j["maxval"] = maxval; break;
-    case Dist::kNormal: j["scale"] = scale; j["mean"] = mean; break;
-    case Dist::kTruncatedNormal:
-      j["lower"] = lower; j["upper"] = upper; j["scale"] = scale; j["mean"] = mean;
+    case Dist::kUniform:
+      j["minval"] = minval;
+      j["maxval"] = maxval;
       break;
-    case Dist::kConstant: j["value"] = value; break;
-    default: break;
+    case Dist::kNormal:
+      j["scale"] = scale;
+      j["mean"] = mean;
+      break;
+    case Dist::kTruncatedNormal:
+      j["lower"] = lower;
+      j["upper"] = upper;
+      j["scale"] = scale;
+      j["mean"] = mean;
+      break;
+    case Dist::kConstant:
+      j["value"] = value;
+      break;
+    default:
+      break;
   }
   return j;
 }
@@ -261,8 +292,8 @@ Status ValidateShape(const std::vector<uint64_t>& shape, DType dtype, const std:
   bool empty = false;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] > kMaxDim)
-      return InvalidArgument(where + ": dim " + std::to_string(d) + " is " + std::to_string(shape[d]) +
-                             ", more than the limit 2^63 - 1");
+      return InvalidArgument(where + ": dim " + std::to_string(d) + " is " +
+                             std::to_string(shape[d]) + ", more than the limit 2^63 - 1");
     empty = empty || shape[d] == 0;
   }
   if (empty) return Status::Ok();
@@ -308,8 +339,7 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
   t.dtype = *dt;
   SEEDSTORE_RETURN_IF_ERROR(ValidateShape(t.shape, t.dtype, w + ".shape"));
   if (j.contains("generator")) {
-    if (!j.at("generator").is_string())
-      return InvalidArgument(w + ".generator: expected a string");
+    if (!j.at("generator").is_string()) return InvalidArgument(w + ".generator: expected a string");
     auto g = ParseGenerator(j.at("generator").get<std::string>());
     if (!g.ok()) return g.status().WithContext(w + ".generator");
     t.generator = *g;
@@ -317,7 +347,8 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
   t.flavour = default_flavour;
   if (j.contains("flavour")) {
     if (!j.at("flavour").is_string())
-      return InvalidArgument(w + ".flavour: expected a string, got " + JsonPreview(j.at("flavour")));
+      return InvalidArgument(w + ".flavour: expected a string, got " +
+                             JsonPreview(j.at("flavour")));
     if (t.generator != Generator::kThreefry)
       return InvalidArgument(w + ".flavour: only the threefry generator has flavours");
     auto f = ParseFlavour(j.at("flavour").get<std::string>());
@@ -327,10 +358,10 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
   if (!j.contains("init")) return InvalidArgument(w + ".init: missing");
   SEEDSTORE_ASSIGN_OR_RETURN(t.init, InitSpec::FromJson(j.at("init"), w + ".init"));
   if (!Supported(t.init.dist, t.dtype))
-    return InvalidArgument(w + ": distribution '" + DistName(t.init.dist) +
-                           "' does not support dtype " + DTypeName(t.dtype) +
-                           (t.init.dist == Dist::kBits ? " (bits needs uint8..uint64)"
-                                                       : " (needs a float dtype)"));
+    return InvalidArgument(
+        w + ": distribution '" + DistName(t.init.dist) + "' does not support dtype " +
+        DTypeName(t.dtype) +
+        (t.init.dist == Dist::kBits ? " (bits needs uint8..uint64)" : " (needs a float dtype)"));
   if (j.contains("key")) {
     const json& k = j.at("key");
     SEEDSTORE_RETURN_IF_ERROR(CheckFields(k, w + ".key", {"seed", "raw", "x64"}));
@@ -338,7 +369,8 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
       return InvalidArgument(w + ".key: give exactly one of \"seed\" or \"raw\"");
     if (k.contains("seed")) {
       if (!k.at("seed").is_number_integer())
-        return InvalidArgument(w + ".key.seed: expected an integer, got " + JsonPreview(k.at("seed")));
+        return InvalidArgument(w + ".key.seed: expected an integer, got " +
+                               JsonPreview(k.at("seed")));
       t.key.kind = KeySpec::Kind::kSeed;
       t.key.seed = k.at("seed").is_number_unsigned()
                        ? static_cast<int64_t>(k.at("seed").get<uint64_t>())
@@ -361,8 +393,11 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
 }
 
 json TensorSpecToJson(const TensorSpec& t) {
-  json j = {{"name", t.name}, {"shape", t.shape}, {"dtype", DTypeName(t.dtype)},
-            {"generator", GeneratorName(t.generator)}, {"init", t.init.ToJson()}};
+  json j = {{"name", t.name},
+            {"shape", t.shape},
+            {"dtype", DTypeName(t.dtype)},
+            {"generator", GeneratorName(t.generator)},
+            {"init", t.init.ToJson()}};
   if (t.generator == Generator::kThreefry) j["flavour"] = FlavourName(t.flavour);
   if (t.key.kind == KeySpec::Kind::kSeed) {
     j["key"] = {{"seed", t.key.seed}};
@@ -406,9 +441,8 @@ Result<ModelSpec> ModelSpec::FromJson(const json& j, std::string_view origin) {
   std::set<std::string> names;
   for (size_t i = 0; i < j.at("tensors").size(); ++i) {
     SEEDSTORE_ASSIGN_OR_RETURN(
-        TensorSpec t,
-        TensorSpecFromJson(j.at("tensors")[i], m.generator, o + ".tensors[" + std::to_string(i) + "]",
-                           m.flavour));
+        TensorSpec t, TensorSpecFromJson(j.at("tensors")[i], m.generator,
+                                         o + ".tensors[" + std::to_string(i) + "]", m.flavour));
     if (!names.insert(t.name).second)
       return InvalidArgument(o + ".tensors[" + std::to_string(i) + "]: duplicate tensor name '" +
                              t.name + "'");
@@ -425,15 +459,19 @@ Result<ModelSpec> ModelSpec::Parse(std::string_view text, std::string_view origi
 }
 
 Result<ModelSpec> ModelSpec::Load(const std::string& path) {
-  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "spec file " + Quoted(path)));
+  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text,
+                             ReadTextFile(path, "spec file " + Quoted(path)));
   return Parse(text, path);
 }
 
 json ModelSpec::ToJson() const {
   json t = json::array();
   for (const auto& x : tensors) t.push_back(TensorSpecToJson(x));
-  return {{"seedstore", 1}, {"seed", seed}, {"generator", GeneratorName(generator)},
-          {"flavour", FlavourName(flavour)}, {"tensors", t}};
+  return {{"seedstore", 1},
+          {"seed", seed},
+          {"generator", GeneratorName(generator)},
+          {"flavour", FlavourName(flavour)},
+          {"tensors", t}};
 }
 
 int ModelSpec::Find(std::string_view name) const {
@@ -444,10 +482,12 @@ int ModelSpec::Find(std::string_view name) const {
 
 Key TensorKey(uint64_t root_seed, const TensorSpec& t) {
   switch (t.key.kind) {
-    case KeySpec::Kind::kRaw: return t.key.raw;
+    case KeySpec::Kind::kRaw:
+      return t.key.raw;
     case KeySpec::Kind::kSeed:
       return t.key.x64 ? KeyFromSeed64(t.key.seed) : KeyFromSeed32(t.key.seed);
-    case KeySpec::Kind::kDerived: break;
+    case KeySpec::Kind::kDerived:
+      break;
   }
   const Key root = KeyFromSeed64(static_cast<int64_t>(root_seed));
   const uint64_t h = XXH3_64bits(t.name.data(), t.name.size());
@@ -468,7 +508,9 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
   const DType d = t.dtype;
   const bool jax = t.generator == Generator::kThreefry;
   switch (s.dist) {
-    case Dist::kZeros: p.const_bits = 0; return p;
+    case Dist::kZeros:
+      p.const_bits = 0;
+      return p;
     case Dist::kOnes: {
       SEEDSTORE_ASSIGN_OR_RETURN(p.const_bits, ConstantBits(d, 1.0, w));
       return p;
@@ -477,24 +519,29 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
       SEEDSTORE_ASSIGN_OR_RETURN(p.const_bits, ConstantBits(d, s.value, w + " init.value"));
       return p;
     }
-    case Dist::kBits: return p;
-    default: break;
+    case Dist::kBits:
+      return p;
+    default:
+      break;
   }
   const bool gaussian = s.dist == Dist::kNormal || s.dist == Dist::kTruncatedNormal;
   // Every parameter, and a uniform's range, must be finite in the dtype: an infinite bound or
   // scale fills the tensor with infinities or NaNs (and jax.random's NaNs are not ours).
   auto finite = [&](const char* what, double v) -> Status {
-    const bool ok = d == DType::kF64 ? std::isfinite(v) : std::isfinite(RoundTo(d, static_cast<float>(v)));
+    const bool ok =
+        d == DType::kF64 ? std::isfinite(v) : std::isfinite(RoundTo(d, static_cast<float>(v)));
     if (ok) return Status::Ok();
-    return InvalidArgument(w + ": init." + what + " " + JsonPreview(json(v)) + " is out of range for dtype " +
-                           DTypeName(d) + " (it would be infinite)");
+    return InvalidArgument(w + ": init." + what + " " + JsonPreview(json(v)) +
+                           " is out of range for dtype " + DTypeName(d) +
+                           " (it would be infinite)");
   };
   if (s.dist == Dist::kUniform) {
     SEEDSTORE_RETURN_IF_ERROR(finite("minval", s.minval));
     SEEDSTORE_RETURN_IF_ERROR(finite("maxval", s.maxval));
-    const double range = d == DType::kF64 ? s.maxval - s.minval
-                                          : static_cast<double>(RoundTo(d, static_cast<float>(s.maxval)) -
-                                                                RoundTo(d, static_cast<float>(s.minval)));
+    const double range = d == DType::kF64
+                             ? s.maxval - s.minval
+                             : static_cast<double>(RoundTo(d, static_cast<float>(s.maxval)) -
+                                                   RoundTo(d, static_cast<float>(s.minval)));
     if (!std::isfinite(d == DType::kF64 ? range : RoundTo(d, static_cast<float>(range))))
       return InvalidArgument(w + ": init.maxval - init.minval overflows dtype " + DTypeName(d));
   } else if (gaussian) {
@@ -530,8 +577,10 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
       const double a = erf_of(s.lower), b = erf_of(s.upper);
       p.lo_d = a;
       p.range_d = b - a;
-      p.clip_lo_d = jax ? std::nextafter(s.lower, std::numeric_limits<double>::infinity()) : s.lower;
-      p.clip_hi_d = jax ? std::nextafter(s.upper, -std::numeric_limits<double>::infinity()) : s.upper;
+      p.clip_lo_d =
+          jax ? std::nextafter(s.lower, std::numeric_limits<double>::infinity()) : s.lower;
+      p.clip_hi_d =
+          jax ? std::nextafter(s.upper, -std::numeric_limits<double>::infinity()) : s.upper;
     }
     return p;
   }
@@ -605,7 +654,8 @@ std::string FingerprintHex(const Fingerprint& f) {
 }
 
 Result<Fingerprint> ParseFingerprintHex(std::string_view s) {
-  if (s.size() != 32) return InvalidArgument("fingerprint '" + std::string(s) + "': expected 32 hex digits");
+  if (s.size() != 32)
+    return InvalidArgument("fingerprint '" + std::string(s) + "': expected 32 hex digits");
   Fingerprint f;
   for (size_t i = 0; i < 32; ++i) {
     const char c = s[i];
@@ -627,7 +677,12 @@ Result<Region> ParseBox(std::string_view text, const std::vector<uint64_t>& shap
   std::vector<std::string> parts;
   std::string cur;
   for (char c : text) {
-    if (c == ',') { parts.push_back(cur); cur.clear(); } else if (c != ' ') { cur.push_back(c); }
+    if (c == ',') {
+      parts.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur.push_back(c);
+    }
   }
   parts.push_back(cur);
   if (parts.size() != shape.size())
@@ -637,25 +692,30 @@ Result<Region> ParseBox(std::string_view text, const std::vector<uint64_t>& shap
     const std::string& p = parts[d];
     const auto colon = p.find(':');
     if (colon == std::string::npos)
-      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) +
-                             " '" + p + "' is not start:stop");
+      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) + " '" +
+                             p + "' is not start:stop");
     auto num = [&](const std::string& s, uint64_t dflt, uint64_t* out) {
-      if (s.empty()) { *out = dflt; return true; }
-      for (char c : s) if (c < '0' || c > '9') return false;
+      if (s.empty()) {
+        *out = dflt;
+        return true;
+      }
+      for (char c : s)
+        if (c < '0' || c > '9') return false;
       if (s.size() > 19) return false;
       *out = std::stoull(s);
       return true;
     };
     uint64_t a, b;
     if (!num(p.substr(0, colon), 0, &a) || !num(p.substr(colon + 1), shape[d], &b))
-      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) +
-                             " '" + p + "' is not start:stop with non-negative integers");
+      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) + " '" +
+                             p + "' is not start:stop with non-negative integers");
     if (a > b)
       return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) + " " + p +
-                             " is reversed (start " + std::to_string(a) + " > stop " + std::to_string(b) + ")");
+                             " is reversed (start " + std::to_string(a) + " > stop " +
+                             std::to_string(b) + ")");
     if (b > shape[d])
-      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) + " " +
-                             p + " is outside the tensor (size " + std::to_string(shape[d]) + ")");
+      return InvalidArgument("box '" + std::string(text) + "': dim " + std::to_string(d) + " " + p +
+                             " is outside the tensor (size " + std::to_string(shape[d]) + ")");
     r.start[d] = a;
     r.stop[d] = b;
   }

@@ -37,10 +37,10 @@ Result<Flavour> ParseFlavour(std::string_view s);
 /// A distribution with its parameters, as the user wrote them (defaults as in jax.random).
 struct InitSpec {
   Dist dist = Dist::kZeros;
-  double minval = 0.0, maxval = 1.0;   // uniform
-  double lower = -2.0, upper = 2.0;    // truncated_normal
-  double scale = 1.0, mean = 0.0;      // normal, truncated_normal: x * scale + mean
-  double value = 0.0;                  // constant
+  double minval = 0.0, maxval = 1.0;  // uniform
+  double lower = -2.0, upper = 2.0;   // truncated_normal
+  double scale = 1.0, mean = 0.0;     // normal, truncated_normal: x * scale + mean
+  double value = 0.0;                 // constant
   /// Parses {"dist": "normal", "scale": 0.05, ...}; rejects unknown fields, parameters that do
   /// not belong to the distribution, non-finite values and lower >= upper / minval >= maxval.
   /// `where` prefixes messages (e.g. "tensors[3].init").
@@ -51,9 +51,9 @@ struct InitSpec {
 /// How a tensor's key is obtained.
 struct KeySpec {
   enum class Kind { kDerived, kSeed, kRaw } kind = Kind::kDerived;
-  int64_t seed = 0;   // kSeed: jax.random.key(seed) in JAX's default 32-bit mode
-  bool x64 = false;   // kSeed: jax_enable_x64 semantics (64-bit seeds)
-  Key raw;            // kRaw: the two key words
+  int64_t seed = 0;  // kSeed: jax.random.key(seed) in JAX's default 32-bit mode
+  bool x64 = false;  // kSeed: jax_enable_x64 semantics (64-bit seeds)
+  Key raw;           // kRaw: the two key words
 };
 
 /// A lazily described tensor: name, global shape, dtype and init rule.

@@ -11,14 +11,22 @@ namespace seedstore {
 
 const char* CodeName(Code c) {
   switch (c) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kCorrupt: return "CORRUPT";
-    case Code::kIo: return "IO_ERROR";
-    case Code::kUnsupported: return "UNSUPPORTED";
-    case Code::kMismatch: return "MISMATCH";
-    case Code::kInternal: return "INTERNAL";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kCorrupt:
+      return "CORRUPT";
+    case Code::kIo:
+      return "IO_ERROR";
+    case Code::kUnsupported:
+      return "UNSUPPORTED";
+    case Code::kMismatch:
+      return "MISMATCH";
+    case Code::kInternal:
+      return "INTERNAL";
   }
   return "UNKNOWN";
 }
@@ -27,7 +35,8 @@ Status OpenFailure(const std::string& what, int err) {
   std::string limit;  // too many open files: say how many this process may open
   struct rlimit l;
   if (err == EMFILE && ::getrlimit(RLIMIT_NOFILE, &l) == 0)
-    limit = " (this process may open " + std::to_string(l.rlim_cur) + " files: raise it with `ulimit -n`)";
+    limit = " (this process may open " + std::to_string(l.rlim_cur) +
+            " files: raise it with `ulimit -n`)";
   return Status(err == ENOENT ? Code::kNotFound : Code::kIo,
                 what + ": cannot open: " + std::strerror(err) + limit);
 }

@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace seedstore {
 
@@ -44,7 +44,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
+inline Status InvalidArgument(std::string m) {
+  return Status(Code::kInvalidArgument, std::move(m));
+}
 inline Status NotFound(std::string m) { return Status(Code::kNotFound, std::move(m)); }
 inline Status Corrupt(std::string m) { return Status(Code::kCorrupt, std::move(m)); }
 inline Status IoError(std::string m) { return Status(Code::kIo, std::move(m)); }
@@ -86,7 +88,7 @@ size_t TextWidth(std::string_view s);
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -103,10 +105,10 @@ class [[nodiscard]] Result {
   std::optional<T> value_;
 };
 
-#define SEEDSTORE_RETURN_IF_ERROR(expr)           \
-  do {                                            \
-    ::seedstore::Status _st = (expr);             \
-    if (!_st.ok()) return _st;                    \
+#define SEEDSTORE_RETURN_IF_ERROR(expr) \
+  do {                                  \
+    ::seedstore::Status _st = (expr);   \
+    if (!_st.ok()) return _st;          \
   } while (0)
 
 #define SEEDSTORE_CONCAT_INNER(a, b) a##b

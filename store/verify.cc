@@ -43,20 +43,28 @@ void AppendU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const ch
 
 const char* ReplicaVerdictName(ReplicaVerdict v) {
   switch (v) {
-    case ReplicaVerdict::kAgree: return "agree";
-    case ReplicaVerdict::kIncomplete: return "incomplete";
-    case ReplicaVerdict::kMismatch: return "mismatch";
-    case ReplicaVerdict::kTie: return "tie";
+    case ReplicaVerdict::kAgree:
+      return "agree";
+    case ReplicaVerdict::kIncomplete:
+      return "incomplete";
+    case ReplicaVerdict::kMismatch:
+      return "mismatch";
+    case ReplicaVerdict::kTie:
+      return "tie";
   }
   return "?";
 }
 
 const char* CompositionVerdictName(CompositionVerdict v) {
   switch (v) {
-    case CompositionVerdict::kOk: return "ok";
-    case CompositionVerdict::kMismatch: return "mismatch";
-    case CompositionVerdict::kNotChecked: return "not_checked";
-    case CompositionVerdict::kUndetermined: return "undetermined";
+    case CompositionVerdict::kOk:
+      return "ok";
+    case CompositionVerdict::kMismatch:
+      return "mismatch";
+    case CompositionVerdict::kNotChecked:
+      return "not_checked";
+    case CompositionVerdict::kUndetermined:
+      return "undetermined";
   }
   return "?";
 }
@@ -110,19 +118,17 @@ Status VerifyReport::ToStatus() const {
     first += (shown ? ", '" : "'") + t.name + "'";
     ++shown;
   }
-  const std::string msg = std::to_string(CountReplicaProblems()) +
-                          " tensor(s) whose replicas disagree, " +
-                          std::to_string(CountCompositionProblems()) +
-                          " whose shards do not compose to the tensor, " +
-                          std::to_string(CountFailures()) + " not fingerprinted, over " +
-                          std::to_string(world) + " ranks (" + first + ")";
+  const std::string msg =
+      std::to_string(CountReplicaProblems()) + " tensor(s) whose replicas disagree, " +
+      std::to_string(CountCompositionProblems()) + " whose shards do not compose to the tensor, " +
+      std::to_string(CountFailures()) + " not fingerprinted, over " + std::to_string(world) +
+      " ranks (" + first + ")";
   if (!CountReplicaProblems() && !CountCompositionProblems())
     for (const auto& t : tensors)
       for (const auto& g : t.problems)
         if (!g.failed.empty())
-          return Status(g.failed_codes[0], msg + ": '" + t.name + "' " +
-                                               DescribeRegion(g.region) + ": rank " +
-                                               std::to_string(g.failed[0]) +
+          return Status(g.failed_codes[0], msg + ": '" + t.name + "' " + DescribeRegion(g.region) +
+                                               ": rank " + std::to_string(g.failed[0]) +
                                                " could not fingerprint it (see its stderr)");
   return Mismatch(msg);  // disagreement (or an off-spec shard) outranks a failure
 }
@@ -146,10 +152,14 @@ std::string ReplicaCell(const TensorReport& t) {
 
 std::string CompositionCell(const TensorReport& t) {
   switch (t.composition) {
-    case CompositionVerdict::kOk: return "ok (" + t.reference + ")";
-    case CompositionVerdict::kMismatch: return "MISMATCH (" + t.reference + ")";
-    case CompositionVerdict::kNotChecked: return "not checked";
-    case CompositionVerdict::kUndetermined: return "undetermined";
+    case CompositionVerdict::kOk:
+      return "ok (" + t.reference + ")";
+    case CompositionVerdict::kMismatch:
+      return "MISMATCH (" + t.reference + ")";
+    case CompositionVerdict::kNotChecked:
+      return "not checked";
+    case CompositionVerdict::kUndetermined:
+      return "undetermined";
   }
   return "?";
 }
@@ -170,8 +180,7 @@ std::string VerifyReport::Table(bool problems_only) const {
     if (problems_only && t.ok()) continue;
     const std::string shards = std::to_string(t.num_groups) + "x" + std::to_string(t.max_replicas);
     std::snprintf(line, sizeof line, "%s  %7s  %-24s  %-20s  %s\n", PadRight(t.name, w).c_str(),
-                  shards.c_str(), ReplicaCell(t).c_str(),
-                  CompositionCell(t).c_str(),
+                  shards.c_str(), ReplicaCell(t).c_str(), CompositionCell(t).c_str(),
                   t.composition == CompositionVerdict::kUndetermined
                       ? "-"
                       : FingerprintHex(t.composed).c_str());
@@ -196,7 +205,8 @@ std::string VerifyReport::Table(bool problems_only) const {
       }
       if (g.tie) {
         os << where << "replicas disagree and the vote is a TIE:";
-        for (const auto& [fp, rs] : g.votes) os << " {" << RankList(rs) << "} " << FingerprintHex(fp);
+        for (const auto& [fp, rs] : g.votes)
+          os << " {" << RankList(rs) << "} " << FingerprintHex(fp);
         os << "\n";
       } else if (!g.deviating.empty()) {
         os << where << "replicas disagree: " << Ranks(g.deviating)
@@ -251,7 +261,8 @@ nlohmann::json VerifyReport::ToJson(bool problems_only) const {
       jg["region"] = DescribeRegion(g.region);
       jg["replicas"] = JsonRanks(g.replicas);
       jg["tie"] = g.tie;
-      jg["consensus"] = g.consensus ? nlohmann::json(FingerprintHex(*g.consensus)) : nlohmann::json();
+      jg["consensus"] =
+          g.consensus ? nlohmann::json(FingerprintHex(*g.consensus)) : nlohmann::json();
       jg["deviating"] = JsonRanks(g.deviating);
       jg["off_spec"] = JsonRanks(g.off_spec);
       jg["failed"] = JsonRanks(g.failed);
@@ -311,14 +322,13 @@ Status CheckSameInputs(Exchange& ex, const Layout& layout, const std::vector<Loc
   for (int r = 1; r < ex.size(); ++r)
     if (all[r] != all[0]) differ.push_back(r);
   if (!differ.empty())
-    return InvalidArgument((hosted == 1 ? Ranks(differ)
-                                        : (differ.size() == 1 ? "process " : "processes ") +
-                                              RankList(differ)) +
-                           " passed a different catalog or layout than " +
-                           (hosted == 1 ? "rank 0 " : "process 0 ") +
-                           "(tensor names, dtypes, shapes, recorded fingerprints or layout " +
-                           "differ; input digest " + FingerprintHex(all[differ[0]]) + " vs " +
-                           FingerprintHex(all[0]) + ")");
+    return InvalidArgument(
+        (hosted == 1 ? Ranks(differ)
+                     : (differ.size() == 1 ? "process " : "processes ") + RankList(differ)) +
+        " passed a different catalog or layout than " + (hosted == 1 ? "rank 0 " : "process 0 ") +
+        "(tensor names, dtypes, shapes, recorded fingerprints or layout " +
+        "differ; input digest " + FingerprintHex(all[differ[0]]) + " vs " + FingerprintHex(all[0]) +
+        ")");
   if (layout.world_size() != ex.size() * hosted)
     return InvalidArgument("layout: the mesh has " + std::to_string(layout.world_size()) +
                            " ranks but the job has " + std::to_string(ex.size() * hosted) +
@@ -363,10 +373,8 @@ Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>&
         const Fingerprint& fp = fps[r][i];
         auto it = std::find_if(gr.votes.begin(), gr.votes.end(),
                                [&](const auto& v) { return v.first == fp; });
-        if (it == gr.votes.end())
-          gr.votes.push_back({fp, {r}});
-        else
-          it->second.push_back(r);
+        if (it == gr.votes.end()) gr.votes.push_back({fp, {r}});
+        else it->second.push_back(r);
       }
       std::stable_sort(gr.votes.begin(), gr.votes.end(), [](const auto& a, const auto& b) {
         return a.second.size() > b.second.size();
@@ -387,10 +395,8 @@ Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>&
                                : !gr.failed.empty()    ? ReplicaVerdict::kIncomplete
                                                        : ReplicaVerdict::kAgree;
       t.replicas = std::max(t.replicas, v);  // enum order is severity order
-      if (gr.consensus)
-        t.composed.Add(*gr.consensus);
-      else
-        undetermined = true;
+      if (gr.consensus) t.composed.Add(*gr.consensus);
+      else undetermined = true;
       if (gr.tie || !gr.deviating.empty() || !gr.off_spec.empty() || !gr.failed.empty())
         t.problems.push_back(std::move(gr));
     }
@@ -401,12 +407,11 @@ Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>&
       t.reference = "spec";
       t.expected = expected_sum[i];
     }
-    if (undetermined)
-      t.composition = CompositionVerdict::kUndetermined;
-    else if (!t.expected)
-      t.composition = CompositionVerdict::kNotChecked;
+    if (undetermined) t.composition = CompositionVerdict::kUndetermined;
+    else if (!t.expected) t.composition = CompositionVerdict::kNotChecked;
     else
-      t.composition = t.composed == *t.expected ? CompositionVerdict::kOk : CompositionVerdict::kMismatch;
+      t.composition =
+          t.composed == *t.expected ? CompositionVerdict::kOk : CompositionVerdict::kMismatch;
     rep.tensors.push_back(std::move(t));
   }
   return rep;
@@ -429,8 +434,9 @@ Result<VerifyReport> ExchangeAndDecideHosted(Exchange& ex, const Layout& layout,
       same = hosted[j][i].name == shards[i].name && hosted[j][i].shape == shards[i].shape &&
              hosted[j][i].dtype == shards[i].dtype;
     if (!same)
-      return InvalidArgument("verify: the ranks of one process list different tensors (local rank " +
-                             std::to_string(j) + " vs 0)");
+      return InvalidArgument(
+          "verify: the ranks of one process list different tensors (local rank " +
+          std::to_string(j) + " vs 0)");
   }
   const int world = ex.size() * static_cast<int>(k);
   if (layout.world_size() != world)
@@ -461,7 +467,8 @@ Result<VerifyReport> ExchangeAndDecideHosted(Exchange& ex, const Layout& layout,
       std::memcpy(b + i * sizeof(Fingerprint), &fp, sizeof fp);
       b[n * sizeof(Fingerprint) + i] = f;
       if (s.expected) {
-        SEEDSTORE_ASSIGN_OR_RETURN(Shard sh, layout.ShardOf(s.name, s.shape, first + static_cast<int>(j)));
+        SEEDSTORE_ASSIGN_OR_RETURN(Shard sh,
+                                   layout.ShardOf(s.name, s.shape, first + static_cast<int>(j)));
         if (sh.replica_index == 0) {
           sums[3 * i] += s.expected->lane0;
           sums[3 * i + 1] += s.expected->lane1;
@@ -470,7 +477,8 @@ Result<VerifyReport> ExchangeAndDecideHosted(Exchange& ex, const Layout& layout,
       }
     }
   }
-  SEEDSTORE_RETURN_IF_ERROR(ex.AllGather(send.data(), send.size(), recv.data(), "shard fingerprints"));
+  SEEDSTORE_RETURN_IF_ERROR(
+      ex.AllGather(send.data(), send.size(), recv.data(), "shard fingerprints"));
   SEEDSTORE_RETURN_IF_ERROR(ex.AllReduceSum(sums.data(), sums.size(), "expected fingerprints"));
   const double t2 = Now();
 

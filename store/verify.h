@@ -86,9 +86,9 @@ struct GroupReport {
   std::vector<std::pair<Fingerprint, std::vector<int>>> votes;
   std::optional<Fingerprint> consensus;  // unset on a tie or when no replica has a value
   bool tie = false;
-  std::vector<int> deviating;  // replicas whose fingerprint differs from the consensus
-  std::vector<int> off_spec;   // replicas whose fingerprint differs from their expected one
-  std::vector<int> failed;     // replicas that could not fingerprint their shard
+  std::vector<int> deviating;      // replicas whose fingerprint differs from the consensus
+  std::vector<int> off_spec;       // replicas whose fingerprint differs from their expected one
+  std::vector<int> failed;         // replicas that could not fingerprint their shard
   std::vector<Code> failed_codes;  // why, parallel to `failed` (LocalShard::error_code)
 };
 
@@ -164,11 +164,13 @@ Status CheckSameInputs(Exchange& ex, const Layout& layout, const std::vector<Loc
 /// The pure decision: given every rank's fingerprints, decide (a) and (b) above.
 /// `fps[r][i]` / `flags[r][i]` are rank r's fingerprint / flags for tensor i: kFlagHasActual,
 /// kFlagOffSpec, and -- when kFlagHasActual is clear -- the failure's Code in the bits above
-/// kFlagCodeShift (FailureFlags); `expected_sum[i]` is the sum of the owners' expected fingerprints and
-/// `expected_count[i]` how many owners contributed one. Errors: as Layout::DistinctShards.
+/// kFlagCodeShift (FailureFlags); `expected_sum[i]` is the sum of the owners' expected fingerprints
+/// and `expected_count[i]` how many owners contributed one. Errors: as Layout::DistinctShards.
 enum : uint8_t { kFlagHasActual = 1, kFlagOffSpec = 2, kFlagCodeShift = 2 };
 /// The flag byte of a shard that could not be fingerprinted for reason `c`.
-inline uint8_t FailureFlags(Code c) { return static_cast<uint8_t>(static_cast<int>(c) << kFlagCodeShift); }
+inline uint8_t FailureFlags(Code c) {
+  return static_cast<uint8_t>(static_cast<int>(c) << kFlagCodeShift);
+}
 Result<VerifyReport> Decide(const Layout& layout, const std::vector<LocalShard>& shards,
                             const std::vector<std::vector<Fingerprint>>& fps,
                             const std::vector<std::vector<uint8_t>>& flags,

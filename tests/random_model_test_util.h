@@ -25,9 +25,9 @@ inline uint64_t EnvU64(const char* name, uint64_t dflt) {
 }
 
 struct Model {
-  uint64_t seed = 0;                                     // root seed of the lazy tensors
-  std::vector<TensorSpec> lazy;                          // lazy tensors (from a spec)
-  std::vector<std::string> names;                        // every tensor, in store order
+  uint64_t seed = 0;               // root seed of the lazy tensors
+  std::vector<TensorSpec> lazy;    // lazy tensors (from a spec)
+  std::vector<std::string> names;  // every tensor, in store order
   std::map<std::string, std::vector<uint64_t>> shapes;
   std::map<std::string, DType> dtypes;
   std::map<std::string, std::vector<unsigned char>> values;  // every tensor, whole, row-major
@@ -48,7 +48,7 @@ inline std::vector<uint64_t> RandomShape(std::mt19937_64& rng) {
 
 inline Model RandomModel(std::mt19937_64& rng, uint64_t seed) {
   static const DType dtypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kU8,
-                                 DType::kU16, DType::kU32, DType::kU64, DType::kI8,  DType::kI16,
+                                 DType::kU16, DType::kU32, DType::kU64,  DType::kI8,  DType::kI16,
                                  DType::kI32, DType::kI64, DType::kBool};
   static const char* lazy_dtypes[] = {"float32", "bfloat16", "float16", "float64"};
   Model m;
@@ -62,8 +62,10 @@ inline Model RandomModel(std::mt19937_64& rng, uint64_t seed) {
     m.names.push_back(name);
     m.shapes[name] = shape;
     if (rng() % 4 == 0) {
-      spec["tensors"].push_back({{"name", name}, {"shape", shape},
-                                 {"dtype", lazy_dtypes[rng() % 4]}, {"init", {{"dist", "normal"}}}});
+      spec["tensors"].push_back({{"name", name},
+                                 {"shape", shape},
+                                 {"dtype", lazy_dtypes[rng() % 4]},
+                                 {"init", {{"dist", "normal"}}}});
       continue;
     }
     const DType dt = dtypes[rng() % (sizeof dtypes / sizeof *dtypes)];
@@ -91,13 +93,15 @@ inline Model RandomModel(std::mt19937_64& rng, uint64_t seed) {
 }
 
 // The bytes of region r of a whole row-major tensor.
-inline std::vector<unsigned char> Slice(const std::vector<unsigned char>& whole, const Region& r, size_t es) {
+inline std::vector<unsigned char> Slice(const std::vector<unsigned char>& whole, const Region& r,
+                                        size_t es) {
   if (r.flat) return {whole.begin() + r.begin * es, whole.begin() + r.end * es};
   std::vector<unsigned char> out;
   if (r.Count() == 0) return out;
   const uint64_t run = r.RunLength(), runs = r.Count() / run;
   for (uint64_t q = 0; q < runs; ++q)
-    out.insert(out.end(), whole.begin() + r.RunBase(q) * es, whole.begin() + (r.RunBase(q) + run) * es);
+    out.insert(out.end(), whole.begin() + r.RunBase(q) * es,
+               whole.begin() + (r.RunBase(q) + run) * es);
   return out;
 }
 
@@ -141,8 +145,9 @@ inline std::string RandomLayout(std::mt19937_64& rng, const Model& m, const std:
         if (rank == 0) break;
         nlohmann::json dt = nlohmann::json::array();
         for (int k = 0; k < axes; ++k)
-          dt.push_back(rng() % 3 == 0 ? std::string("Replicate()")
-                                      : "Shard(" + std::to_string(static_cast<int>(rng() % rank)) + ")");
+          dt.push_back(rng() % 3 == 0
+                           ? std::string("Replicate()")
+                           : "Shard(" + std::to_string(static_cast<int>(rng() % rank)) + ")");
         placements.push_back({{"match", name}, {"dtensor", dt}});
         break;
       }
@@ -154,7 +159,8 @@ inline std::string RandomLayout(std::mt19937_64& rng, const Model& m, const std:
       }
     }
   }
-  const nlohmann::json layout = {{"mesh", {{"axes", names}, {"shape", sizes}}}, {"placements", placements}};
+  const nlohmann::json layout = {{"mesh", {{"axes", names}, {"shape", sizes}}},
+                                 {"placements", placements}};
   return ranktest::Write(file, layout.dump(1));
 }
 

@@ -97,15 +97,15 @@ inline std::string Mpirun(int np) {
     return std::system("mpirun --version 2>&1 | grep -q 'Open MPI'") == 0 ? 2 : 1;
   }();
   if (kind == 0) return "";
-  std::string s = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np " +
-                  std::to_string(np);
+  std::string s =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np " + std::to_string(np);
   if (kind == 2) s += " --oversubscribe";
   return s;
 }
 
 #define SEEDSTORE_NEED_MPIRUN()                                                        \
   do {                                                                                 \
-    if (::seedstore::ranktest::Mpirun(1).empty())                                       \
+    if (::seedstore::ranktest::Mpirun(1).empty())                                      \
       GTEST_SKIP() << "mpirun not found on PATH: multi-rank tests need OpenMPI/MPICH"; \
   } while (0)
 
@@ -116,11 +116,11 @@ inline std::string Bin() {
 }
 
 /// Skips (visibly) a test that runs the CLI under mpirun when either is missing.
-#define SEEDSTORE_NEED_BIN()                                                          \
-  do {                                                                                \
-    SEEDSTORE_NEED_MPIRUN();                                                          \
-    if (::seedstore::ranktest::Bin().empty())                                          \
-      GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)";                     \
+#define SEEDSTORE_NEED_BIN()                                      \
+  do {                                                            \
+    SEEDSTORE_NEED_MPIRUN();                                      \
+    if (::seedstore::ranktest::Bin().empty())                     \
+      GTEST_SKIP() << "SEEDSTORE_BIN is not set (ctest sets it)"; \
   } while (0)
 
 /// An in-process world: `n` threads, each with an Exchange over shared memory.
@@ -230,8 +230,8 @@ inline JobShards BuildJob(const ModelSpec& spec, const Layout& layout, int rank,
   }
   for (size_t i = 0; i < s.tensors.size(); ++i) {
     const TensorSpec& t = s.tensors[i];
-    job.params.push_back(ParamBuffer{t.name, t.shape, t.dtype, job.storage[i].data(),
-                                     job.storage[i].size(), false});
+    job.params.push_back(
+        ParamBuffer{t.name, t.shape, t.dtype, job.storage[i].data(), job.storage[i].size(), false});
   }
   return job;
 }

@@ -16,8 +16,8 @@
 #include <thread>
 #include "io/dist_store.h"
 #include "io/export.h"
-#include "io/interop.h"
 #include "io/h5store.h"
+#include "io/interop.h"
 #include "io/open.h"
 #include "store/spec.h"
 #include "tests/rank_test_util.h"
@@ -193,7 +193,8 @@ inline std::vector<std::string> RankFileBytes(const std::string& save) {
 // The python with h5py + hdf5plugin + ml_dtypes (SEEDSTORE_PYTHON), or "".
 inline std::string PythonWithH5py() {
   const char* py = std::getenv("SEEDSTORE_PYTHON");
-  if (!py || Shell(std::string(py) + " -c 'import h5py, hdf5plugin, ml_dtypes'").code != 0) return "";
+  if (!py || Shell(std::string(py) + " -c 'import h5py, hdf5plugin, ml_dtypes'").code != 0)
+    return "";
   return py;
 }
 
@@ -265,7 +266,8 @@ struct RawFixture {
 
 // A dense store at TempDir()/<file> of the spec's tensors (RawValues; "lz" stays lazy),
 // chunked by `chunk_bytes`.
-inline RawFixture MakeRawSource(const char* spec_text, const std::string& file, uint64_t chunk_bytes) {
+inline RawFixture MakeRawSource(const char* spec_text, const std::string& file,
+                                uint64_t chunk_bytes) {
   RawFixture x;
   auto spec = ModelSpec::Parse(spec_text, file);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
@@ -286,17 +288,18 @@ inline RawFixture MakeRawSource(const char* spec_text, const std::string& file, 
     const size_t es = DTypeSize(t.dtype);
     const std::vector<uint64_t> shape = t.shape;
     const auto* data = &x.values[t.name];
-    Status st = (*w)->AddDense(t.name, t.shape, t.dtype, [data, shape, es](const Region& b, void* out) {
-      auto* o = static_cast<unsigned char*>(out);
-      if (b.rank == 0) {
-        std::memcpy(o, data->data(), es);
-        return Status::Ok();
-      }
-      const uint64_t runs = b.Count() / b.RunLength();
-      for (uint64_t q = 0; q < runs; ++q, o += b.RunLength() * es)
-        std::memcpy(o, data->data() + b.RunBase(q) * es, b.RunLength() * es);
-      return Status::Ok();
-    });
+    Status st =
+        (*w)->AddDense(t.name, t.shape, t.dtype, [data, shape, es](const Region& b, void* out) {
+          auto* o = static_cast<unsigned char*>(out);
+          if (b.rank == 0) {
+            std::memcpy(o, data->data(), es);
+            return Status::Ok();
+          }
+          const uint64_t runs = b.Count() / b.RunLength();
+          for (uint64_t q = 0; q < runs; ++q, o += b.RunLength() * es)
+            std::memcpy(o, data->data() + b.RunBase(q) * es, b.RunLength() * es);
+          return Status::Ok();
+        });
     EXPECT_TRUE(st.ok()) << st.ToString();
   }
   EXPECT_TRUE((*w)->Commit().ok());
@@ -310,8 +313,8 @@ inline const RawFixture& GetRaw() {
 
 // Reshards `src` in process (one writer process, 2 threads).
 inline Result<ReshardReport> ReshardHere(const std::string& src, const std::string& layout,
-                                  const std::string& out, bool consolidate = false,
-                                  bool full_proof = false) {
+                                         const std::string& out, bool consolidate = false,
+                                         bool full_proof = false) {
   auto comm = CreateSelfCollective();
   SEEDSTORE_ASSIGN_OR_RETURN(auto cat, OpenCatalog(src));
   Layout l;
@@ -387,7 +390,7 @@ inline void CorruptChunk(const std::string& file, const std::string& name, uint6
 // own hash (seedstore.xxh3, docs/FORMAT.md 4.3) is updated to match, as a writer that got the
 // row wrong would have written it; else it is left (table-corrupt at open).
 inline void EditChunkInfo(const std::string& file, const std::string& name, uint64_t row,
-                   const std::function<void(uint64_t*)>& edit, bool keep_hash = true) {
+                          const std::function<void(uint64_t*)>& edit, bool keep_hash = true) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
   hid_t d = H5Dopen2(f, ("/chunkinfo/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
@@ -426,7 +429,8 @@ inline void EditIndex(const std::string& file, const std::function<void(nlohmann
   ASSERT_GE(H5Ldelete(f, "/distributed/index", H5P_DEFAULT), 0);
   hsize_t n = text.size();
   hid_t sp = H5Screate_simple(1, &n, nullptr);
-  hid_t d = H5Dcreate2(f, "/distributed/index", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t d =
+      H5Dcreate2(f, "/distributed/index", H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(d, 0);
   H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
   const uint64_t h = XXH3_64bits(text.data(), text.size());
@@ -577,11 +581,13 @@ inline void CopyAttrs(hid_t from, hid_t to) {
   H5O_info_t info;
   ASSERT_GE(H5Oget_info(from, &info), 0);
   for (hsize_t k = 0; k < info.num_attrs; ++k) {
-    const hid_t a = H5Aopen_by_idx(from, ".", H5_INDEX_NAME, H5_ITER_INC, k, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t a =
+        H5Aopen_by_idx(from, ".", H5_INDEX_NAME, H5_ITER_INC, k, H5P_DEFAULT, H5P_DEFAULT);
     char name[256];
     H5Aget_name(a, sizeof name, name);
     const hid_t ty = H5Aget_type(a), sp = H5Aget_space(a);
-    std::vector<unsigned char> v(H5Tget_size(ty) * static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
+    std::vector<unsigned char> v(H5Tget_size(ty) *
+                                 static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
     H5Aread(a, ty, v.data());
     const hid_t b = H5Acreate2(to, name, ty, sp, H5P_DEFAULT, H5P_DEFAULT);
     EXPECT_GE(H5Awrite(b, ty, v.data()), 0);
@@ -594,8 +600,9 @@ inline void CopyAttrs(hid_t from, hid_t to) {
 
 // Replaces the virtual dataset at `path` of the open master `f` by one whose mappings are
 // `edit`'s change of its own (same shape and attributes; HDF5 type `type` when >= 0).
-inline void RewriteVds(hid_t f, const std::string& path, const std::function<void(std::vector<TestMapping>&)>& edit,
-                hid_t type = -1) {
+inline void RewriteVds(hid_t f, const std::string& path,
+                       const std::function<void(std::vector<TestMapping>&)>& edit,
+                       hid_t type = -1) {
   const hid_t d = H5Dopen2(f, path.c_str(), H5P_DEFAULT);
   ASSERT_GE(d, 0) << path;
   std::vector<TestMapping> ms = Mappings(d);
@@ -608,7 +615,8 @@ inline void RewriteVds(hid_t f, const std::string& path, const std::function<voi
     const hid_t vs = H5Scopy(space);
     H5Sselect_hyperslab(vs, H5S_SELECT_SET, m.vstart.data(), nullptr, m.vcount.data(), nullptr);
     std::vector<hsize_t> sdims = m.sdims;  // HDF5 keeps no source extent: room for the selection
-    for (size_t k = 0; k < sdims.size(); ++k) sdims[k] = std::max(sdims[k], m.sstart[k] + m.scount[k]);
+    for (size_t k = 0; k < sdims.size(); ++k)
+      sdims[k] = std::max(sdims[k], m.sstart[k] + m.scount[k]);
     const hid_t ss = H5Screate_simple(static_cast<int>(sdims.size()), sdims.data(), nullptr);
     H5Sselect_hyperslab(ss, H5S_SELECT_SET, m.sstart.data(), nullptr, m.scount.data(), nullptr);
     EXPECT_GE(H5Pset_virtual(dcpl, vs, m.file.c_str(), m.dset.c_str(), ss), 0);
@@ -631,7 +639,8 @@ inline void RewriteVds(hid_t f, const std::string& path, const std::function<voi
 inline void AddPlainDataset(hid_t f, const std::string& path) {
   hsize_t n = 3;
   const hid_t sp = H5Screate_simple(1, &n, nullptr);
-  const hid_t d = H5Dcreate2(f, path.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t d =
+      H5Dcreate2(f, path.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(d, 0) << path;
   const float v[3] = {1, 2, 3};
   EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);

@@ -21,7 +21,8 @@
 
 namespace seedstore::testutil {
 
-/// A fresh folder under /tmp, removed at the end of the scope (kept when SEEDSTORE_KEEP_TMP is set).
+/// A fresh folder under /tmp, removed at the end of the scope (kept when SEEDSTORE_KEEP_TMP is
+/// set).
 class TempDir {
  public:
   explicit TempDir(const std::string& prefix = "seedstore-test") {
@@ -133,8 +134,8 @@ inline bool RewriteIndex(const std::string& path, const std::function<void(nlohm
 /// Flips `bits` in the byte in the middle of the stored bytes of the chunk at `offset` (chunk
 /// origin, tensor coordinates) of dense tensor `name` in the store at `path`. Returns false when
 /// the chunk cannot be located.
-inline bool FlipChunkByte(const std::string& path, const std::string& name, std::vector<hsize_t> offset,
-                          char bits = 0x10) {
+inline bool FlipChunkByte(const std::string& path, const std::string& name,
+                          std::vector<hsize_t> offset, char bits = 0x10) {
   haddr_t addr = 0;
   hsize_t size = 0;
   {
@@ -168,7 +169,8 @@ class HeldWriterLock {
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
     ok_ = fd_ >= 0 && ::fcntl(fd_, F_OFD_SETLK, &fl) == 0 &&
-          ::write(fd_, (holder + "\n").data(), holder.size() + 1) == static_cast<ssize_t>(holder.size() + 1);
+          ::write(fd_, (holder + "\n").data(), holder.size() + 1) ==
+              static_cast<ssize_t>(holder.size() + 1);
   }
   ~HeldWriterLock() {
     if (fd_ >= 0) ::close(fd_);

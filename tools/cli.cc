@@ -117,7 +117,8 @@ Status CheckOutputIsNotInput(const std::string& out, const std::string& source, 
 CLI::Validator FileOutput(const std::string& what) {
   return CLI::Validator(
       [what](std::string& out) {
-        return out == "-" ? what + " output must be a file; '-' (stdout) is not supported" : std::string();
+        return out == "-" ? what + " output must be a file; '-' (stdout) is not supported"
+                          : std::string();
       },
       "");
 }

@@ -108,7 +108,6 @@ CLI::Option* AddNumber(CLI::App& app, const std::string& name, double* value,
 /// --layout", "--rank R is outside the mesh of 'L.json' (N ranks)"; Layout::Load's.
 Result<std::optional<Layout>> LayoutForRank(const std::string& layout, int rank);
 
-
 /// Refuses, before anything is written, an output `out` (given as -o) that is the same file
 /// (device and inode, links followed) as the input `source` (a model source, a layout file, a
 /// spec) or one of its files: the shard files of a Hugging Face index, the rank files of a

@@ -38,8 +38,9 @@ Status SaveUpdateVerify(const Catalog& c, const ModelSpec& spec,
   SEEDSTORE_RETURN_IF_ERROR(SaveLazyStore(o.store, spec, fps));
   {
     SEEDSTORE_ASSIGN_OR_RETURN(auto st, H5Store::Open(o.store));
-    std::printf("saved lazily: %s, %zu tensors, %.1f KB (%.2f s); inspect with `seedstore inspect %s`\n",
-                o.store.c_str(), st->tensors().size(), st->file_bytes() / 1e3, Now() - t, o.store.c_str());
+    std::printf(
+        "saved lazily: %s, %zu tensors, %.1f KB (%.2f s); inspect with `seedstore inspect %s`\n",
+        o.store.c_str(), st->tensors().size(), st->file_bytes() / 1e3, Now() - t, o.store.c_str());
   }
   // Train-like update of a few tensors: they become dense.
   const std::vector<std::string>& names = DemoUpdatedTensors();
@@ -79,7 +80,8 @@ int Run(const Options& o) {
   for (const auto& [name, layout] : *layouts) {
     for (int rank : o.ranks) {
       if (rank < 0 || rank >= layout.world_size())
-        return Fail(InvalidArgument("--ranks: rank " + std::to_string(rank) + " is outside " + name));
+        return Fail(
+            InvalidArgument("--ranks: rank " + std::to_string(rank) + " is outside " + name));
       const double t = Now();
       auto done = MaterializeRank(c, layout, rank, CpuOptions{o.threads});
       if (!done.ok()) return Fail(done.status());
@@ -121,16 +123,18 @@ int Run(const Options& o) {
 
 Register reg({"demo", "Main job: lazy Llama-3-8B, shards under two layouts, fingerprints agree",
               [](CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  app.add_option("--preset", o->preset, "Built-in model preset");
-  app.add_option("--generator", o->generator, "threefry (JAX-exact) or philox (native)");
-  AddInteger(app, "--ranks", &o->ranks, "Ranks whose shards to materialize (default 0,5)", 0)
-      ->delimiter(',');
-  AddInteger(app, "--seed", &o->seed, "Root seed, 0..2^64-1 (default 0)");
-  AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
-  app.add_option("--store", o->store, "Store file the demo writes");
-  return [o] { return Run(*o); };
-}});
+                auto o = std::make_shared<Options>();
+                app.add_option("--preset", o->preset, "Built-in model preset");
+                app.add_option("--generator", o->generator,
+                               "threefry (JAX-exact) or philox (native)");
+                AddInteger(app, "--ranks", &o->ranks,
+                           "Ranks whose shards to materialize (default 0,5)", 0)
+                    ->delimiter(',');
+                AddInteger(app, "--seed", &o->seed, "Root seed, 0..2^64-1 (default 0)");
+                AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
+                app.add_option("--store", o->store, "Store file the demo writes");
+                return [o] { return Run(*o); };
+              }});
 
 }  // namespace
 }  // namespace seedstore::cli

@@ -68,27 +68,34 @@ int Run(const Options& o) {
   return 0;
 }
 
-Register reg({"export", "Write a store's tensors (or one rank's shards) as safetensors",
-              [](CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  app.add_option("source", o->source, "Store, distributed save, spec (.json) or safetensors (file or index.json)")->required();
-  app.add_option("--format", o->format, "Output format")->check(CLI::IsMember({"safetensors"}));
-  app.add_option("-o,--output", o->out, "Output file, e.g. model.safetensors")
-      ->required()
-      ->check(FileOutput("safetensors"));
-  app.add_option("--layout", o->layout, "Layout JSON: write only --rank's shards");
-  AddInteger(app, "--rank", &o->rank, "Rank whose shards to write (with --layout)", 0);
-  app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
-  app.add_option("--max-shard-size", o->max_size,
-                 "Split into files of at most this much tensor data (e.g. 5GB, 1.5GiB, 1e9), "
-                 "named <stem>-00001-of-0000N.safetensors, with <output>.index.json as Hugging "
-                 "Face does; all are renamed into place only once every one is written")
-      ->check(CLI::Validator([](std::string& v) { return v.empty() ? std::string("empty: give a size such as 5GB") : std::string(); },
-                             ""));
-  AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
-  app.add_flag("--json", o->json, "JSON output");
-  return [o] { return Run(*o); };
-}});
+Register reg(
+    {"export", "Write a store's tensors (or one rank's shards) as safetensors", [](CLI::App& app) {
+       auto o = std::make_shared<Options>();
+       app.add_option("source", o->source,
+                      "Store, distributed save, spec (.json) or safetensors (file or index.json)")
+           ->required();
+       app.add_option("--format", o->format, "Output format")
+           ->check(CLI::IsMember({"safetensors"}));
+       app.add_option("-o,--output", o->out, "Output file, e.g. model.safetensors")
+           ->required()
+           ->check(FileOutput("safetensors"));
+       app.add_option("--layout", o->layout, "Layout JSON: write only --rank's shards");
+       AddInteger(app, "--rank", &o->rank, "Rank whose shards to write (with --layout)", 0);
+       app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
+       app.add_option(
+              "--max-shard-size", o->max_size,
+              "Split into files of at most this much tensor data (e.g. 5GB, 1.5GiB, 1e9), "
+              "named <stem>-00001-of-0000N.safetensors, with <output>.index.json as Hugging "
+              "Face does; all are renamed into place only once every one is written")
+           ->check(CLI::Validator(
+               [](std::string& v) {
+                 return v.empty() ? std::string("empty: give a size such as 5GB") : std::string();
+               },
+               ""));
+       AddThreadsOption(app, &o->threads, "CPU threads", "all cores");
+       app.add_flag("--json", o->json, "JSON output");
+       return [o] { return Run(*o); };
+     }});
 
 }  // namespace
 }  // namespace seedstore::cli

@@ -32,7 +32,8 @@ int Run(const Options& o) {
     if (!GlobMatch(o.tensors, ts[i].name)) continue;
     Region r = WholeTensor(ts[i].shape);
     if (layout) {
-      if (Status w = CheckWholeTensor(**cat, ts[i], "fingerprint --layout"); !w.ok()) return Fail(w);
+      if (Status w = CheckWholeTensor(**cat, ts[i], "fingerprint --layout"); !w.ok())
+        return Fail(w);
       auto s = layout->ShardOf(ts[i].name, ts[i].shape, o.rank);
       if (!s.ok()) return Fail(s.status());
       r = s->region;
@@ -54,15 +55,18 @@ int Run(const Options& o) {
 
 Register reg({"fingerprint", "Print each tensor's fingerprint (or one rank's shard's)",
               [](CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
-  app.add_option("--layout", o->layout, "Layout JSON: fingerprint one rank's shards");
-  AddInteger(app, "--rank", &o->rank, "Rank (with --layout)", 0);
-  app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
-  app.add_flag("--json", o->json, "JSON output");
-  AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
-  return [o] { return Run(*o); };
-}});
+                auto o = std::make_shared<Options>();
+                app.add_option(
+                       "source", o->source,
+                       "Spec (.json), store, distributed save or safetensors (file or index.json)")
+                    ->required();
+                app.add_option("--layout", o->layout, "Layout JSON: fingerprint one rank's shards");
+                AddInteger(app, "--rank", &o->rank, "Rank (with --layout)", 0);
+                app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
+                app.add_flag("--json", o->json, "JSON output");
+                AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
+                return [o] { return Run(*o); };
+              }});
 
 }  // namespace
 }  // namespace seedstore::cli

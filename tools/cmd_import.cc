@@ -43,7 +43,8 @@ int Run(const Options& o) {
   if (!NotARegularFile(o.source).empty()) {
     // ImportSafetensors names what it is
   } else if (o.source.size() > 5 && o.source.compare(o.source.size() - 5, 5, ".json") == 0) {
-    const Result<std::string> text = ReadTextFile(o.source, o.source);  // unreadable: import says why
+    const Result<std::string> text =
+        ReadTextFile(o.source, o.source);  // unreadable: import says why
     const nlohmann::json j = ParseJson(text.ok() ? *text : std::string(), nullptr);
     if (!j.is_discarded() && j.is_object() && j.contains("metadata") && j["metadata"].is_object() &&
         j["metadata"].contains("total_size") && j["metadata"]["total_size"].is_number_unsigned())
@@ -60,8 +61,9 @@ int Run(const Options& o) {
   struct stat st;
   const uint64_t size = ::stat(o.out.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
   if (o.json) {
-    std::printf("%s\n", nlohmann::json({{"store", o.out}, {"imported", *n}, {"file_bytes", size}})
-                            .dump(2).c_str());
+    std::printf(
+        "%s\n",
+        nlohmann::json({{"store", o.out}, {"imported", *n}, {"file_bytes", size}}).dump(2).c_str());
   } else {
     std::printf("%s %d tensor(s) into %s (%llu bytes)\n", o.update ? "updated" : "imported", *n,
                 o.out.c_str(), static_cast<unsigned long long>(size));
@@ -69,25 +71,31 @@ int Run(const Options& o) {
   return 0;
 }
 
-Register reg({"import", "Import safetensors (file or index.json) into a store as dense tensors",
-              [](CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  app.add_option("source", o->source, "model.safetensors or model.safetensors.index.json")
-      ->required();
-  app.add_option("-o,--output", o->out, "Store file")->required()->check(FileOutput("store"));
-  app.add_flag("--update", o->update,
-               "Replace these tensors in the existing one-file store (same shape and dtype), keep the rest; a distributed save is refused (reshard --consolidate makes a store of it)");
-  AddInteger(app, "--seed", &o->seed, "Root seed recorded in a new store, 0..2^64-1 (default 0); not with --update (the store keeps its own)")
-      ->excludes("--update");
-  AddInteger(app, "--zstd-level", &o->level, "zstd level 1..22 (default 1)", kMinZstdLevel,
-             kMaxZstdLevel);
-  AddInteger<uint64_t>(app, "--chunk-bytes", &o->chunk_bytes,
-                       "Target uncompressed chunk size in bytes, 1..2147483648 (default 1 MiB)",
-                       1, uint64_t{1} << 31);
-  AddThreadsOption(app, &o->threads, "Compression threads", "all cores");
-  app.add_flag("--json", o->json, "JSON output");
-  return [o] { return Run(*o); };
-}});
+Register reg(
+    {"import", "Import safetensors (file or index.json) into a store as dense tensors",
+     [](CLI::App& app) {
+       auto o = std::make_shared<Options>();
+       app.add_option("source", o->source, "model.safetensors or model.safetensors.index.json")
+           ->required();
+       app.add_option("-o,--output", o->out, "Store file")->required()->check(FileOutput("store"));
+       app.add_flag(
+           "--update", o->update,
+           "Replace these tensors in the existing one-file store (same shape and dtype), keep the "
+           "rest; a distributed save is refused (reshard --consolidate makes a store of it)");
+       AddInteger(app, "--seed", &o->seed,
+                  "Root seed recorded in a new store, 0..2^64-1 (default 0); not with --update "
+                  "(the store keeps its own)")
+           ->excludes("--update");
+       AddInteger(app, "--zstd-level", &o->level, "zstd level 1..22 (default 1)", kMinZstdLevel,
+                  kMaxZstdLevel);
+       AddInteger<uint64_t>(
+           app, "--chunk-bytes", &o->chunk_bytes,
+           "Target uncompressed chunk size in bytes, 1..2147483648 (default 1 MiB)", 1,
+           uint64_t{1} << 31);
+       AddThreadsOption(app, &o->threads, "Compression threads", "all cores");
+       app.add_flag("--json", o->json, "JSON output");
+       return [o] { return Run(*o); };
+     }});
 
 }  // namespace
 }  // namespace seedstore::cli

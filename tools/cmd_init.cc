@@ -29,7 +29,8 @@ int Run(const Options& o) {
     if (auto st = CheckOutputIsNotInput(o.out, o.spec); !st.ok()) return Fail(st);
   auto g = ParseGenerator(o.generator);
   if (!g.ok()) return Fail(g.status().WithContext("--generator"));
-  Result<ModelSpec> spec = o.preset.empty() ? ModelSpec::Load(o.spec) : Preset(o.preset, o.seed, *g);
+  Result<ModelSpec> spec =
+      o.preset.empty() ? ModelSpec::Load(o.spec) : Preset(o.preset, o.seed, *g);
   if (!spec.ok()) return Fail(spec.status());
   auto w = StoreWriter::Create(o.out, spec->seed, spec->generator);
   if (!w.ok()) return Fail(w.status());
@@ -48,9 +49,12 @@ int Run(const Options& o) {
   }
   if (auto s = (*w)->Commit(); !s.ok()) return Fail(s);
   if (o.json) {
-    nlohmann::json j = {{"store", o.out},       {"tensors", spec->tensors.size()},
-                        {"parameters", params}, {"dense_bytes", bytes},
-                        {"seed", spec->seed},   {"generator", GeneratorName(spec->generator)},
+    nlohmann::json j = {{"store", o.out},
+                        {"tensors", spec->tensors.size()},
+                        {"parameters", params},
+                        {"dense_bytes", bytes},
+                        {"seed", spec->seed},
+                        {"generator", GeneratorName(spec->generator)},
                         {"fingerprints", !o.no_fingerprints}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -61,24 +65,25 @@ int Run(const Options& o) {
   return 0;
 }
 
-Register reg({"init", "Create a store from a preset or a spec, every tensor lazy", [](CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  auto* preset = app.add_option("--preset", o->preset, "Built-in model (see --list)");
-  auto* spec = app.add_option("--spec", o->spec, "Spec JSON file");
-  preset->excludes(spec);
-  AddInteger(app, "--seed", &o->seed, "Root seed of the preset, 0..2^64-1 (default 0)")
-      ->excludes(spec);
-  app.add_option("--generator", o->generator, "threefry (JAX-exact, default) or philox")
-      ->excludes(spec);
-  app.add_option("-o,--output", o->out, "Store file to create (replaced atomically)")
-      ->check(FileOutput("store"));
-  app.add_flag("--no-fingerprints", o->no_fingerprints,
-               "Do not compute fingerprints now (verify and fingerprint compute them later)");
-  app.add_flag("--list", o->list, "List the presets");
-  app.add_flag("--json", o->json, "JSON summary");
-  AddThreadsOption(app, &o->threads, "CPU threads for fingerprints", "all cores");
-  return [o] { return Run(*o); };
-}});
+Register reg(
+    {"init", "Create a store from a preset or a spec, every tensor lazy", [](CLI::App& app) {
+       auto o = std::make_shared<Options>();
+       auto* preset = app.add_option("--preset", o->preset, "Built-in model (see --list)");
+       auto* spec = app.add_option("--spec", o->spec, "Spec JSON file");
+       preset->excludes(spec);
+       AddInteger(app, "--seed", &o->seed, "Root seed of the preset, 0..2^64-1 (default 0)")
+           ->excludes(spec);
+       app.add_option("--generator", o->generator, "threefry (JAX-exact, default) or philox")
+           ->excludes(spec);
+       app.add_option("-o,--output", o->out, "Store file to create (replaced atomically)")
+           ->check(FileOutput("store"));
+       app.add_flag("--no-fingerprints", o->no_fingerprints,
+                    "Do not compute fingerprints now (verify and fingerprint compute them later)");
+       app.add_flag("--list", o->list, "List the presets");
+       app.add_flag("--json", o->json, "JSON summary");
+       AddThreadsOption(app, &o->threads, "CPU threads for fingerprints", "all cores");
+       return [o] { return Run(*o); };
+     }});
 
 }  // namespace
 }  // namespace seedstore::cli

@@ -38,8 +38,9 @@ void PrintText(const InspectReport& r) {
                 fp.c_str());
   }
   std::printf("%llu tensors (%llu lazy, %llu dense), %s parameters",
-              static_cast<unsigned long long>(r.lazy + r.dense), static_cast<unsigned long long>(r.lazy),
-              static_cast<unsigned long long>(r.dense), CountText(r.parameters).c_str());
+              static_cast<unsigned long long>(r.lazy + r.dense),
+              static_cast<unsigned long long>(r.lazy), static_cast<unsigned long long>(r.dense),
+              CountText(r.parameters).c_str());
   if (r.kind == StorageKind::kStore)
     std::printf(", file %llu bytes, seed %llu, %s", static_cast<unsigned long long>(r.file_bytes),
                 static_cast<unsigned long long>(r.seed), GeneratorName(r.generator));
@@ -57,21 +58,22 @@ int Run(const Options& o) {
   if (!cat.ok()) return Fail(cat.status());
   auto report = Inspect(**cat, o.source, o.tensors);
   if (!report.ok()) return Fail(report.status());
-  if (o.json)
-    std::printf("%s\n", report->ToJson().dump(2).c_str());
-  else
-    PrintText(*report);
+  if (o.json) std::printf("%s\n", report->ToJson().dump(2).c_str());
+  else PrintText(*report);
   return 0;
 }
 
 Register reg({"inspect", "List the tensors of a store: shape, dtype, lazy/dense, size, fingerprint",
               [](CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  app.add_option("source", o->source, "Store, distributed save, spec (.json) or safetensors (file or index.json)")->required();
-  app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
-  app.add_flag("--json", o->json, "JSON output");
-  return [o] { return Run(*o); };
-}});
+                auto o = std::make_shared<Options>();
+                app.add_option(
+                       "source", o->source,
+                       "Store, distributed save, spec (.json) or safetensors (file or index.json)")
+                    ->required();
+                app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
+                app.add_flag("--json", o->json, "JSON output");
+                return [o] { return Run(*o); };
+              }});
 
 }  // namespace
 }  // namespace seedstore::cli

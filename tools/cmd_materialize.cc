@@ -20,8 +20,8 @@ int Run(const Options& o) {
   if (!cat.ok()) return Fail(cat.status());
   auto layout = LayoutForRank(o.layout, o.rank);
   if (!layout.ok()) return Fail(layout.status());
-  for (auto st : {CheckOutputIsNotInput(o.out, o.source, cat->get()),
-                  CheckOutputIsNotInput(o.out, o.layout)})
+  for (auto st :
+       {CheckOutputIsNotInput(o.out, o.source, cat->get()), CheckOutputIsNotInput(o.out, o.layout)})
     if (!st.ok()) return Fail(st);
   if (Status g = CheckGlobMatches(o.tensors, {cat->get()}); !g.ok()) return Fail(g);
   ExportOptions e;
@@ -36,18 +36,21 @@ int Run(const Options& o) {
   return 0;
 }
 
-Register reg({"materialize", "Write one rank's shards to a safetensors file", [](CLI::App& app) {
-  auto o = std::make_shared<Options>();
-  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
-  app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
-  AddInteger(app, "--rank", &o->rank, "Rank whose shards to write", 0)->required();
-  app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
-  app.add_option("-o,--output", o->out, "Output .safetensors file")
-      ->required()
-      ->check(FileOutput("safetensors"));
-  AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
-  return [o] { return Run(*o); };
-}});
+Register reg(
+    {"materialize", "Write one rank's shards to a safetensors file", [](CLI::App& app) {
+       auto o = std::make_shared<Options>();
+       app.add_option("source", o->source,
+                      "Spec (.json), store, distributed save or safetensors (file or index.json)")
+           ->required();
+       app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
+       AddInteger(app, "--rank", &o->rank, "Rank whose shards to write", 0)->required();
+       app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
+       app.add_option("-o,--output", o->out, "Output .safetensors file")
+           ->required()
+           ->check(FileOutput("safetensors"));
+       AddThreadsAndDeviceOptions(app, &o->threads, &o->device);
+       return [o] { return Run(*o); };
+     }});
 
 }  // namespace
 }  // namespace seedstore::cli

@@ -95,38 +95,40 @@ int RunOn(Collective& c, const ReshardOptions& o, std::string* outcome) {
 }
 
 int Run(const ReshardOptions& o) {
-  return RunRanks(o.backend, o.timeout, [&](Collective& c, std::string* outcome) {
-    return RunOn(c, o, outcome);
-  });
+  return RunRanks(o.backend, o.timeout,
+                  [&](Collective& c, std::string* outcome) { return RunOn(c, o, outcome); });
 }
 
-Register reg({"reshard",
-              "Rewrite a spec, store or distributed save under a new layout (or into one "
-              "store), proving every tensor's fingerprint",
-              [](CLI::App& app) {
-  auto o = std::make_shared<ReshardOptions>();
-  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
-  app.add_option("--layout", o->layout, "Output layout JSON (mesh + placements)");
-  app.add_option("-o,--output", o->output, "Output path (the master file)")
-      ->required()
-      ->check(FileOutput("store"));
-  app.add_flag("--consolidate", o->consolidate, "Write one ordinary store instead");
-  app.add_flag("--json", o->json, "Print the proof as JSON (rank 0)");
-  app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
-  app.add_flag("--full-proof", o->full_proof,
-               "Prove by decoding and fingerprinting every written chunk (default: check its "
-               "stored bytes against the chunk-info table and sum the recorded fingerprints)");
-  AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
-  AddInteger(app, "--zstd-level", &o->zstd_level, "zstd level 1..22 of encoded chunks (default 1)",
-             kMinZstdLevel, kMaxZstdLevel);
-  AddNumber(app, "--max-padding", &o->max_padding,
-            "Store a piece off the source's chunk grid padded to it (its chunks then copied, "
-            "not re-encoded) when that adds at most this fraction of its elements; 0: never "
-            "(default 0.25)",
-            0.0);
-  AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
-  return [o] { return Run(*o); };
-}});
+Register reg(
+    {"reshard",
+     "Rewrite a spec, store or distributed save under a new layout (or into one "
+     "store), proving every tensor's fingerprint",
+     [](CLI::App& app) {
+       auto o = std::make_shared<ReshardOptions>();
+       app.add_option("source", o->source,
+                      "Spec (.json), store, distributed save or safetensors (file or index.json)")
+           ->required();
+       app.add_option("--layout", o->layout, "Output layout JSON (mesh + placements)");
+       app.add_option("-o,--output", o->output, "Output path (the master file)")
+           ->required()
+           ->check(FileOutput("store"));
+       app.add_flag("--consolidate", o->consolidate, "Write one ordinary store instead");
+       app.add_flag("--json", o->json, "Print the proof as JSON (rank 0)");
+       app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
+       app.add_flag("--full-proof", o->full_proof,
+                    "Prove by decoding and fingerprinting every written chunk (default: check its "
+                    "stored bytes against the chunk-info table and sum the recorded fingerprints)");
+       AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
+       AddInteger(app, "--zstd-level", &o->zstd_level,
+                  "zstd level 1..22 of encoded chunks (default 1)", kMinZstdLevel, kMaxZstdLevel);
+       AddNumber(app, "--max-padding", &o->max_padding,
+                 "Store a piece off the source's chunk grid padded to it (its chunks then copied, "
+                 "not re-encoded) when that adds at most this fraction of its elements; 0: never "
+                 "(default 0.25)",
+                 0.0);
+       AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
+       return [o] { return Run(*o); };
+     }});
 
 }  // namespace
 }  // namespace seedstore::cli

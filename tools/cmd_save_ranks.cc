@@ -47,8 +47,8 @@ int RunOn(Collective& c, const SaveRanksOptions& o, std::string* outcome) {
   }
   for (size_t i = 0; i < storage.size(); ++i) {
     const TensorRecord& t = (*cat)->tensors()[i];
-    params.push_back(ParamBuffer{t.name, t.shape, t.dtype, storage[i].data(), storage[i].size(),
-                                 false});
+    params.push_back(
+        ParamBuffer{t.name, t.shape, t.dtype, storage[i].data(), storage[i].size(), false});
   }
   DistSaveOptions so;
   so.cpu = cpu;
@@ -70,30 +70,32 @@ int RunOn(Collective& c, const SaveRanksOptions& o, std::string* outcome) {
 }
 
 int Run(const SaveRanksOptions& o) {
-  return RunRanks(o.backend, o.timeout, [&](Collective& c, std::string* outcome) {
-    return RunOn(c, o, outcome);
-  });
+  return RunRanks(o.backend, o.timeout,
+                  [&](Collective& c, std::string* outcome) { return RunOn(c, o, outcome); });
 }
 
-Register reg({"save-ranks",
-              "Under mpirun: every rank saves its own shards of a model to its own file (a "
-              "distributed save), proven against the ranks' fingerprints",
-              [](CLI::App& app) {
-  auto o = std::make_shared<SaveRanksOptions>();
-  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
-  app.add_option("--layout", o->layout, "Layout JSON; its world size must be the job's")
-      ->required();
-  app.add_option("-o,--output", o->output, "Output path (the master file)")
-      ->required()
-      ->check(FileOutput("distributed save"));
-  app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
-  app.add_flag("--full-proof", o->full_proof,
-               "Prove by decoding and fingerprinting every written chunk (default: check its "
-               "stored bytes against the chunk-info table and sum the recorded fingerprints)");
-  AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
-  AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
-  return [o] { return Run(*o); };
-}});
+Register reg(
+    {"save-ranks",
+     "Under mpirun: every rank saves its own shards of a model to its own file (a "
+     "distributed save), proven against the ranks' fingerprints",
+     [](CLI::App& app) {
+       auto o = std::make_shared<SaveRanksOptions>();
+       app.add_option("source", o->source,
+                      "Spec (.json), store, distributed save or safetensors (file or index.json)")
+           ->required();
+       app.add_option("--layout", o->layout, "Layout JSON; its world size must be the job's")
+           ->required();
+       app.add_option("-o,--output", o->output, "Output path (the master file)")
+           ->required()
+           ->check(FileOutput("distributed save"));
+       app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
+       app.add_flag("--full-proof", o->full_proof,
+                    "Prove by decoding and fingerprinting every written chunk (default: check its "
+                    "stored bytes against the chunk-info table and sum the recorded fingerprints)");
+       AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
+       AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
+       return [o] { return Run(*o); };
+     }});
 
 }  // namespace
 }  // namespace seedstore::cli

@@ -13,8 +13,7 @@ namespace seedstore::cli {
 namespace {
 
 struct VerifyRanksOptions {
-  std::string source, layout, backend = "auto", device = "cpu", simulate = "none",
-                              simulate_tensor;
+  std::string source, layout, backend = "auto", device = "cpu", simulate = "none", simulate_tensor;
   bool json = false, problems_only = false;
   double timeout = 600;
   int threads = 0, simulate_rank = 1;
@@ -68,12 +67,13 @@ int RunOn(Collective& c, const VerifyRanksOptions& o, std::FILE* report, std::st
       j["backend"] = c.backend();
       std::fprintf(report, "%s\n", j.dump(2).c_str());
     } else {
-      std::fprintf(report, "verify-ranks: %s under %s: %d rank(s) (%s), %zu tensors\n\n", o.source.c_str(),
-                  o.layout.c_str(), c.size(), c.backend(), rep->tensors.size());
+      std::fprintf(report, "verify-ranks: %s under %s: %d rank(s) (%s), %zu tensors\n\n",
+                   o.source.c_str(), o.layout.c_str(), c.size(), c.backend(), rep->tensors.size());
       std::fprintf(report, "%s", rep->Table(o.problems_only).c_str());
-      std::fprintf(report, "time: %.3f s (fingerprint %.3f s, wait %.3f s, exchange %.4f s, %llu bytes)\n",
-                  rep->timing.total_s, rep->timing.fingerprint_s, rep->timing.wait_s,
-                  rep->timing.exchange_s, static_cast<unsigned long long>(rep->bytes_exchanged));
+      std::fprintf(report,
+                   "time: %.3f s (fingerprint %.3f s, wait %.3f s, exchange %.4f s, %llu bytes)\n",
+                   rep->timing.total_s, rep->timing.fingerprint_s, rep->timing.wait_s,
+                   rep->timing.exchange_s, static_cast<unsigned long long>(rep->bytes_exchanged));
     }
     std::fflush(report);
   }
@@ -92,27 +92,30 @@ int Run(const VerifyRanksOptions& o) {
   });
 }
 
-Register reg({"verify-ranks",
-              "Check across ranks (under mpirun) that replicas agree and shards compose to "
-              "each tensor",
-              [](CLI::App& app) {
-  auto o = std::make_shared<VerifyRanksOptions>();
-  app.add_option("source", o->source, "Spec (.json), store, distributed save or safetensors (file or index.json)")->required();
-  app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
-  app.add_flag("--json", o->json, "Print the report as JSON (rank 0)");
-  app.add_flag("--problems-only", o->problems_only,
-               "List only tensors with a problem, in the table and in --json's \"tensors\" "
-               "(its \"summary\" still counts every tensor)");
-  AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
-  app.add_option("--device", o->device, "Where lazy shards are hashed: cpu, cuda or auto")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--simulate", o->simulate,
-                 "Testing: reproduce a failure (unseeded, layout-rng, flip, hang, die, kill)");
-  AddInteger(app, "--simulate-rank", &o->simulate_rank, "Testing: the rank that flips/hangs/dies",
-             0);
-  app.add_option("--simulate-tensor", o->simulate_tensor, "Testing: the tensor to flip");
-  return [o] { return Run(*o); };
-}});
+Register reg(
+    {"verify-ranks",
+     "Check across ranks (under mpirun) that replicas agree and shards compose to "
+     "each tensor",
+     [](CLI::App& app) {
+       auto o = std::make_shared<VerifyRanksOptions>();
+       app.add_option("source", o->source,
+                      "Spec (.json), store, distributed save or safetensors (file or index.json)")
+           ->required();
+       app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
+       app.add_flag("--json", o->json, "Print the report as JSON (rank 0)");
+       app.add_flag("--problems-only", o->problems_only,
+                    "List only tensors with a problem, in the table and in --json's \"tensors\" "
+                    "(its \"summary\" still counts every tensor)");
+       AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
+       app.add_option("--device", o->device, "Where lazy shards are hashed: cpu, cuda or auto")
+           ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+       app.add_option("--simulate", o->simulate,
+                      "Testing: reproduce a failure (unseeded, layout-rng, flip, hang, die, kill)");
+       AddInteger(app, "--simulate-rank", &o->simulate_rank,
+                  "Testing: the rank that flips/hangs/dies", 0);
+       app.add_option("--simulate-tensor", o->simulate_tensor, "Testing: the tensor to flip");
+       return [o] { return Run(*o); };
+     }});
 
 }  // namespace
 }  // namespace seedstore::cli

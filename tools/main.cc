@@ -47,8 +47,9 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines appear as they happen
   RaiseOpenFileLimit();
   seedstore::InstallSignalCleanup();  // Ctrl-C or SIGTERM mid-write leaves no temporary or lock
-  CLI::App app{"seedstore: lazy, sharding-invariant model weights with layout-independent "
-               "fingerprints"};
+  CLI::App app{
+      "seedstore: lazy, sharding-invariant model weights with layout-independent "
+      "fingerprints"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "seedstore 0.1.0");
   std::vector<std::pair<CLI::App*, std::function<int()>>> runs;

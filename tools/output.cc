@@ -18,19 +18,32 @@ namespace {
 
 const char* NpyDescr(DType t) {
   switch (t) {
-    case DType::kF32: return "<f4";
-    case DType::kF64: return "<f8";
-    case DType::kF16: return "<f2";
-    case DType::kBF16: return "<u2";
-    case DType::kU8: return "|u1";
-    case DType::kU16: return "<u2";
-    case DType::kU32: return "<u4";
-    case DType::kU64: return "<u8";
-    case DType::kI8: return "|i1";
-    case DType::kI16: return "<i2";
-    case DType::kI32: return "<i4";
-    case DType::kI64: return "<i8";
-    case DType::kBool: return "|b1";
+    case DType::kF32:
+      return "<f4";
+    case DType::kF64:
+      return "<f8";
+    case DType::kF16:
+      return "<f2";
+    case DType::kBF16:
+      return "<u2";
+    case DType::kU8:
+      return "|u1";
+    case DType::kU16:
+      return "<u2";
+    case DType::kU32:
+      return "<u4";
+    case DType::kU64:
+      return "<u8";
+    case DType::kI8:
+      return "|i1";
+    case DType::kI16:
+      return "<i2";
+    case DType::kI32:
+      return "<i4";
+    case DType::kI64:
+      return "<i8";
+    case DType::kBool:
+      return "|b1";
   }
   return "|u1";
 }
@@ -38,18 +51,73 @@ const char* NpyDescr(DType t) {
 std::string ElementText(DType t, const unsigned char* p) {
   char buf[64];
   switch (t) {
-    case DType::kF32: { float v; std::memcpy(&v, p, 4); std::snprintf(buf, sizeof buf, "%.9g", v); break; }
-    case DType::kF64: { double v; std::memcpy(&v, p, 8); std::snprintf(buf, sizeof buf, "%.17g", v); break; }
-    case DType::kBF16: { uint16_t v; std::memcpy(&v, p, 2); std::snprintf(buf, sizeof buf, "%.9g", BF16ToF32(v)); break; }
-    case DType::kF16: { uint16_t v; std::memcpy(&v, p, 2); std::snprintf(buf, sizeof buf, "%.9g", F16ToF32(v)); break; }
-    case DType::kU8: case DType::kBool: std::snprintf(buf, sizeof buf, "%u", p[0]); break;
-    case DType::kU16: { uint16_t v; std::memcpy(&v, p, 2); std::snprintf(buf, sizeof buf, "%u", v); break; }
-    case DType::kU32: { uint32_t v; std::memcpy(&v, p, 4); std::snprintf(buf, sizeof buf, "%u", v); break; }
-    case DType::kU64: { unsigned long long v; std::memcpy(&v, p, 8); std::snprintf(buf, sizeof buf, "%llu", v); break; }
-    case DType::kI8: std::snprintf(buf, sizeof buf, "%d", static_cast<int8_t>(p[0])); break;
-    case DType::kI16: { int16_t v; std::memcpy(&v, p, 2); std::snprintf(buf, sizeof buf, "%d", v); break; }
-    case DType::kI32: { int32_t v; std::memcpy(&v, p, 4); std::snprintf(buf, sizeof buf, "%d", v); break; }
-    case DType::kI64: { long long v; std::memcpy(&v, p, 8); std::snprintf(buf, sizeof buf, "%lld", v); break; }
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      std::snprintf(buf, sizeof buf, "%.9g", v);
+      break;
+    }
+    case DType::kF64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      break;
+    }
+    case DType::kBF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      std::snprintf(buf, sizeof buf, "%.9g", BF16ToF32(v));
+      break;
+    }
+    case DType::kF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      std::snprintf(buf, sizeof buf, "%.9g", F16ToF32(v));
+      break;
+    }
+    case DType::kU8:
+    case DType::kBool:
+      std::snprintf(buf, sizeof buf, "%u", p[0]);
+      break;
+    case DType::kU16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      std::snprintf(buf, sizeof buf, "%u", v);
+      break;
+    }
+    case DType::kU32: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      std::snprintf(buf, sizeof buf, "%u", v);
+      break;
+    }
+    case DType::kU64: {
+      unsigned long long v;
+      std::memcpy(&v, p, 8);
+      std::snprintf(buf, sizeof buf, "%llu", v);
+      break;
+    }
+    case DType::kI8:
+      std::snprintf(buf, sizeof buf, "%d", static_cast<int8_t>(p[0]));
+      break;
+    case DType::kI16: {
+      int16_t v;
+      std::memcpy(&v, p, 2);
+      std::snprintf(buf, sizeof buf, "%d", v);
+      break;
+    }
+    case DType::kI32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      std::snprintf(buf, sizeof buf, "%d", v);
+      break;
+    }
+    case DType::kI64: {
+      long long v;
+      std::memcpy(&v, p, 8);
+      std::snprintf(buf, sizeof buf, "%lld", v);
+      break;
+    }
   }
   return buf;
 }
@@ -60,8 +128,11 @@ Status WriteArray(const std::string& path, const std::string& format, DType dtyp
                   const std::vector<uint64_t>& shape, const void* bytes, size_t n) {
   std::string head;
   if (format == "npy") {
-    std::string dict = std::string("{'descr': '") + NpyDescr(dtype) + "', 'fortran_order': False, 'shape': (";
-    for (size_t i = 0; i < shape.size(); ++i) dict += std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
+    std::string dict =
+        std::string("{'descr': '") + NpyDescr(dtype) + "', 'fortran_order': False, 'shape': (";
+    for (size_t i = 0; i < shape.size(); ++i)
+      dict +=
+          std::to_string(shape[i]) + (shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
     dict += "), }";
     size_t total = 10 + dict.size() + 1;
     const size_t pad = (64 - total % 64) % 64;
@@ -92,8 +163,8 @@ Status WriteArray(const std::string& path, const std::string& format, DType dtyp
   // stdout, or an open descriptor named by -o (/dev/stdout, /dev/fd/N): written where it
   // stands, sharing its offset as a shell redirection would (never truncated or replaced).
   int fd = path.empty() || path == "-" || path == "/dev/stdout" ? 1
-           : path == "/dev/stderr"                               ? 2
-                                                                 : -1;
+           : path == "/dev/stderr"                              ? 2
+                                                                : -1;
   for (const char* dir : {"/dev/fd/", "/proc/self/fd/"})
     if (path.rfind(dir, 0) == 0) {
       auto n = ParseInteger<int>(std::string_view(path).substr(std::strlen(dir)), "-o", 0);
@@ -105,7 +176,7 @@ Status WriteArray(const std::string& path, const std::string& format, DType dtyp
     // A descriptor, or a device or pipe: nothing to replace atomically.
     const std::string name = path.empty() || path == "-" || fd == 1 ? std::string() : path;
     const int dup_fd = fd > 1 ? ::dup(fd) : -1;
-    std::FILE* f = fd == 1 ? stdout
+    std::FILE* f = fd == 1  ? stdout
                    : fd > 1 ? (dup_fd >= 0 ? ::fdopen(dup_fd, "wb") : nullptr)
                             : std::fopen(path.c_str(), "wb");
     if (!f) {

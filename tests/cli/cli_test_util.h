@@ -69,7 +69,8 @@ inline const char* kSpec = R"({"seedstore": 1, "seed": 7, "tensors": [
   {"name": "norm", "shape": [10], "dtype": "float32", "init": {"dist": "ones"}},
   {"name": "flat.w", "shape": [7, 13], "dtype": "float32", "init": {"dist": "uniform"}, "generator": "philox"},
   {"name": "layers.0.w", "shape": [9, 5], "dtype": "float16", "init": {"dist": "truncated_normal"}}]})";
-inline const char* kLayout = R"J({"mesh": {"axes": ["data", "pipeline", "tensor"], "shape": [2, 2, 2]},
+inline const char* kLayout =
+    R"J({"mesh": {"axes": ["data", "pipeline", "tensor"], "shape": [2, 2, 2]},
   "placements": [{"match": "act", "spec": [["data", "pipeline"], null, "tensor"]},
                  {"match": "layers.*.w", "dtensor": ["Shard(0)", "Replicate()", "Shard(1)"]},
                  {"match": "flat.*", "flat": ["data", "pipeline"]}]})J";
@@ -87,7 +88,8 @@ inline const char* kEmptyShardsSpec = R"({"seedstore": 1, "seed": 3, "tensors": 
     {"name": "f", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
     {"name": "z", "shape": [0, 5], "dtype": "bfloat16", "init": {"dist": "normal"}},
     {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})";
-inline const char* kFlatOver8 = R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})";
+inline const char* kFlatOver8 =
+    R"({"mesh": {"axes": ["data"], "shape": [8]}, "placements": [{"match": "*", "flat": ["data"]}]})";
 
 // Runs bash `script` in a private user and mount namespace (`unshare -rm`: it may mount a
 // tmpfs), its stdout and stderr into *out; returns pclose's status.
@@ -113,7 +115,8 @@ inline std::string FourTensorSpec(const std::string& name, int seed) {
   for (int k = 0; k < 4; ++k) {
     std::string t = std::to_string(k);
     t.insert(t.begin(), 't');
-    tensors.push_back({{"name", t}, {"shape", {64, 64}}, {"dtype", "float32"}, {"init", {{"dist", "uniform"}}}});
+    tensors.push_back(
+        {{"name", t}, {"shape", {64, 64}}, {"dtype", "float32"}, {"init", {{"dist", "uniform"}}}});
   }
   return Write(name, nlohmann::json{{"seedstore", 1}, {"seed", seed}, {"tensors", tensors}}.dump());
 }
@@ -131,7 +134,8 @@ inline std::string Shell(const std::string& cmd) {
 
 // A safetensors file holding one tensor 't' of `shape` ("[0, 5]") and no bytes.
 inline std::string EmptyTensorFile(const std::string& name, const std::string& shape) {
-  std::string header = R"({"t": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})";
+  std::string header =
+      R"({"t": {"dtype": "F32", "shape": )" + shape + R"(, "data_offsets": [0, 0]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
   std::string bytes(8, '\0');
   for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>((header.size() >> (8 * k)) & 0xFF);

@@ -15,20 +15,25 @@ TEST(Cli, BadInputGivesNamedErrorAndExitCode) {
   };
   const std::string spec = Write("spec.json", kSpec);
   const std::string layout = Write("layout.json", kLayout);
-  const std::string twice = Write("twice.json", R"({"mesh": {"axes": ["a"], "shape": [2]}, "placements": [{"match": "*", "spec": ["a", "a"]}]})");
+  const std::string twice = Write(
+      "twice.json",
+      R"({"mesh": {"axes": ["a"], "shape": [2]}, "placements": [{"match": "*", "spec": ["a", "a"]}]})");
   const Case cases[] = {
       {"gen --shape 3 --dtype float99", "unknown dtype 'float99'", 2},
       {"gen --shape 3 --init '{\"dist\":\"cauchy\"}'", "unknown distribution 'cauchy'", 2},
       {"gen --shape 3 --init '{\"dist\":'", "--init: malformed JSON", 2},
       {"gen --shape -3", "--shape", 2},
       {"gen --shape 4294967296,4294967296", "overflows", 2},
-      {"gen --shape 3 --init '{\"dist\":\"truncated_normal\",\"lower\":2,\"upper\":1}'", "lower (2", 2},
+      {"gen --shape 3 --init '{\"dist\":\"truncated_normal\",\"lower\":2,\"upper\":1}'", "lower (2",
+       2},
       {"gen --shape 3 --box 0:4", "outside the tensor", 2},
       {"gen --shape 3 --key 1", "--key '1'", 2},
       {"fingerprint /nonexistent/spec.json", "cannot open", 3},
-      {"fingerprint " + spec + " --layout " + layout + " --rank 8", "--rank 8 is outside the mesh", 2},
+      {"fingerprint " + spec + " --layout " + layout + " --rank 8", "--rank 8 is outside the mesh",
+       2},
       {"fingerprint " + spec + " --layout " + twice + " --rank 0", "used twice", 2},
-      {"materialize " + spec + " --layout " + layout + " --rank -1 -o /tmp/x.safetensors", "--rank: -1 is out of range", 2},
+      {"materialize " + spec + " --layout " + layout + " --rank -1 -o /tmp/x.safetensors",
+       "--rank: -1 is out of range", 2},
   };
   for (const auto& c : cases) {
     const Proc r = Exec(c.args);
@@ -45,9 +50,12 @@ TEST(Cli, BadInputGivesNamedErrorAndExitCode) {
 TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
   const std::string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups ";
   if (Shell(nobody + "true && echo ok") != "ok\n")
-    GTEST_SKIP() << "not run: cannot run a command as another user here (setpriv missing or not root)";
+    GTEST_SKIP()
+        << "not run: cannot run a command as another user here (setpriv missing or not root)";
   const std::string d = TempDir() + "/unreadable";
-  ASSERT_EQ(std::system(("mkdir -p " + d + " && chmod 711 " + TempDir() + " && chmod 755 " + d).c_str()), 0);
+  ASSERT_EQ(
+      std::system(("mkdir -p " + d + " && chmod 711 " + TempDir() + " && chmod 755 " + d).c_str()),
+      0);
   const std::string spec = d + "/spec.json", layout = d + "/layout.json", st = d + "/w.safetensors";
   std::ofstream(spec) << kSpec;
   std::ofstream(layout) << kLayout;
@@ -57,9 +65,12 @@ TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
   const std::string ok_spec = d + "/ok.json";  // readable, for the unreadable layout
   std::ofstream(ok_spec) << kSpec;
   std::ofstream(d + "/ok.index.json") << R"({"weight_map": {"norm": "w.safetensors"}})";
-  ASSERT_EQ(std::system(("chmod 600 " + spec + " " + layout + " " + st + " " + d + "/m.h5 " + d + "/i.index.json && chmod 644 " +
-                         ok_spec + " " + d + "/ok.index.json").c_str()), 0);
-  if (Shell(nobody + "cat " + spec + " >/dev/null 2>&1 && echo readable").find("readable") != std::string::npos)
+  ASSERT_EQ(std::system(("chmod 600 " + spec + " " + layout + " " + st + " " + d + "/m.h5 " + d +
+                         "/i.index.json && chmod 644 " + ok_spec + " " + d + "/ok.index.json")
+                            .c_str()),
+            0);
+  if (Shell(nobody + "cat " + spec + " >/dev/null 2>&1 && echo readable").find("readable") !=
+      std::string::npos)
     GTEST_SKIP() << "not run: user nobody can read a file of mode 600 here";
   struct Case {
     std::string args, needle;
@@ -72,7 +83,8 @@ TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
       {"import " + st + " -o " + d + "/out.h5", "safetensors file '" + st + denied},
       {"fingerprint " + spec, "IO_ERROR: file '" + spec + denied},
       {"init --spec " + spec + " -o " + d + "/out.h5", "IO_ERROR: spec file '" + spec + denied},
-      {"fingerprint " + ok_spec + " --layout " + layout + " --rank 0", "IO_ERROR: layout file '" + layout + denied},
+      {"fingerprint " + ok_spec + " --layout " + layout + " --rank 0",
+       "IO_ERROR: layout file '" + layout + denied},
       {"inspect " + d + "/m.h5", "IO_ERROR: file '" + d + "/m.h5" + denied},
   };
   for (const auto& c : cases) {
@@ -82,10 +94,13 @@ TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
   }
   const std::string none = "': cannot open: No such file or directory";
   const Case missing[] = {
-      {"fingerprint " + d + "/no.safetensors", "NOT_FOUND: safetensors file '" + d + "/no.safetensors" + none},
+      {"fingerprint " + d + "/no.safetensors",
+       "NOT_FOUND: safetensors file '" + d + "/no.safetensors" + none},
       {"fingerprint " + d + "/no.json", "NOT_FOUND: file '" + d + "/no.json" + none},
-      {"init --spec " + d + "/no.json -o " + d + "/out.h5", "NOT_FOUND: spec file '" + d + "/no.json" + none},
-      {"fingerprint " + ok_spec + " --layout " + d + "/no.json --rank 0", "NOT_FOUND: layout file '" + d + "/no.json" + none},
+      {"init --spec " + d + "/no.json -o " + d + "/out.h5",
+       "NOT_FOUND: spec file '" + d + "/no.json" + none},
+      {"fingerprint " + ok_spec + " --layout " + d + "/no.json --rank 0",
+       "NOT_FOUND: layout file '" + d + "/no.json" + none},
       {"inspect " + d + "/no.h5", "NOT_FOUND: file '" + d + "/no.h5" + none},
   };
   for (const auto& c : missing) {
@@ -103,24 +118,29 @@ TEST(Cli, UnreadableInputsAreIoErrorsAndMissingOnesNotFound) {
 TEST(Cli, ASpecOrALayoutMayComeFromAPipeAndNothingElseHangsOnOne) {
   const std::string d = TempDir() + "/pipes";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
-  const std::string spec = Write("pipes/spec.json", kSpec), layout = Write("pipes/layout.json", kLayout);
+  const std::string spec = Write("pipes/spec.json", kSpec),
+                    layout = Write("pipes/layout.json", kLayout);
   const Proc want = Exec("fingerprint " + spec + " --layout " + layout + " --rank 3 --json");
   ASSERT_EQ(want.code, 0) << want.err;
   const std::string b = Bin();
   EXPECT_EQ(Shell("bash -c '" + b + " fingerprint <(cat " + spec + ") --layout <(cat " + layout +
                   ") --rank 3 --json 2>/dev/null'"),
             want.out);
-  EXPECT_EQ(Shell("cat " + spec + " | " + b + " fingerprint /dev/stdin --layout " + layout + " --rank 3 --json"),
+  EXPECT_EQ(Shell("cat " + spec + " | " + b + " fingerprint /dev/stdin --layout " + layout +
+                  " --rank 3 --json"),
             want.out);
   const Proc inspect = Exec("inspect " + spec);
   ASSERT_EQ(inspect.code, 0);
   const std::string fifo = d + "/fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  EXPECT_NE(Shell("cat " + spec + " > " + fifo + " & " + b + " inspect " + fifo).find("norm"), std::string::npos);
+  EXPECT_NE(Shell("cat " + spec + " > " + fifo + " & " + b + " inspect " + fifo).find("norm"),
+            std::string::npos);
   // Not a spec: named as a pipe.
   const std::string junk = Shell("bash -c '" + b + " inspect <(echo junk); echo rc=$?'");
-  EXPECT_NE(junk.find("is a pipe (FIFO): of the model sources only a spec (JSON) can be read from one"),
-            std::string::npos) << junk;
+  EXPECT_NE(
+      junk.find("is a pipe (FIFO): of the model sources only a spec (JSON) can be read from one"),
+      std::string::npos)
+      << junk;
   EXPECT_NE(junk.find("malformed JSON"), std::string::npos) << junk;
   EXPECT_NE(junk.find("rc=2"), std::string::npos) << junk;
   // What must be seeked: refused at once, though the FIFO has no writer (each under `timeout`:
@@ -132,11 +152,14 @@ TEST(Cli, ASpecOrALayoutMayComeFromAPipeAndNothingElseHangsOnOne) {
     std::string args, needle;
   };
   const Case cases[] = {
-      {"verify " + fifo, "file '" + fifo + "': is a pipe (FIFO), not a store: a store is read by seeking"},
+      {"verify " + fifo,
+       "file '" + fifo + "': is a pipe (FIFO), not a store: a store is read by seeking"},
       {"import " + fifo_st + " -o " + d + "/out.h5",
-       "safetensors file '" + fifo_st + "' is a pipe (FIFO), not a regular file: safetensors files are read by seeking"},
+       "safetensors file '" + fifo_st +
+           "' is a pipe (FIFO), not a regular file: safetensors files are read by seeking"},
       {"import " + fifo_index + " -o " + d + "/out.h5",
-       "index file '" + fifo_index + "' is a pipe (FIFO), not a regular file: an index names the files next to it"},
+       "index file '" + fifo_index +
+           "' is a pipe (FIFO), not a regular file: an index names the files next to it"},
       {"fingerprint " + fifo_st, "safetensors file '" + fifo_st + "' is a pipe (FIFO)"},
   };
   for (const auto& c : cases) {
@@ -152,7 +175,8 @@ TEST(Cli, ASpecOrALayoutMayComeFromAPipeAndNothingElseHangsOnOne) {
 TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
   const std::string d = TempDir() + "/kinds";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
-  const std::string spec = Write("kinds/spec.json", kSpec), store = d + "/m.h5", st = d + "/m.safetensors";
+  const std::string spec = Write("kinds/spec.json", kSpec), store = d + "/m.h5",
+                    st = d + "/m.safetensors";
   ASSERT_EQ(Exec("init --spec " + spec + " -o " + store).code, 0);
   ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
   struct Case {
@@ -160,9 +184,11 @@ TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
     int code;
   };
   const Case cases[] = {
-      {"import " + store + " -o " + d + "/out.h5", "is an HDF5 file (a seedstore store or distributed save?), not safetensors", 2},
+      {"import " + store + " -o " + d + "/out.h5",
+       "is an HDF5 file (a seedstore store or distributed save?), not safetensors", 2},
       {"verify " + spec, "is a spec (JSON), not a seedstore store: it stores no data", 6},
-      {"export " + spec + " -o " + d + "/o.safetensors --max-shard-size ''", "--max-shard-size: empty: give a size such as 5GB", 2},
+      {"export " + spec + " -o " + d + "/o.safetensors --max-shard-size ''",
+       "--max-shard-size: empty: give a size such as 5GB", 2},
       {"import " + st + " -o " + store + " --update --seed 3", "--update excludes --seed", 2},
   };
   for (const auto& c : cases) {
@@ -179,7 +205,9 @@ TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
   const std::string before = ReadFile(store);
   const Proc u = Exec("import " + d + "/norm.safetensors -o " + store + " --update");
   EXPECT_EQ(u.code, 2) << u.err;
-  EXPECT_NE(u.err.find("tensor 'norm' is [11] float32; the store's is [10] float32"), std::string::npos) << u.err;
+  EXPECT_NE(u.err.find("tensor 'norm' is [11] float32; the store's is [10] float32"),
+            std::string::npos)
+      << u.err;
   EXPECT_EQ(ReadFile(store), before);
   // safetensors by any name (export -o writes any) is read as safetensors, by its first bytes
   // (not CORRUPT not-hdf5 from inspect and diff of export's own output).
@@ -197,7 +225,8 @@ TEST(Cli, WrongKindsOfInputAreNamedNotCorrupt) {
 TEST(Cli, ARankFileThatIsNotAFileIsCorruptNotAnArgument) {
   const std::string d = TempDir() + "/rank_kinds";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
-  const std::string spec = Write("rank_kinds/spec.json", kSpec), layout = Write("rank_kinds/layout.json", kLayout);
+  const std::string spec = Write("rank_kinds/spec.json", kSpec),
+                    layout = Write("rank_kinds/layout.json", kLayout);
   ASSERT_EQ(Exec("export " + spec + " -o " + d + "/m.safetensors").code, 0);
   ASSERT_EQ(Exec("import " + d + "/m.safetensors -o " + d + "/dense.h5").code, 0);
   const std::string p = d + "/p.h5";
@@ -205,7 +234,8 @@ TEST(Cli, ARankFileThatIsNotAFileIsCorruptNotAnArgument) {
   std::string rank1;
   for (const auto& e : std::filesystem::directory_iterator(d)) {
     const std::string n = e.path().filename();
-    if (n.rfind("p.h5.", 0) == 0 && n.size() > 9 && n.substr(n.size() - 9) == ".rank1.h5") rank1 = e.path();
+    if (n.rfind("p.h5.", 0) == 0 && n.size() > 9 && n.substr(n.size() - 9) == ".rank1.h5")
+      rank1 = e.path();
   }
   ASSERT_FALSE(rank1.empty());
   ASSERT_EQ(std::rename(rank1.c_str(), (d + "/rank1.bak").c_str()), 0);
@@ -219,7 +249,8 @@ TEST(Cli, ARankFileThatIsNotAFileIsCorruptNotAnArgument) {
   }
   std::filesystem::remove(rank1);
   ASSERT_EQ(::mkfifo(rank1.c_str(), 0600), 0);
-  const std::string log = Shell("timeout 20 " + Bin() + " export " + p + " -o " + d + "/e.safetensors; echo rc=$?");
+  const std::string log =
+      Shell("timeout 20 " + Bin() + " export " + p + " -o " + d + "/e.safetensors; echo rc=$?");
   EXPECT_NE(log.find("rank-file-corrupt"), std::string::npos) << log;
   EXPECT_NE(log.find("rc=4"), std::string::npos) << log;
   std::filesystem::remove(rank1);
@@ -236,23 +267,33 @@ TEST(Cli, DimensionsOf2To63OrMoreAreRefusedEverywhere) {
   const std::string huge = EmptyTensorFile("dim64.safetensors", "[18446744073709551615, 0]");
   const std::string ok = EmptyTensorFile("dimok.safetensors", "[0, 9223372036854775807]");
   const std::string store = TempDir() + "/dim.h5";
-  for (const std::string& cmd : {"fingerprint " + big, "diff " + big + " " + ok, "import " + big + " -o " + store}) {
+  for (const std::string& cmd :
+       {"fingerprint " + big, "diff " + big + " " + ok, "import " + big + " -o " + store}) {
     const Proc r = Exec(cmd);
     EXPECT_EQ(r.code, 4) << cmd << "\n" << r.err;
-    EXPECT_NE(r.err.find("tensor 't': shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"),
-              std::string::npos) << cmd << "\n" << r.err;
+    EXPECT_NE(
+        r.err.find("tensor 't': shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"),
+        std::string::npos)
+        << cmd << "\n"
+        << r.err;
   }
   const Proc h = Exec("import " + huge + " -o " + store);
   EXPECT_EQ(h.code, 4) << h.err;
-  EXPECT_NE(h.err.find("dim 0 is 18446744073709551615, more than the limit 2^63 - 1"), std::string::npos) << h.err;
+  EXPECT_NE(h.err.find("dim 0 is 18446744073709551615, more than the limit 2^63 - 1"),
+            std::string::npos)
+      << h.err;
   const Proc spec = Exec("fingerprint " + Write("dim.json", R"({"seedstore": 1, "tensors": [
     {"name": "e", "shape": [0, 9223372036854775808], "dtype": "float32", "init": {"dist": "zeros"}}]})"));
   EXPECT_EQ(spec.code, 2) << spec.err;
-  EXPECT_NE(spec.err.find("('e').shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"), std::string::npos)
+  EXPECT_NE(
+      spec.err.find("('e').shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"),
+      std::string::npos)
       << spec.err;
   const Proc g = Exec("gen --shape 0,9223372036854775808");
   EXPECT_EQ(g.code, 2) << g.err;
-  EXPECT_NE(g.err.find("--shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"), std::string::npos) << g.err;
+  EXPECT_NE(g.err.find("--shape: dim 1 is 9223372036854775808, more than the limit 2^63 - 1"),
+            std::string::npos)
+      << g.err;
   // The limit itself is a valid (empty) tensor, end to end.
   const Proc i = Exec("import " + ok + " -o " + store);
   ASSERT_EQ(i.code, 0) << i.err;
@@ -270,12 +311,14 @@ TEST(Cli, DirectoryAsSourceIsTheWrongKindOfPath) {
                                    "export -o " + TempDir() + "/adir.out.safetensors "}) {
       const Proc r = Exec(cmd + src);
       EXPECT_EQ(r.code, 2) << cmd << src << "\n" << r.err;
-      EXPECT_NE(r.err.find("'" + src + "' is a directory, not a model source"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("'" + src + "' is a directory, not a model source"), std::string::npos)
+          << r.err;
     }
   }
   const Proc v = Exec("verify " + d);
   EXPECT_EQ(v.code, 2) << v.err;
-  EXPECT_NE(v.err.find("file '" + d + "': is a directory, not a store"), std::string::npos) << v.err;
+  EXPECT_NE(v.err.find("file '" + d + "': is a directory, not a store"), std::string::npos)
+      << v.err;
   const Proc diff = Exec("diff " + d + " " + d + ".json");
   EXPECT_EQ(diff.code, 2) << diff.err;
   EXPECT_NE(diff.err.find("is a directory"), std::string::npos) << diff.err;
@@ -285,15 +328,18 @@ TEST(BadInput, AShardTooLargeForMemoryIsRefusedUpFront) {
   // 2^60 float32 elements: 4 EiB, refused before any is allocated, naming tensor and bytes.
   const std::string spec = Write("huge.json", R"({"seedstore": 1, "seed": 1, "tensors": [
       {"name": "huge.w", "shape": [1152921504606846976], "dtype": "float32", "init": {"dist": "normal"}}]})");
-  const std::string layout = Write("one.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
+  const std::string layout =
+      Write("one.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
   const std::string out = TempDir() + "/huge.safetensors";
-  for (const std::string& args : {"export " + spec + " -o " + out,
-                                  "materialize " + spec + " --layout " + layout + " --rank 0 -o " + out,
-                                  std::string("gen --shape 1152921504606846976")}) {
+  for (const std::string& args :
+       {"export " + spec + " -o " + out,
+        "materialize " + spec + " --layout " + layout + " --rank 0 -o " + out,
+        std::string("gen --shape 1152921504606846976")}) {
     const Proc r = Exec(args);
     EXPECT_EQ(r.code, 6) << args << ": " << r.err;  // UNSUPPORTED
     EXPECT_NE(r.err.find("needs 4611686018427387904 bytes in memory"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find(args[0] == 'g' ? "tensor 'tensor'" : "tensor 'huge.w'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(args[0] == 'g' ? "tensor 'tensor'" : "tensor 'huge.w'"), std::string::npos)
+        << r.err;
     EXPECT_EQ(r.err.find("INTERNAL"), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(out));
   }
@@ -302,8 +348,9 @@ TEST(BadInput, AShardTooLargeForMemoryIsRefusedUpFront) {
 TEST(BadInput, ASpecOrLayoutFromAPipeHasASizeLimit) {
   // 64 MiB + 1 byte of JSON whitespace from a pipe: refused at the limit, naming the file.
   const std::string big = "<(head -c 67108865 /dev/zero | tr '\\0' ' ')";
-  for (const std::string& args : {"inspect " + big, "materialize " + Write("s2.json", kSpec) + " --layout " + big +
-                                                        " --rank 0 -o " + TempDir() + "/p.safetensors"}) {
+  for (const std::string& args :
+       {"inspect " + big, "materialize " + Write("s2.json", kSpec) + " --layout " + big +
+                              " --rank 0 -o " + TempDir() + "/p.safetensors"}) {
     const std::string cmd = "bash -c \"'" + Bin() + "' " + args + "\" 2>" + TempDir() + "/pipe.err";
     FILE* p = popen(cmd.c_str(), "r");
     ASSERT_NE(p, nullptr);
@@ -326,10 +373,12 @@ TEST(BadInput, AnEmptyTensorNameIsRefusedByEveryCommand) {
   for (int k = 0; k < 8; ++k) bytes[k] = static_cast<char>((header.size() >> (8 * k)) & 0xff);
   bytes += header + std::string(8, '\0');
   const std::string st = Write("empty-name.safetensors", bytes);
-  const std::string layout = Write("one3.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
+  const std::string layout =
+      Write("one3.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
   const std::string o = TempDir() + "/empty-out";
   for (const std::string& args :
-       {"inspect " + st, "fingerprint " + st, "export " + st + " -o " + o + ".safetensors", "import " + st + " -o " + o + ".h5",
+       {"inspect " + st, "fingerprint " + st, "export " + st + " -o " + o + ".safetensors",
+        "import " + st + " -o " + o + ".h5",
         "materialize " + st + " --layout " + layout + " --rank 0 -o " + o + ".safetensors",
         "reshard " + st + " --layout " + layout + " -o " + o + ".h5", "diff " + st + " " + st}) {
     const Proc r = Exec(args);
@@ -346,7 +395,8 @@ TEST(BadInput, ReshardOfLazyTensorsChecksTheLayoutAgainstThem) {
   const std::string out = TempDir() + "/lazy-resharded.h5";
   const Proc r = Exec("reshard " + spec + " --layout " + layout + " -o " + out);
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_NE(r.err.find("tensor 'norm' of shape [10]: spec has 2 entries"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tensor 'norm' of shape [10]: spec has 2 entries"), std::string::npos)
+      << r.err;
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

@@ -16,7 +16,8 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
   const std::string spec = Write("spec.json", kSpec);
   const std::string layout = Write("layout.json", kLayout);
   const std::string dir = TempDir();
-  const std::string st = dir + "/all.safetensors", dense = dir + "/dense.h5", save = dir + "/save.h5";
+  const std::string st = dir + "/all.safetensors", dense = dir + "/dense.h5",
+                    save = dir + "/save.h5";
   ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
   ASSERT_EQ(Exec("import " + st + " -o " + dense + " --chunk-bytes 64").code, 0);
   const Proc rs = Exec("reshard " + dense + " --layout " + layout + " -o " + save);
@@ -24,9 +25,10 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
   const std::string from_st = dir + "/from_st.h5";  // a safetensors file resharded straight away
   const Proc rs2 = Exec("reshard " + st + " --layout " + layout + " -o " + from_st);
   ASSERT_EQ(rs2.code, 0) << rs2.err;
-  for (const std::string& pair : {spec + " " + st, st + " " + dense, dense + " " + save, spec + " " + save,
-                                  save + " " + spec + " --recorded", dense + " " + save + " --recorded",
-                                  from_st + " " + save + " --recorded"}) {
+  for (const std::string& pair :
+       {spec + " " + st, st + " " + dense, dense + " " + save, spec + " " + save,
+        save + " " + spec + " --recorded", dense + " " + save + " --recorded",
+        from_st + " " + save + " --recorded"}) {
     const Proc d = Exec("diff " + pair + " --json");
     ASSERT_EQ(d.code, 0) << pair << "\n" << d.out << d.err;
     const auto j = nlohmann::json::parse(d.out);
@@ -75,13 +77,17 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
     EXPECT_EQ(d.code, 0) << d.out << d.err;
     const auto j = nlohmann::json::parse(d.out);
     for (const auto& t : j["tensors"])
-      EXPECT_EQ(t["result"], t["name"] == "norm" || t["name"] == "flat.w" ? "identical" : "other-shards") << t.dump();
+      EXPECT_EQ(t["result"],
+                t["name"] == "norm" || t["name"] == "flat.w" ? "identical" : "other-shards")
+          << t.dump();
     EXPECT_EQ(j["compared"], 2);
     EXPECT_EQ(j["counts"]["other-shards"], 2);
     const Proc text = Exec("diff " + r0 + " " + r1);
     EXPECT_EQ(text.code, 0) << text.out << text.err;
     EXPECT_NE(text.out.find("2 compared: 2 identical"), std::string::npos) << text.out;
-    EXPECT_NE(text.out.find("2 not compared: the two sides hold disjoint shards"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("2 not compared: the two sides hold disjoint shards"),
+              std::string::npos)
+        << text.out;
   }
   // Two ranks' files of other layouts are compared on the overlap of their shards. Under L3
   // (3 ranks, uneven: act rows 0:3, 3:6, 6:8; flat.w 0:31, 31:62, 62:91), rank 1 and rank 2
@@ -116,11 +122,13 @@ TEST(Cli, DiffProvesTheSameWeightsAcrossFormatsAndLayouts) {
     EXPECT_EQ(rows["layers.0.w"]["result"], "identical") << rows["layers.0.w"].dump();
     const Proc e = Exec("diff " + q1b + " " + p2 + " --json");
     EXPECT_EQ(e.code, 7) << e.out << e.err;
-    const auto je = nlohmann::json::parse(e.out);  // kept: a range over a temporary's member dangles
+    const auto je =
+        nlohmann::json::parse(e.out);  // kept: a range over a temporary's member dangles
     for (const auto& t : je["tensors"])
       EXPECT_EQ(t["result"], t["name"] == "act" ? "values-differ" : "identical") << t.dump();
     const Proc text = Exec("diff " + q1 + " " + p2);
-    EXPECT_NE(text.out.find("compared on the overlap of two rank files' shards"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("compared on the overlap of two rank files' shards"), std::string::npos)
+        << text.out;
   }
   {
     auto f = SafetensorsFile::Open(r0);
@@ -169,8 +177,9 @@ TEST(Cli, DiffComparesAFlatShardWithABoxShardOnTheirOverlap) {
   const std::string spec44 = Write("mix_spec44.json", other);
   const std::string dir = TempDir() + "/mix";
   std::filesystem::create_directories(dir);
-  const std::string f1 = dir + "/f1.safetensors", f1b = dir + "/f1_44.safetensors", f0 = dir + "/f0.safetensors",
-                    b2 = dir + "/b2.safetensors", b6 = dir + "/b6.safetensors";
+  const std::string f1 = dir + "/f1.safetensors", f1b = dir + "/f1_44.safetensors",
+                    f0 = dir + "/f0.safetensors", b2 = dir + "/b2.safetensors",
+                    b6 = dir + "/b6.safetensors";
   ASSERT_EQ(Exec("materialize " + spec + " --layout " + lf + " --rank 1 -o " + f1).code, 0);
   ASSERT_EQ(Exec("materialize " + spec44 + " --layout " + lf + " --rank 1 -o " + f1b).code, 0);
   ASSERT_EQ(Exec("materialize " + spec + " --layout " + lf + " --rank 0 -o " + f0).code, 0);
@@ -183,20 +192,24 @@ TEST(Cli, DiffComparesAFlatShardWithABoxShardOnTheirOverlap) {
   auto whole = SpecCatalog::Create(*model, spec);
   ASSERT_TRUE(whole.ok());
   Fingerprint act;
-  for (const Region& q : {BoxRegion({8, 6, 10}, {2, 4, 0}, {3, 6, 5}), BoxRegion({8, 6, 10}, {3, 0, 0}, {4, 6, 5})}) {
+  for (const Region& q :
+       {BoxRegion({8, 6, 10}, {2, 4, 0}, {3, 6, 5}), BoxRegion({8, 6, 10}, {3, 0, 0}, {4, 6, 5})}) {
     auto f = (*whole)->FingerprintRegion((*whole)->Find("act"), q);
     ASSERT_TRUE(f.ok());
     act.Add(*f);
   }
-  auto lw = (*whole)->FingerprintRegion((*whole)->Find("layers.0.w"), BoxRegion({9, 5}, {3, 0}, {5, 3}));
+  auto lw =
+      (*whole)->FingerprintRegion((*whole)->Find("layers.0.w"), BoxRegion({9, 5}, {3, 0}, {5, 3}));
   ASSERT_TRUE(lw.ok());
   // Distributed saves of the same model under both layouts: their rank files hold the same pieces.
   const std::string dense = dir + "/dense.h5", sf = dir + "/sf.h5", s8 = dir + "/s8.h5";
   ASSERT_EQ(Exec("export " + spec + " -o " + dir + "/all.safetensors").code, 0);
   ASSERT_EQ(Exec("import " + dir + "/all.safetensors -o " + dense + " --chunk-bytes 64").code, 0);
   // (--max-padding 0: each rank file holds its shard exactly, not a box padded to the chunk grid)
-  ASSERT_EQ(Exec("reshard " + dense + " --layout " + lf + " -o " + sf + " --max-padding 0").code, 0);
-  ASSERT_EQ(Exec("reshard " + dense + " --layout " + l8 + " -o " + s8 + " --max-padding 0").code, 0);
+  ASSERT_EQ(Exec("reshard " + dense + " --layout " + lf + " -o " + sf + " --max-padding 0").code,
+            0);
+  ASSERT_EQ(Exec("reshard " + dense + " --layout " + l8 + " -o " + s8 + " --max-padding 0").code,
+            0);
   auto rank_file = [&](const std::string& save, int r) {
     const std::string base = std::filesystem::path(save).filename().string() + ".",
                       tail = ".rank" + std::to_string(r) + ".h5";
@@ -229,7 +242,8 @@ TEST(Cli, DiffComparesAFlatShardWithABoxShardOnTheirOverlap) {
       EXPECT_EQ(rows["layers.0.w"]["result"], "not-compared") << rows["layers.0.w"].dump();
     } else {
       EXPECT_EQ(rows["layers.0.w"]["shard"], "[3:5, 0:3]") << rows["layers.0.w"].dump();
-      EXPECT_EQ(rows["layers.0.w"]["a"]["fingerprint"], FingerprintHex(*lw)) << rows["layers.0.w"].dump();
+      EXPECT_EQ(rows["layers.0.w"]["a"]["fingerprint"], FingerprintHex(*lw))
+          << rows["layers.0.w"].dump();
     }
     // norm (whole against flat) and flat.w (flat against flat).
     EXPECT_EQ(rows["norm"]["result"], save8 ? "not-compared" : "identical") << rows["norm"].dump();
@@ -240,14 +254,19 @@ TEST(Cli, DiffComparesAFlatShardWithABoxShardOnTheirOverlap) {
     const Proc d = Exec("diff " + f1b + " " + rb2 + " --json");
     EXPECT_EQ(d.code, 7) << d.out << d.err;
     const auto j = nlohmann::json::parse(d.out);
-    const std::map<std::string, std::string> want = {
-        {"act", "values-differ"}, {"flat.w", "identical"}, {"norm", "not-compared"}, {"layers.0.w", "not-compared"}};
+    const std::map<std::string, std::string> want = {{"act", "values-differ"},
+                                                     {"flat.w", "identical"},
+                                                     {"norm", "not-compared"},
+                                                     {"layers.0.w", "not-compared"}};
     for (const auto& t : j["tensors"]) EXPECT_EQ(t["result"], want.at(t["name"])) << t.dump();
     const Proc text = Exec("diff " + f1b + " " + b2);
     EXPECT_EQ(text.code, 7);
     EXPECT_NE(text.out.find("values-differ act  a "), std::string::npos) << text.out;
-    EXPECT_NE(text.out.find("(the overlap [2:3, 4:6, 0:5] + [3:4, 0:6, 0:5] of the two shards of [8, 6, 10])"),
-              std::string::npos) << text.out;
+    EXPECT_NE(
+        text.out.find(
+            "(the overlap [2:3, 4:6, 0:5] + [3:4, 0:6, 0:5] of the two shards of [8, 6, 10])"),
+        std::string::npos)
+        << text.out;
   }
   {
     // LF rank 0 holds act flat[0:160] (rows 0:2 and part of row 2); rank 6 of the 8-rank layout
@@ -292,8 +311,9 @@ TEST(Cli, DiffOfARankFileWithEmptyShardsIsIdentical) {
     {"name": "w", "shape": [16, 2], "dtype": "float32", "init": {"dist": "uniform"}}]})";
   const Proc d = Exec("diff " + r5 + " " + Write("empty_other.json", other));
   EXPECT_EQ(d.code, 7) << d.out << d.err;
-  EXPECT_NE(d.out.find("shape-differs f  [5] float32 against an empty shard of another shape or dtype"),
-            std::string::npos)
+  EXPECT_NE(
+      d.out.find("shape-differs f  [5] float32 against an empty shard of another shape or dtype"),
+      std::string::npos)
       << d.out;
 }
 
@@ -314,8 +334,11 @@ TEST(Cli, DiffOfADistributedSavesRankFileComparesWhatItHolds) {
   ASSERT_EQ(Exec("init --spec " + spec + " -o " + m).code, 0);
   ASSERT_EQ(Exec("export " + ones + " -o " + st).code, 0);
   ASSERT_EQ(Exec("import " + st + " --update -o " + m).code, 0);  // d dense (ones), lz lazy
-  const std::string sharded = Write("rankdiff/L2.json", R"({"mesh": {"axes": ["x"], "shape": [2]}, "placements": [{"match": "*", "spec": ["x"]}]})");
-  const std::string replicated = Write("rankdiff/R2.json", R"({"mesh": {"axes": ["x"], "shape": [2]}})");
+  const std::string sharded = Write(
+      "rankdiff/L2.json",
+      R"({"mesh": {"axes": ["x"], "shape": [2]}, "placements": [{"match": "*", "spec": ["x"]}]})");
+  const std::string replicated =
+      Write("rankdiff/R2.json", R"({"mesh": {"axes": ["x"], "shape": [2]}})");
   ASSERT_EQ(Exec("reshard " + m + " --layout " + sharded + " -o " + dir + "/p2.h5 -q").code, 0);
   ASSERT_EQ(Exec("reshard " + m + " --layout " + replicated + " -o " + dir + "/r2.h5 -q").code, 0);
   std::string p2_rank0, r2_rank1;
@@ -328,7 +351,8 @@ TEST(Cli, DiffOfADistributedSavesRankFileComparesWhatItHolds) {
   auto results = [](const Proc& d) {
     std::map<std::string, std::string> r;
     const auto j = nlohmann::json::parse(d.out);
-    for (const auto& t : j["tensors"]) r[t["name"].get<std::string>()] = t["result"].get<std::string>();
+    for (const auto& t : j["tensors"])
+      r[t["name"].get<std::string>()] = t["result"].get<std::string>();
     return r;
   };
   using Results = std::map<std::string, std::string>;
@@ -342,9 +366,13 @@ TEST(Cli, DiffOfADistributedSavesRankFileComparesWhatItHolds) {
   {
     const Proc d = Exec("diff " + p2_rank0 + " " + m);
     EXPECT_EQ(d.code, 0) << d.out << d.err;
-    EXPECT_NE(d.out.find("not-compared  lz  [4, 6] float32  (absent from the rank file a)"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("not-compared  lz  [4, 6] float32  (absent from the rank file a)"),
+              std::string::npos)
+        << d.out;
     EXPECT_NE(d.out.find("1 compared: 1 identical"), std::string::npos) << d.out;
-    EXPECT_NE(d.out.find("1 not compared: absent from a distributed save's rank file"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("1 not compared: absent from a distributed save's rank file"),
+              std::string::npos)
+        << d.out;
   }
   // Rank 1 of the replicated save owns nothing (rank 0 owns the replica): nothing compared.
   {

@@ -26,9 +26,13 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
   for (int k = 0; k < 16; ++k) {
     std::string name = std::to_string(k);
     name.insert(name.begin(), 't');
-    tensors.push_back({{"name", name}, {"shape", {256, 400}}, {"dtype", "float32"}, {"init", {{"dist", "uniform"}}}});
+    tensors.push_back({{"name", name},
+                       {"shape", {256, 400}},
+                       {"dtype", "float32"},
+                       {"init", {{"dist", "uniform"}}}});
   }
-  const std::string spec = Write("full.json", nlohmann::json{{"seedstore", 1}, {"seed", 5}, {"tensors", tensors}}.dump());
+  const std::string spec = Write(
+      "full.json", nlohmann::json{{"seedstore", 1}, {"seed", 5}, {"tensors", tensors}}.dump());
   const std::string st = TempDir() + "/full.safetensors", src = TempDir() + "/full_src.h5";
   ASSERT_EQ(Exec("export " + spec + " --format safetensors -o " + st).code, 0);
   ASSERT_EQ(Exec("import " + st + " -o " + src).code, 0);
@@ -37,19 +41,42 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
   const std::string mnt = TempDir() + "/full_mnt";
   ASSERT_EQ(std::system(("mkdir -p " + mnt).c_str()), 0);
   const std::string b = Bin();
-  const std::string script = Write("full.sh", "set -u\n"
-      "size=$(( $(stat -c %s " + src + ") + 3 * 1048576 ))\n"
-      "mount -t tmpfs -o size=$size tmpfs " + mnt + " || exit 90\n"
-      "cp " + src + " " + mnt + "/out.h5 || exit 91\n"
-      "try() { echo \"== $1\"; shift; \"$@\" 2>&1 >/dev/null; echo \"rc=$?\"; }\n"
-      "try reshard " + b + " reshard " + src + " --consolidate --threads 2 -q -o " + mnt + "/out.h5\n"
-      "try import " + b + " import " + st + " -o " + mnt + "/out.h5\n"
-      "try save " + b + " reshard " + src + " --layout " + layout + " --threads 2 -q -o " + mnt + "/save.h5\n"
-      "try export " + b + " export " + src + " --format safetensors -o " + mnt + "/out.safetensors\n"
-      "try export-split " + b + " export " + src + " --max-shard-size 1MB -o " + mnt + "/split.safetensors\n"
-      "cmp " + src + " " + mnt + "/out.h5 && echo intact\n"
-      "" + b + " verify " + mnt + "/out.h5 >/dev/null && echo verified\n"
-      "echo \"left: $(ls -A " + mnt + " | tr '\\n' ' ')\"\n");
+  const std::string script =
+      Write("full.sh",
+            "set -u\n"
+            "size=$(( $(stat -c %s " +
+                src +
+                ") + 3 * 1048576 ))\n"
+                "mount -t tmpfs -o size=$size tmpfs " +
+                mnt +
+                " || exit 90\n"
+                "cp " +
+                src + " " + mnt +
+                "/out.h5 || exit 91\n"
+                "try() { echo \"== $1\"; shift; \"$@\" 2>&1 >/dev/null; echo \"rc=$?\"; }\n"
+                "try reshard " +
+                b + " reshard " + src + " --consolidate --threads 2 -q -o " + mnt +
+                "/out.h5\n"
+                "try import " +
+                b + " import " + st + " -o " + mnt +
+                "/out.h5\n"
+                "try save " +
+                b + " reshard " + src + " --layout " + layout + " --threads 2 -q -o " + mnt +
+                "/save.h5\n"
+                "try export " +
+                b + " export " + src + " --format safetensors -o " + mnt +
+                "/out.safetensors\n"
+                "try export-split " +
+                b + " export " + src + " --max-shard-size 1MB -o " + mnt +
+                "/split.safetensors\n"
+                "cmp " +
+                src + " " + mnt +
+                "/out.h5 && echo intact\n"
+                "" +
+                b + " verify " + mnt +
+                "/out.h5 >/dev/null && echo verified\n"
+                "echo \"left: $(ls -A " +
+                mnt + " | tr '\\n' ' ')\"\n");
   std::string out;
   const int status = RunUnshared(script, &out);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 90)
@@ -59,7 +86,8 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
     const size_t at = out.find(std::string("== ") + cmd + "\n");
     ASSERT_NE(at, std::string::npos) << out;
     const size_t end = out.find("\n== ", at + 3);
-    const std::string part = out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    const std::string part =
+        out.substr(at, end == std::string::npos ? std::string::npos : end - at);
     SCOPED_TRACE(part);
     EXPECT_NE(part.find("rc=5"), std::string::npos) << cmd << ": not exit 5 (IO_ERROR)";
     EXPECT_NE(part.find("No space left on device"), std::string::npos) << cmd;
@@ -70,7 +98,8 @@ TEST(Cli, FullDiskFailsCleanlyAndKeepsThePreviousCheckpoint) {
   EXPECT_NE(out.find("\nintact\n"), std::string::npos) << out;
   EXPECT_NE(out.find("\nverified\n"), std::string::npos) << out;
   EXPECT_NE(out.find("left: out.h5 \n"), std::string::npos)
-      << "temporaries, rank files or split files left:\n" << out;
+      << "temporaries, rank files or split files left:\n"
+      << out;
 }
 
 // The same, at every fill level of the disk rather than one: the disk fills at each step of
@@ -109,43 +138,79 @@ TEST(Cli, FullDiskAtEveryFillLevelFailsCleanly) {
   // tables, indexes, flushes and the master -- fail in turn; earlier failures are the other
   // test's). Prints "NAME <filler> rc=<rc> <error>", and BROKEN / CHANGED / LEFT lines for a
   // save or store that no longer verifies, one changed by a failed CMD, and files left behind.
-  const std::string script = Write("fill.sh", "set -u\n"
-      "mount -t tmpfs -o size=420k tmpfs " + mnt + " || exit 90\n"
-      "cd " + mnt + " || exit 91\n"
-      "check() {\n"  // the save or store as a checksum of its files' bytes; verified when new
-      "  for f in p.h5 out.h5; do\n"
-      "    [ -e " + keep + "/$f.sum ] || continue\n"
-      "    sum=$(cat $f $f.*.rank*.h5 2>/dev/null | cksum)\n"
-      "    [ \"$sum\" = \"$(cat " + keep + "/$f.sum)\" ] && continue\n"
-      "    [ $2 = 0 ] || echo \"CHANGED $f by $1\"\n"
-      "    " + b + " verify $f >/dev/null 2>&1 || echo \"BROKEN $f after $1\"\n"
-      "    echo \"$sum\" > " + keep + "/$f.sum\n"
-      "  done\n"
-      "  left=$(ls -A | grep -vxE 'filler|out\\.h5|p\\.h5(\\.[0-9a-f]{8}\\.rank[0-9]\\.h5)?')\n"
-      "  [ -z \"$left\" ] || { echo \"LEFT by $1: $left\"; rm -f $left; }\n"
-      "}\n"
-      "sweep() {\n"
-      "  name=$1; shift\n"
-      "  rm -f filler; s=$(( $(stat -f -c '%a * %S' .) - $(stat -c %s " + src + ") + 32768 ))\n"
-      "  while [ $s -ge 0 ]; do\n"
-      "    rm -f filler; head -c $s /dev/zero > filler 2>/dev/null\n"
-      "    \"$@\" >/dev/null 2>" + keep + "/err; rc=$?\n"
-      "    echo \"$name $s rc=$rc $(head -n 1 " + keep + "/err)\"\n"
-      "    check \"$name at $s\" $rc\n"
-      "    [ $rc = 0 ] && break\n"
-      "    s=$(( s - 1000 ))\n"
-      "  done\n"
-      "  rm -f filler\n"
-      "}\n"
-      "" + b + " reshard " + src + " --layout " + l4 + " -q -o p.h5 || exit 92\n"
-      "echo new > " + keep + "/p.h5.sum && check start 0\n"
-      "sweep save " + b + " reshard " + src + " --layout " + l3 + " -q -o p.h5\n"
-      "rm -f p.h5* " + keep + "/p.h5.sum\n"  // room for two stores
-      "cp " + src + " out.h5 && echo new > " + keep + "/out.h5.sum && check copy 0\n"
-      "sweep update " + b + " import " + st + " -o out.h5 --update --chunk-bytes 1024\n"
-      "sweep consolidate " + b + " reshard " + src + " --consolidate -q -o out.h5\n"
-      "sweep import " + b + " import " + st + " -o out.h5\n"
-      "echo done\n");
+  const std::string script = Write(
+      "fill.sh",
+      "set -u\n"
+      "mount -t tmpfs -o size=420k tmpfs " +
+          mnt +
+          " || exit 90\n"
+          "cd " +
+          mnt +
+          " || exit 91\n"
+          "check() {\n"  // the save or store as a checksum of its files' bytes; verified when new
+          "  for f in p.h5 out.h5; do\n"
+          "    [ -e " +
+          keep +
+          "/$f.sum ] || continue\n"
+          "    sum=$(cat $f $f.*.rank*.h5 2>/dev/null | cksum)\n"
+          "    [ \"$sum\" = \"$(cat " +
+          keep +
+          "/$f.sum)\" ] && continue\n"
+          "    [ $2 = 0 ] || echo \"CHANGED $f by $1\"\n"
+          "    " +
+          b +
+          " verify $f >/dev/null 2>&1 || echo \"BROKEN $f after $1\"\n"
+          "    echo \"$sum\" > " +
+          keep +
+          "/$f.sum\n"
+          "  done\n"
+          "  left=$(ls -A | grep -vxE 'filler|out\\.h5|p\\.h5(\\.[0-9a-f]{8}\\.rank[0-9]\\.h5)?')\n"
+          "  [ -z \"$left\" ] || { echo \"LEFT by $1: $left\"; rm -f $left; }\n"
+          "}\n"
+          "sweep() {\n"
+          "  name=$1; shift\n"
+          "  rm -f filler; s=$(( $(stat -f -c '%a * %S' .) - $(stat -c %s " +
+          src +
+          ") + 32768 ))\n"
+          "  while [ $s -ge 0 ]; do\n"
+          "    rm -f filler; head -c $s /dev/zero > filler 2>/dev/null\n"
+          "    \"$@\" >/dev/null 2>" +
+          keep +
+          "/err; rc=$?\n"
+          "    echo \"$name $s rc=$rc $(head -n 1 " +
+          keep +
+          "/err)\"\n"
+          "    check \"$name at $s\" $rc\n"
+          "    [ $rc = 0 ] && break\n"
+          "    s=$(( s - 1000 ))\n"
+          "  done\n"
+          "  rm -f filler\n"
+          "}\n"
+          "" +
+          b + " reshard " + src + " --layout " + l4 +
+          " -q -o p.h5 || exit 92\n"
+          "echo new > " +
+          keep +
+          "/p.h5.sum && check start 0\n"
+          "sweep save " +
+          b + " reshard " + src + " --layout " + l3 +
+          " -q -o p.h5\n"
+          "rm -f p.h5* " +
+          keep +
+          "/p.h5.sum\n"  // room for two stores
+          "cp " +
+          src + " out.h5 && echo new > " + keep +
+          "/out.h5.sum && check copy 0\n"
+          "sweep update " +
+          b + " import " + st +
+          " -o out.h5 --update --chunk-bytes 1024\n"
+          "sweep consolidate " +
+          b + " reshard " + src +
+          " --consolidate -q -o out.h5\n"
+          "sweep import " +
+          b + " import " + st +
+          " -o out.h5\n"
+          "echo done\n");
   std::string out;
   const int status = RunUnshared(script, &out);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 90)

@@ -10,7 +10,8 @@ using namespace clitest;  // NOLINT
 
 TEST(Cli, GenRawMatchesJax) {
   // jax.random.uniform(jax.random.key(0), (3,)) -> bits 1064475214 1064993846 1051337244.
-  const Proc r = Exec("gen --shape 3 --dtype float32 --init '{\"dist\":\"uniform\"}' --seed 0 --format raw");
+  const Proc r =
+      Exec("gen --shape 3 --dtype float32 --init '{\"dist\":\"uniform\"}' --seed 0 --format raw");
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_EQ(r.out.size(), 12u);
   uint32_t v[3];
@@ -21,22 +22,28 @@ TEST(Cli, GenRawMatchesJax) {
 }
 
 TEST(Cli, GenBoxEqualsSliceOfWhole) {
-  const Proc whole = Exec("gen --shape 4,5,6 --dtype bfloat16 --init '{\"dist\":\"normal\"}' --seed 3");
-  const Proc box = Exec("gen --shape 4,5,6 --dtype bfloat16 --init '{\"dist\":\"normal\"}' --seed 3 --box 1:3,2:5,0:6");
+  const Proc whole =
+      Exec("gen --shape 4,5,6 --dtype bfloat16 --init '{\"dist\":\"normal\"}' --seed 3");
+  const Proc box = Exec(
+      "gen --shape 4,5,6 --dtype bfloat16 --init '{\"dist\":\"normal\"}' --seed 3 --box "
+      "1:3,2:5,0:6");
   ASSERT_EQ(whole.code, 0);
   ASSERT_EQ(box.code, 0);
   ASSERT_EQ(box.out.size(), 2u * 3 * 6 * 2);
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 3; ++j)
-      EXPECT_EQ(box.out.substr((i * 3 + j) * 12, 12), whole.out.substr((((1 + i) * 5) + 2 + j) * 12, 12));
+      EXPECT_EQ(box.out.substr((i * 3 + j) * 12, 12),
+                whole.out.substr((((1 + i) * 5) + 2 + j) * 12, 12));
 }
 
 TEST(Cli, GenFormats) {
-  const Proc t = Exec("gen --shape 2 --dtype uint32 --init '{\"dist\":\"bits\"}' --seed 1701 --format text");
+  const Proc t =
+      Exec("gen --shape 2 --dtype uint32 --init '{\"dist\":\"bits\"}' --seed 1701 --format text");
   ASSERT_EQ(t.code, 0);
   EXPECT_EQ(t.out, "1111271205\n2679469115\n");
   const std::string npy = TempDir() + "/x.npy";
-  const Proc n = Exec("gen --shape 2,3 --dtype float32 --init '{\"dist\":\"zeros\"}' --format npy -o " + npy);
+  const Proc n =
+      Exec("gen --shape 2,3 --dtype float32 --init '{\"dist\":\"zeros\"}' --format npy -o " + npy);
   ASSERT_EQ(n.code, 0) << n.err;
   std::ifstream f(npy, std::ios::binary);
   std::string data((std::istreambuf_iterator<char>(f)), {});
@@ -68,7 +75,9 @@ TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
   if (::stat("/dev/full", &full) == 0 && S_ISCHR(full.st_mode)) {
     const Proc r = Exec(g + "-o /dev/full");
     EXPECT_EQ(r.code, 5) << r.err;
-    EXPECT_NE(r.err.find("writing output '/dev/full' failed: No space left on device"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("writing output '/dev/full' failed: No space left on device"),
+              std::string::npos)
+        << r.err;
     ASSERT_EQ(::stat("/dev/full", &full), 0);
     EXPECT_TRUE(S_ISCHR(full.st_mode)) << "/dev/full is no longer a device";
   }
@@ -77,8 +86,8 @@ TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
   const std::string out = dir + "/out.bin";
   std::ofstream(out) << "previous";
   const std::string log = Shell("bash -c \"trap '' XFSZ; ulimit -f 8; exec " + Bin() +
-                                " gen --shape 100000 --init '{\\\"dist\\\":\\\"ones\\\"}' -o " + out +
-                                "\"; echo rc=$?");
+                                " gen --shape 100000 --init '{\\\"dist\\\":\\\"ones\\\"}' -o " +
+                                out + "\"; echo rc=$?");
   EXPECT_NE(log.find("rc=5"), std::string::npos) << log;
   EXPECT_NE(log.find("File too large"), std::string::npos) << log;
   EXPECT_EQ(ReadFile(out), "previous");
@@ -102,11 +111,14 @@ TEST(Cli, GenOutputErrorsAreNamedAndFilesReplacedAtomically) {
 TEST(Cli, GenHelpListsEveryDtype) {
   const Proc h = Exec("gen --help");
   ASSERT_EQ(h.code, 0);
-  for (const char* dt : {"float32", "float64", "bfloat16", "float16", "uint8", "uint64", "int8", "int16", "int32",
-                         "int64", "bool"}) {
+  for (const char* dt : {"float32", "float64", "bfloat16", "float16", "uint8", "uint64", "int8",
+                         "int16", "int32", "int64", "bool"}) {
     EXPECT_NE(h.out.find(dt), std::string::npos) << dt << "\n" << h.out;
   }
-  EXPECT_EQ(Exec("gen --shape 3 --dtype int8 --init '{\"dist\":\"constant\",\"value\":-2}' --format text").out, "-2\n-2\n-2\n");
+  EXPECT_EQ(
+      Exec("gen --shape 3 --dtype int8 --init '{\"dist\":\"constant\",\"value\":-2}' --format text")
+          .out,
+      "-2\n-2\n-2\n");
 }
 
 }  // namespace

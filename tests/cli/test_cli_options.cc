@@ -21,7 +21,8 @@ TEST(Cli, IntegerOptionsAreParsedStrictly) {
   };
   const Case cases[] = {
       // gen --seed is jax.random.key's seed: an int64 (JAX takes np.int64(seed)), either mode.
-      {g + "--seed 18446744073709551615 --x64", "--seed: 18446744073709551615 is out of range (-9223372036854775808..9223372036854775807)"},
+      {g + "--seed 18446744073709551615 --x64",
+       "--seed: 18446744073709551615 is out of range (-9223372036854775808..9223372036854775807)"},
       {g + "--seed 9223372036854775808", "--seed: 9223372036854775808 is out of range"},
       {g + "--seed 99999999999999999999999", "--seed: 99999999999999999999999 is out of range"},
       {g + "--seed -9223372036854775809", "--seed: -9223372036854775809 is out of range"},
@@ -32,27 +33,36 @@ TEST(Cli, IntegerOptionsAreParsedStrictly) {
       {g + "--seed ' 5'", "--seed: ' 5' is not an integer"},
       {g + "--seed +5", "--seed: '+5' is not an integer"},
       // init's root seed is a uint64.
-      {"init --preset gpt2 --no-fingerprints --seed -1 -o " + store, "--seed: -1 is out of range (0..18446744073709551615)"},
-      {"init --preset gpt2 --no-fingerprints --seed 18446744073709551616 -o " + store, "--seed: 18446744073709551616 is out of range"},
+      {"init --preset gpt2 --no-fingerprints --seed -1 -o " + store,
+       "--seed: -1 is out of range (0..18446744073709551615)"},
+      {"init --preset gpt2 --no-fingerprints --seed 18446744073709551616 -o " + store,
+       "--seed: 18446744073709551616 is out of range"},
       {"import " + st + " -o " + store + " --seed -1", "--seed: -1 is out of range"},
-      {"import " + st + " -o " + store + " --chunk-bytes -1", "--chunk-bytes: -1 is out of range (1..2147483648)"},
+      {"import " + st + " -o " + store + " --chunk-bytes -1",
+       "--chunk-bytes: -1 is out of range (1..2147483648)"},
       {"import " + st + " -o " + store + " --chunk-bytes 0", "--chunk-bytes: 0 is out of range"},
-      {"import " + st + " -o " + store + " --chunk-bytes 2147483649", "--chunk-bytes: 2147483649 is out of range"},
+      {"import " + st + " -o " + store + " --chunk-bytes 2147483649",
+       "--chunk-bytes: 2147483649 is out of range"},
       {"import " + st + " -o " + store + " --threads -1", "--threads: -1 is out of range (0..256)"},
       {g + "--threads 257", "--threads: 257 is out of range (0..256)"},
       {"fingerprint " + spec + " --threads 4294967297", "--threads: 4294967297 is out of range"},
       {"fingerprint " + spec + " --rank -1", "--rank: -1 is out of range (0..2147483647)"},
       {"fingerprint " + spec + " --rank 2147483648", "--rank: 2147483648 is out of range"},
       {"verify " + st + " --threads x", "--threads: 'x' is not an integer"},
-      {"reshard " + spec + " --consolidate -o " + store + " --simulate-rank -1", "--simulate-rank: -1 is out of range"},
-      {"reshard " + spec + " --consolidate -o " + store + " --threads 1.0", "--threads: '1.0' is not an integer"},
-      {"verify-ranks " + spec + " --layout x.json --simulate-rank 4294967296", "--simulate-rank: 4294967296 is out of range"},
+      {"reshard " + spec + " --consolidate -o " + store + " --simulate-rank -1",
+       "--simulate-rank: -1 is out of range"},
+      {"reshard " + spec + " --consolidate -o " + store + " --threads 1.0",
+       "--threads: '1.0' is not an integer"},
+      {"verify-ranks " + spec + " --layout x.json --simulate-rank 4294967296",
+       "--simulate-rank: 4294967296 is out of range"},
       {"demo --ranks 0,-1", "--ranks: -1 is out of range (0..2147483647)"},
       {"demo --seed -1", "--seed: -1 is out of range"},
       // Integers inside option values go through the same parser.
-      {"gen --shape 3,18446744073709551616", "--shape '3,18446744073709551616': 18446744073709551616 is out of range"},
+      {"gen --shape 3,18446744073709551616",
+       "--shape '3,18446744073709551616': 18446744073709551616 is out of range"},
       {"gen --shape 3,x", "--shape '3,x': 'x' is not an integer"},
-      {"gen --shape 3 --key 1,4294967296", "--key '1,4294967296': 4294967296 is out of range (0..4294967295)"},
+      {"gen --shape 3 --key 1,4294967296",
+       "--key '1,4294967296': 4294967296 is out of range (0..4294967295)"},
       {"gen --shape 3 --key -1,0", "--key '-1,0': -1 is out of range"},
       {"gen --shape 3 --key 1,2,3", "--key '1,2,3': expected K0,K1"},
   };
@@ -77,8 +87,10 @@ TEST(Cli, IntegerOptionsAreParsedStrictly) {
   same("--seed -1", "--key 0,4294967295");
   same("--seed 9223372036854775807", "--key 0,4294967295");
   same("--seed 010", "--seed 10");  // decimal, not octal
-  EXPECT_NE(Exec(g + "--seed 9223372036854775807 --x64").out, Exec(g + "--seed 18446744073709551615 --x64").out);
-  const Proc i = Exec("init --preset gpt2 --no-fingerprints --seed 18446744073709551615 --json -o " + store);
+  EXPECT_NE(Exec(g + "--seed 9223372036854775807 --x64").out,
+            Exec(g + "--seed 18446744073709551615 --x64").out);
+  const Proc i =
+      Exec("init --preset gpt2 --no-fingerprints --seed 18446744073709551615 --json -o " + store);
   ASSERT_EQ(i.code, 0) << i.err;
   EXPECT_EQ(nlohmann::json::parse(i.out)["seed"].get<uint64_t>(), 18446744073709551615ull);
   const Proc c = Exec("import " + st + " -o " + store + " --chunk-bytes 2147483648 --threads 256");
@@ -92,26 +104,32 @@ TEST(Cli, ZstdLevelAndNumberOptionsAcceptOnlyTheirRange) {
   const std::string st = TempDir() + "/z.safetensors", store = TempDir() + "/z.h5";
   ASSERT_EQ(Exec("export " + Write("z.json", kSpec) + " -o " + st).code, 0);
   for (const std::string level : {"0", "-5", "23", "1000000"}) {
-    for (const std::string& cmd : {"import " + st + " -o " + store, "reshard " + st + " --consolidate -q -o " + store}) {
+    for (const std::string& cmd :
+         {"import " + st + " -o " + store, "reshard " + st + " --consolidate -q -o " + store}) {
       const Proc r = Exec(cmd + " --zstd-level " + level);
       EXPECT_EQ(r.code, 2) << cmd << " " << level << "\n" << r.err;
-      EXPECT_NE(r.err.find("--zstd-level: " + level + " is out of range (1..22)"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("--zstd-level: " + level + " is out of range (1..22)"),
+                std::string::npos)
+          << r.err;
     }
   }
   EXPECT_FALSE(std::ifstream(store).good());  // nothing was written
   for (const std::string level : {"1", "22"}) {
     const Proc r = Exec("import " + st + " -o " + store + " --zstd-level " + level + " --json");
     ASSERT_EQ(r.code, 0) << r.err;
-    const Proc j = Exec("reshard " + st + " --consolidate -q -o " + store + " --zstd-level " + level);
+    const Proc j =
+        Exec("reshard " + st + " --consolidate -q -o " + store + " --zstd-level " + level);
     ASSERT_EQ(j.code, 0) << j.err;
   }
   const std::string rs = "reshard " + st + " --consolidate -q -o " + store;
-  for (const auto& [args, needle] : {std::pair<std::string, std::string>{" --max-padding nan", "--max-padding: 'nan' is not a finite number"},
-                                     {" --max-padding inf", "--max-padding: 'inf' is not a finite number"},
-                                     {" --max-padding -0.5", "--max-padding: -0.5 is below the minimum 0"},
-                                     {" --max-padding 0.25x", "--max-padding: '0.25x' is not a finite number"},
-                                     {" --timeout nan", "--timeout: 'nan' is not a finite number"},
-                                     {" --timeout -inf", "--timeout: '-inf' is not a finite number"}}) {
+  for (const auto& [args, needle] :
+       {std::pair<std::string, std::string>{" --max-padding nan",
+                                            "--max-padding: 'nan' is not a finite number"},
+        {" --max-padding inf", "--max-padding: 'inf' is not a finite number"},
+        {" --max-padding -0.5", "--max-padding: -0.5 is below the minimum 0"},
+        {" --max-padding 0.25x", "--max-padding: '0.25x' is not a finite number"},
+        {" --timeout nan", "--timeout: 'nan' is not a finite number"},
+        {" --timeout -inf", "--timeout: '-inf' is not a finite number"}}) {
     const Proc r = Exec(rs + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << args << "\n" << r.err;
@@ -133,9 +151,12 @@ TEST(Cli, LayoutAndRankAreGivenTogether) {
       {"export " + spec + " --layout " + layout + " -o " + out, "--layout needs --rank"},
       {"fingerprint " + spec + " --rank 0", "--rank needs --layout"},
       {"export " + spec + " --rank 0 -o " + out, "--rank needs --layout"},
-      {"fingerprint " + spec + " --layout " + layout + " --rank 8", "--rank 8 is outside the mesh of '" + layout + "' (8 ranks)"},
-      {"export " + spec + " --layout " + layout + " --rank 8 -o " + out, "--rank 8 is outside the mesh"},
-      {"materialize " + spec + " --layout " + layout + " --rank 8 -o " + out, "--rank 8 is outside the mesh"},
+      {"fingerprint " + spec + " --layout " + layout + " --rank 8",
+       "--rank 8 is outside the mesh of '" + layout + "' (8 ranks)"},
+      {"export " + spec + " --layout " + layout + " --rank 8 -o " + out,
+       "--rank 8 is outside the mesh"},
+      {"materialize " + spec + " --layout " + layout + " --rank 8 -o " + out,
+       "--rank 8 is outside the mesh"},
   };
   for (const auto& c : cases) {
     const Proc r = Exec(c.args);
@@ -155,13 +176,16 @@ TEST(Cli, TensorsGlobMatchingNothingIsAnError) {
   const std::string spec = Write("glob_spec.json", kSpec);
   const std::string layout = Write("glob_layout.json", kLayout);
   const std::string out = TempDir() + "/glob.safetensors";
-  for (const std::string& cmd : {"inspect " + spec, "fingerprint " + spec, "export " + spec + " -o " + out,
-                                 "materialize " + spec + " --layout " + layout + " --rank 0 -o " + out,
-                                 "diff " + spec + " " + spec}) {
+  for (const std::string& cmd :
+       {"inspect " + spec, "fingerprint " + spec, "export " + spec + " -o " + out,
+        "materialize " + spec + " --layout " + layout + " --rank 0 -o " + out,
+        "diff " + spec + " " + spec}) {
     const Proc p = Exec(cmd + " --tensors 'layer.*'");
     EXPECT_EQ(p.code, 2) << cmd << "\n" << p.err;
-    EXPECT_NE(p.err.find("--tensors 'layer.*' matches no tensor of '" + spec + "'"), std::string::npos)
-        << cmd << "\n" << p.err;
+    EXPECT_NE(p.err.find("--tensors 'layer.*' matches no tensor of '" + spec + "'"),
+              std::string::npos)
+        << cmd << "\n"
+        << p.err;
     EXPECT_EQ(Exec(cmd + " --tensors 'layers.*'").code, 0) << cmd;
   }
 }

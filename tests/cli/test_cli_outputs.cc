@@ -32,14 +32,16 @@ TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
     const std::string n = e.path().filename();
     if (n.rfind("m-00001-of-", 0) == 0) shard = e.path();
     if (n == "m-00002-of-00002.safetensors") shard2 = e.path();  // norm, flat.w, layers.0.w
-    if (n.rfind("save.h5.", 0) == 0 && n.size() > 9 && n.substr(n.size() - 9) == ".rank0.h5") rank0 = e.path();
+    if (n.rfind("save.h5.", 0) == 0 && n.size() > 9 && n.substr(n.size() - 9) == ".rank0.h5")
+      rank0 = e.path();
   }
   ASSERT_FALSE(shard.empty());
   ASSERT_FALSE(shard2.empty());
   ASSERT_FALSE(rank0.empty());
   ASSERT_EQ(::symlink("model.h5", (d + "/link.h5").c_str()), 0);
   ASSERT_EQ(::link(model.c_str(), (d + "/hard.h5").c_str()), 0);
-  const std::vector<std::string> inputs = {spec, layout, st, model, index, shard, shard2, save, rank0};
+  const std::vector<std::string> inputs = {spec,  layout, st,   model, index,
+                                           shard, shard2, save, rank0};
   std::map<std::string, std::string> before;
   for (const auto& f : inputs) before[f] = ReadFile(f);
   struct Case {
@@ -47,18 +49,25 @@ TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
   };
   const std::string lr = " --layout " + layout + " --rank 0";
   const Case cases[] = {
-      {"materialize " + model + lr + " -o " + model, "-o '" + model + "' is the input '" + model + "'; write to another path"},
+      {"materialize " + model + lr + " -o " + model,
+       "-o '" + model + "' is the input '" + model + "'; write to another path"},
       {"materialize " + model + lr + " -o " + d + "/link.h5", "is the input '" + model + "'"},
-      {"materialize " + spec + lr + " -o " + layout, "-o '" + layout + "' is the input '" + layout + "'"},
+      {"materialize " + spec + lr + " -o " + layout,
+       "-o '" + layout + "' is the input '" + layout + "'"},
       {"export " + model + " -o " + d + "/./model.h5", "is the input '" + model + "'"},
       {"export " + d + "/hard.h5 -o " + model, "is the input '" + d + "/hard.h5'"},
-      {"export " + index + " -o " + shard, "-o '" + shard + "' is a file of the input '" + index + "'"},
-      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1KB", "-o '" + shard + "' is a file of the input '" + index + "'"},
-      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1", "-o '" + index + "' is the input '" + index + "'"},
+      {"export " + index + " -o " + shard,
+       "-o '" + shard + "' is a file of the input '" + index + "'"},
+      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1KB",
+       "-o '" + shard + "' is a file of the input '" + index + "'"},
+      {"export " + index + " -o " + d + "/m.safetensors --max-shard-size 1",
+       "-o '" + index + "' is the input '" + index + "'"},
       // Split, the files written are named after -o: d/m -> d/m-00001-of-00002.safetensors, ...
       // (flat.w, then layers.0.w), the index's own files, and a file named like one of them.
-      {"export " + index + " -o " + d + "/m --tensors '*.w' --max-shard-size 100", "-o '" + shard + "' is a file of the input '" + index + "'"},
-      {"export " + shard2 + " -o " + d + "/m --tensors '*.w' --max-shard-size 100", "-o '" + shard2 + "' is the input '" + shard2 + "'"},
+      {"export " + index + " -o " + d + "/m --tensors '*.w' --max-shard-size 100",
+       "-o '" + shard + "' is a file of the input '" + index + "'"},
+      {"export " + shard2 + " -o " + d + "/m --tensors '*.w' --max-shard-size 100",
+       "-o '" + shard2 + "' is the input '" + shard2 + "'"},
       {"export " + save + " -o " + rank0, "is a file of the input '" + save + "'"},
       {"export " + spec + lr + " -o " + layout, "is the input '" + layout + "'"},
       {"import " + st + " -o " + st, "-o '" + st + "' is the input '" + st + "'"},
@@ -68,8 +77,10 @@ TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
       {"init --spec " + spec + " -o " + spec, "-o '" + spec + "' is the input '" + spec + "'"},
       {"reshard " + spec + " --consolidate -q -o " + spec, "is the input '" + spec + "'"},
       {"reshard " + st + " --consolidate -q -o " + st, "is the input '" + st + "'"},
-      {"reshard " + save + " --consolidate -q -o " + rank0, "is a file of the input '" + save + "'"},
-      {"reshard " + model + " --layout " + layout + " -q -o " + layout, "is the input '" + layout + "'"},
+      {"reshard " + save + " --consolidate -q -o " + rank0,
+       "is a file of the input '" + save + "'"},
+      {"reshard " + model + " --layout " + layout + " -q -o " + layout,
+       "is the input '" + layout + "'"},
   };
   for (const auto& c : cases) {
     const Proc r = Exec(c.args);
@@ -99,7 +110,8 @@ TEST(Cli, OutputThatIsAnInputIsRefusedAndTheInputKept) {
 TEST(Cli, SplitExportThatFailsPartWayKeepsThePreviousExport) {
   const std::string d = TempDir() + "/split_fail", out = d + "/m.safetensors";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
-  const std::string old_spec = FourTensorSpec("split_old.json", 5), new_spec = FourTensorSpec("split_new.json", 6);
+  const std::string old_spec = FourTensorSpec("split_old.json", 5),
+                    new_spec = FourTensorSpec("split_new.json", 6);
   const std::string st = TempDir() + "/split_new.safetensors", good = TempDir() + "/split_new.h5",
                     bad = TempDir() + "/split_bad.h5";
   ASSERT_EQ(Exec("export " + new_spec + " -o " + st).code, 0);
@@ -119,7 +131,8 @@ TEST(Cli, SplitExportThatFailsPartWayKeepsThePreviousExport) {
   for (const auto& [name, bytes] : before) {
     EXPECT_TRUE(after.count(name) && after.at(name) == bytes) << name << " changed";
   }
-  for (const auto& [name, bytes] : after) EXPECT_EQ(before.count(name), 1u) << name << " left behind";
+  for (const auto& [name, bytes] : after)
+    EXPECT_EQ(before.count(name), 1u) << name << " left behind";
   EXPECT_EQ(Exec("diff " + out + ".index.json " + old_spec).code, 0);
   // The good store replaces every file.
   const Proc ok = Exec("export " + good + " -o " + out + " --max-shard-size 16KiB");
@@ -150,8 +163,9 @@ TEST(Cli, ExportNamesTheFilesLeftFromAnEarlierExportSplitOtherwise) {
   {  // Unsplit over split: the index and its shards remain, untouched.
     const Proc r = Exec("export " + spec + " -o " + out);
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.err.find("warning: " + q("m.safetensors.index.json") + ", " + q("m-00001-of-00002.safetensors") +
-                         ", " + q("m-00002-of-00002.safetensors") + ": " + warning),
+    EXPECT_NE(r.err.find("warning: " + q("m.safetensors.index.json") + ", " +
+                         q("m-00001-of-00002.safetensors") + ", " +
+                         q("m-00002-of-00002.safetensors") + ": " + warning),
               std::string::npos)
         << r.err;
     for (const auto& [name, bytes] : split2) EXPECT_EQ(ReadFile(d + "/" + name), bytes) << name;
@@ -159,9 +173,10 @@ TEST(Cli, ExportNamesTheFilesLeftFromAnEarlierExportSplitOtherwise) {
   {  // Split in 4 over split in 2 and a single file: the single file and the 2 shards.
     const Proc r = Exec("export " + spec + " -o " + out + " --max-shard-size 16KiB");
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_NE(r.err.find("warning: " + q("m.safetensors") + ", " + q("m-00001-of-00002.safetensors") + ", " +
-                         q("m-00002-of-00002.safetensors") + ": " + warning),
-              std::string::npos)
+    EXPECT_NE(
+        r.err.find("warning: " + q("m.safetensors") + ", " + q("m-00001-of-00002.safetensors") +
+                   ", " + q("m-00002-of-00002.safetensors") + ": " + warning),
+        std::string::npos)
         << r.err;
     EXPECT_TRUE(std::filesystem::exists(out));
   }
@@ -187,7 +202,8 @@ TEST(Cli, ExportNamesTheFilesLeftFromAnEarlierExportSplitOtherwise) {
 TEST(Cli, OutputMustNameAFile) {
   const std::string d = TempDir() + "/out_file";
   ASSERT_EQ(std::system(("mkdir -p " + d + "/dir").c_str()), 0);
-  const std::string spec = Write("out_file/spec.json", kSpec), layout = Write("out_file/layout.json", kLayout);
+  const std::string spec = Write("out_file/spec.json", kSpec),
+                    layout = Write("out_file/layout.json", kLayout);
   const std::map<std::string, std::string> before = Folder(d);
   struct Case {
     std::string args, needle;
@@ -197,12 +213,15 @@ TEST(Cli, OutputMustNameAFile) {
   const Case cases[] = {
       {e + d + "/dir" + split, "'" + d + "/dir' is a directory; give a file to write"},
       {e + d + "/dir/" + split, "'" + d + "/dir/' is a directory; give a file to write"},
-      {e + d + "/new/" + split, "'" + d + "/new/' names a folder, not a file; give a file to write"},
+      {e + d + "/new/" + split,
+       "'" + d + "/new/' names a folder, not a file; give a file to write"},
       {e + d + "/new/", "'" + d + "/new/' names a folder, not a file"},
-      {e + d + "/.safetensors" + split, "'" + d + "/.safetensors' has no name to call the split files by"},
+      {e + d + "/.safetensors" + split,
+       "'" + d + "/.safetensors' has no name to call the split files by"},
       {e + "-", "safetensors" + stdout_refused},
       {e + "-" + split, "safetensors" + stdout_refused},
-      {"materialize " + spec + " --layout " + layout + " --rank 0 -o -", "safetensors" + stdout_refused},
+      {"materialize " + spec + " --layout " + layout + " --rank 0 -o -",
+       "safetensors" + stdout_refused},
       {"init --spec " + spec + " -o -", "store" + stdout_refused},
       {"init --preset gpt2 -o -", "store" + stdout_refused},
       {"reshard " + spec + " --consolidate -q -o -", "store" + stdout_refused},
@@ -228,19 +247,24 @@ TEST(Cli, ReportsThatCannotReachStandardOutputFail) {
     GTEST_SKIP() << "not run: no /dev/full here";
   const std::string spec = Write("out_spec.json", kSpec), store = TempDir() + "/out.h5";
   ASSERT_EQ(Exec("init --spec " + spec + " -o " + store).code, 0);
-  for (const std::string& cmd : {"fingerprint " + store + " --json", "fingerprint " + store, "inspect " + store,
-                                 "diff " + store + " " + spec + " --all", "verify " + store,
-                                 std::string("gen --shape 4"), std::string("--help")}) {
-    for (const auto& [redirect, reason] : {std::pair<std::string, std::string>{" >/dev/full", "No space left on device"},
-                                           {" >&-", "Bad file descriptor"}}) {
+  for (const std::string& cmd :
+       {"fingerprint " + store + " --json", "fingerprint " + store, "inspect " + store,
+        "diff " + store + " " + spec + " --all", "verify " + store, std::string("gen --shape 4"),
+        std::string("--help")}) {
+    for (const auto& [redirect, reason] :
+         {std::pair<std::string, std::string>{" >/dev/full", "No space left on device"},
+          {" >&-", "Bad file descriptor"}}) {
       const std::string log = Shell(Bin() + " " + cmd + redirect + "; echo rc=$?");
-      EXPECT_NE(log.find("error: IO_ERROR: cannot write standard output: " + reason + "\nrc=5\n"), std::string::npos)
-          << cmd << redirect << "\n" << log;
+      EXPECT_NE(log.find("error: IO_ERROR: cannot write standard output: " + reason + "\nrc=5\n"),
+                std::string::npos)
+          << cmd << redirect << "\n"
+          << log;
     }
   }
   // Standard output closed while a store is written: the store is whole, and verifies.
   const std::string copy = TempDir() + "/out_copy.h5";
-  const std::string log = Shell(Bin() + " reshard " + store + " --consolidate -o " + copy + " >&-; echo rc=$?");
+  const std::string log =
+      Shell(Bin() + " reshard " + store + " --consolidate -o " + copy + " >&-; echo rc=$?");
   EXPECT_NE(log.find("rc=5"), std::string::npos) << log;
   EXPECT_EQ(Exec("verify " + copy).code, 0);
 }
@@ -252,25 +276,31 @@ TEST(Cli, ReportsThatCannotReachStandardOutputFail) {
 TEST(Cli, LongOutputNamesWorkOrAreRefusedFirst) {
   const std::string d = TempDir() + "/long_names";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
-  const std::string spec = Write("long_names/spec.json", kSpec), layout = Write("long_names/layout.json", kLayout);
+  const std::string spec = Write("long_names/spec.json", kSpec),
+                    layout = Write("long_names/layout.json", kLayout);
   const std::string store = d + "/" + std::string(252, 's') + ".h5";  // 255 bytes
   const Proc init = Exec("init --spec " + spec + " -o " + store);
   ASSERT_EQ(init.code, 0) << init.err;
   EXPECT_EQ(Exec("verify " + store).code, 0);
-  const Proc save = Exec("reshard " + store + " --layout " + layout + " -q -o " + d + "/" + std::string(240, 'p') + ".h5");
+  const Proc save = Exec("reshard " + store + " --layout " + layout + " -q -o " + d + "/" +
+                         std::string(240, 'p') + ".h5");
   EXPECT_EQ(save.code, 2) << save.err;
-  EXPECT_NE(save.err.find("the name is too long for its rank files"), std::string::npos) << save.err;
+  EXPECT_NE(save.err.find("the name is too long for its rank files"), std::string::npos)
+      << save.err;
   EXPECT_NE(save.err.find("a file name has at most 255"), std::string::npos) << save.err;
-  const Proc one = Exec("reshard " + store + " --consolidate -q -o " + d + "/" + std::string(252, 'c') + ".h5");
+  const Proc one =
+      Exec("reshard " + store + " --consolidate -q -o " + d + "/" + std::string(252, 'c') + ".h5");
   EXPECT_EQ(one.code, 2) << one.err;
-  EXPECT_NE(one.err.find("the name is too long for its commit files (as '" + std::string(252, 'c') + ".h5.ffffffff.commit'"),
+  EXPECT_NE(one.err.find("the name is too long for its commit files (as '" + std::string(252, 'c') +
+                         ".h5.ffffffff.commit'"),
             std::string::npos)
       << one.err;
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(d)) files += e.is_regular_file();
   EXPECT_EQ(files, 3u) << "only the spec, the layout and the store";
   // Names that fit save as usual.
-  const Proc ok = Exec("reshard " + store + " --layout " + layout + " -q -o " + d + "/" + std::string(200, 'p') + ".h5");
+  const Proc ok = Exec("reshard " + store + " --layout " + layout + " -q -o " + d + "/" +
+                       std::string(200, 'p') + ".h5");
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
@@ -280,11 +310,13 @@ TEST(Cli, LongOutputNamesWorkOrAreRefusedFirst) {
 TEST(Cli, ASaveToTheNameOfARenamedMasterKeepsTheRenamedSave) {
   const std::string d = TempDir() + "/renamed";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
-  const std::string spec = Write("renamed/spec.json", kSpec), layout = Write("renamed/layout.json", kLayout);
+  const std::string spec = Write("renamed/spec.json", kSpec),
+                    layout = Write("renamed/layout.json", kLayout);
   const std::string store = d + "/m.h5";
   ASSERT_EQ(Exec("init --spec " + spec + " -o " + store).code, 0);
   ASSERT_EQ(Exec("export " + store + " -o " + d + "/m.safetensors").code, 0);
-  ASSERT_EQ(Exec("import " + d + "/m.safetensors -o " + d + "/dense.h5").code, 0);  // dense: rank files
+  ASSERT_EQ(Exec("import " + d + "/m.safetensors -o " + d + "/dense.h5").code,
+            0);  // dense: rank files
   auto rank_files = [&d](const std::string& master) {
     size_t n = 0;
     for (const auto& e : std::filesystem::directory_iterator(d)) {
@@ -319,7 +351,8 @@ TEST(Cli, ASaveToTheNameOfARenamedMasterKeepsTheRenamedSave) {
 TEST(Cli, OneFileWritersHonourASavesWriterLock) {
   const std::string d = TempDir() + "/locked";
   ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
-  const std::string spec = Write("locked/spec.json", kSpec), p = d + "/p.h5", st = d + "/m.safetensors";
+  const std::string spec = Write("locked/spec.json", kSpec), p = d + "/p.h5",
+                    st = d + "/m.safetensors";
   ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
   ASSERT_EQ(Exec("init --spec " + spec + " -o " + p).code, 0);
   const std::string before = ReadFile(p);
@@ -334,7 +367,8 @@ TEST(Cli, OneFileWritersHonourASavesWriterLock) {
                                    "reshard " + spec + " --consolidate -q -o " + p}) {
       const Proc r = Exec(cmd);
       EXPECT_EQ(r.code, 5) << cmd << "\n" << r.err;
-      EXPECT_NE(r.err.find("writer-locked: '" + p + "'"), std::string::npos) << cmd << "\n" << r.err;
+      EXPECT_NE(r.err.find("writer-locked: '" + p + "'"), std::string::npos) << cmd << "\n"
+                                                                             << r.err;
       EXPECT_NE(r.err.find(holder), std::string::npos) << cmd << "\n" << r.err;
       EXPECT_EQ(ReadFile(p), before) << cmd;
     }

@@ -13,12 +13,14 @@ TEST(Cli, VerifyOfSafetensorsPointsToDiff) {
   const std::string spec = Write("spec.json", kSpec);
   const std::string st = TempDir() + "/verify.safetensors";
   ASSERT_EQ(Exec("export " + spec + " -o " + st).code, 0);
-  const std::string index = Write("verify.safetensors.index.json", R"({"weight_map": {"norm": "verify.safetensors"}})");
+  const std::string index =
+      Write("verify.safetensors.index.json", R"({"weight_map": {"norm": "verify.safetensors"}})");
   for (const std::string& source : {st, index}) {
     for (const std::string& flags : {std::string(), std::string(" --json")}) {
       const Proc v = Exec("verify " + source + flags);
       EXPECT_EQ(v.code, 6) << v.err;
-      EXPECT_NE(v.err.find("UNSUPPORTED: '" + source + "' is safetensors, not a seedstore store"), std::string::npos)
+      EXPECT_NE(v.err.find("UNSUPPORTED: '" + source + "' is safetensors, not a seedstore store"),
+                std::string::npos)
           << v.err;
       EXPECT_NE(v.err.find("records no checksums or fingerprints"), std::string::npos) << v.err;
       EXPECT_NE(v.err.find("seedstore diff " + source + " OTHER"), std::string::npos) << v.err;

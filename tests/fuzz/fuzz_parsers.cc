@@ -1,9 +1,9 @@
 // libFuzzer harness for the parsers that read untrusted text: spec files, layout files, box
-// arguments, fingerprints, dtype/distribution names, regions (pieces), safetensors indexes and headers
-// (seedstore.shards metadata included). Bad input must give an error Status, never a crash, leak or UB (ASan + UBSan).
-// The target is chosen by $SEEDSTORE_FUZZ_TARGET: spec, layout, box, misc, index (Hugging Face
-// safetensors index), safetensors.
-// Build and run (bounded): tests/fuzz/run_fuzz.sh [seconds-per-target]
+// arguments, fingerprints, dtype/distribution names, regions (pieces), safetensors indexes and
+// headers (seedstore.shards metadata included). Bad input must give an error Status, never a crash,
+// leak or UB (ASan + UBSan). The target is chosen by $SEEDSTORE_FUZZ_TARGET: spec, layout, box,
+// misc, index (Hugging Face safetensors index), safetensors. Build and run (bounded):
+// tests/fuzz/run_fuzz.sh [seconds-per-target]
 #include <unistd.h>
 
 #include <cstdint>
@@ -100,7 +100,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } else if (target == "safetensors") {
     // The header parser works on files: write the input to a private temp file.
-    static const std::string path = "/tmp/seedstore-fuzz-" + std::to_string(getpid()) + ".safetensors";
+    static const std::string path =
+        "/tmp/seedstore-fuzz-" + std::to_string(getpid()) + ".safetensors";
     FILE* f = std::fopen(path.c_str(), "wb");
     std::fwrite(data, 1, size, f);
     std::fclose(f);

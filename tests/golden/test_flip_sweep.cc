@@ -31,8 +31,8 @@
 #include <regex>
 #include <thread>
 
-#include "gtest/gtest.h"
 #include <nlohmann/json.hpp>
+#include "gtest/gtest.h"
 #include "io/dist_store.h"
 #include "io/h5store.h"
 #include "io/open.h"
@@ -67,7 +67,8 @@ int Child(const std::string& path, const std::string& flipped, const std::vector
   auto cat = OpenCatalog(path);
   if (!cat.ok()) {
     if (cat.status().message().find(flipped) == std::string::npos) {
-      std::fprintf(stderr, "open error without the file name: %s\n", cat.status().ToString().c_str());
+      std::fprintf(stderr, "open error without the file name: %s\n",
+                   cat.status().ToString().c_str());
       return kWrong;
     }
     return kOpenRefused;
@@ -81,7 +82,8 @@ int Child(const std::string& path, const std::string& flipped, const std::vector
   for (size_t i = 0; i < want.size(); ++i) {
     const TensorRecord& t = c.tensors()[i];
     if (t.name != want[i].name || t.shape != want[i].shape || t.dtype != want[i].dtype) {
-      std::fprintf(stderr, "tensor %zu opened as '%s' of another shape or dtype\n", i, t.name.c_str());
+      std::fprintf(stderr, "tensor %zu opened as '%s' of another shape or dtype\n", i,
+                   t.name.c_str());
       return kWrong;
     }
     std::vector<uint8_t> got(want[i].bytes.size());
@@ -117,7 +119,8 @@ int Child(const std::string& path, const std::string& flipped, const std::vector
   bool named = false;
   for (const auto& p : rep.problems) named |= p.status.message().find(flipped) != std::string::npos;
   if (!rep.problems.empty() && !named) {
-    std::fprintf(stderr, "verify problems, none naming the file: %s\n", rep.problems[0].status.ToString().c_str());
+    std::fprintf(stderr, "verify problems, none naming the file: %s\n",
+                 rep.problems[0].status.ToString().c_str());
     return kWrong;
   }
   if (read_failed && rep.problems.empty()) {
@@ -178,26 +181,31 @@ void Sweep(const std::string& path, const std::string& file, const std::vector<T
     if (!(o % every == every / 2 || o < 256 || o + 256 >= n)) continue;
     std::string bytes = original;
     bytes[o] ^= static_cast<char>(1u << (o * 7 % 8));
-    ++outcomes[CheckDamaged(path, file, bytes, want, "bit flipped at byte " + std::to_string(o) + " of " + std::to_string(n))];
+    ++outcomes[CheckDamaged(
+        path, file, bytes, want,
+        "bit flipped at byte " + std::to_string(o) + " of " + std::to_string(n))];
     ++flips;
   }
   // Truncated anywhere (a write cut short outside seedstore's atomic commit): refused or named,
   // never harmless -- every file ends in bytes a reader needs.
   size_t cuts = 0;
   for (size_t len = 0; len < n; len += std::max<size_t>(1, n / 64)) {
-    const int code = CheckDamaged(path, file, original.substr(0, len), want,
-                                  "truncated to " + std::to_string(len) + " of " + std::to_string(n) + " bytes");
-    if (code == kHarmless) ADD_FAILURE() << file << " truncated to " << len << " bytes went unnoticed";
+    const int code =
+        CheckDamaged(path, file, original.substr(0, len), want,
+                     "truncated to " + std::to_string(len) + " of " + std::to_string(n) + " bytes");
+    if (code == kHarmless)
+      ADD_FAILURE() << file << " truncated to " << len << " bytes went unnoticed";
     ++cuts;
   }
   {
     std::ofstream f(file, std::ios::binary | std::ios::trunc);
     f.write(original.data(), static_cast<std::streamsize>(original.size()));
   }
-  std::printf("[ flips    ] %s: %zu of %zu bytes: %d refused at open, %d named on read and by verify, "
-              "%d by verify only, %d harmless (reads exact); %zu truncations refused or named\n",
-              file.substr(file.rfind('/') + 1).c_str(), flips, n, outcomes[kOpenRefused],
-              outcomes[kDetected], outcomes[kVerifyOnly], outcomes[kHarmless], cuts);
+  std::printf(
+      "[ flips    ] %s: %zu of %zu bytes: %d refused at open, %d named on read and by verify, "
+      "%d by verify only, %d harmless (reads exact); %zu truncations refused or named\n",
+      file.substr(file.rfind('/') + 1).c_str(), flips, n, outcomes[kOpenRefused],
+      outcomes[kDetected], outcomes[kVerifyOnly], outcomes[kHarmless], cuts);
   EXPECT_GT(outcomes[kOpenRefused] + outcomes[kDetected] + outcomes[kVerifyOnly], 0);
 }
 
@@ -243,7 +251,8 @@ void MakeSweepFiles(const TempDir& dir, SweepFiles* f) {
         ASSERT_TRUE(l->Materialize(WholeTensor(t.shape), t.bytes.data(), CpuOptions{1}).ok());
         continue;
       }
-      ASSERT_TRUE((*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(t.bytes.data())).ok());
+      ASSERT_TRUE(
+          (*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(t.bytes.data())).ok());
     }
     ASSERT_TRUE((*w)->Commit().ok());
   }
@@ -299,7 +308,8 @@ TEST(FlipSweep, EveryFlippedBitIsRefusedNamedOrHarmless) {
   for (size_t o = gcol; o < std::min(master.size(), gcol + 2048); ++o) {
     std::string bytes = master;
     bytes[o] ^= static_cast<char>(1u << (o * 7 % 8));
-    refused += CheckDamaged(save, save, bytes, tensors, "heap bit flipped at byte " + std::to_string(o)) == kOpenRefused;
+    refused += CheckDamaged(save, save, bytes, tensors,
+                            "heap bit flipped at byte " + std::to_string(o)) == kOpenRefused;
   }
   {
     std::ofstream f(save, std::ios::binary | std::ios::trunc);
@@ -352,8 +362,10 @@ pid_t Spawn(const std::string& bin, const std::vector<std::string>& args, const 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, (stem + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (stem + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 1, (stem + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&fa, 2, (stem + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
   pid_t pid = -1;
   if (posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), environ) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&fa);
@@ -362,7 +374,8 @@ pid_t Spawn(const std::string& bin, const std::vector<std::string>& args, const 
 
 // Runs the commands at once (each a list of arguments; `outputs[k]` the file command k
 // writes, or ""), waiting at most 60 s for each.
-std::vector<CliRun> RunAll(const std::string& bin, const std::vector<std::vector<std::string>>& cmds,
+std::vector<CliRun> RunAll(const std::string& bin,
+                           const std::vector<std::vector<std::string>>& cmds,
                            const std::vector<std::string>& outputs, const std::string& stem) {
   std::vector<pid_t> pids;
   for (size_t k = 0; k < cmds.size(); ++k) {
@@ -399,7 +412,8 @@ std::string WhyNotNamed(const CliRun& r, const std::string& file) {
   static const std::regex source(R"(\.(cc|c|h|cu):[0-9])");
   const std::string text = r.err + r.out;
   if (!std::regex_search(text, named)) return "no named CORRUPT error";
-  if (text.find(file.substr(file.rfind('/') + 1)) == std::string::npos) return "the damaged file is not named";
+  if (text.find(file.substr(file.rfind('/') + 1)) == std::string::npos)
+    return "the damaged file is not named";
   if (std::regex_search(text, source)) return "a source-file path in the message";
   return "";
 }
@@ -427,11 +441,13 @@ TEST(FlipSweep, CommandLineNamesEveryDamagedByteOrIsUnchanged) {
   const std::string stem = dir / "run";
   for (size_t k = 0; k < kinds.size(); ++k) {
     const Kind& kind = kinds[k];
-    const std::vector<std::vector<std::string>> cmds = {
-        {"verify", kind.source}, {"inspect", "--json", kind.source}, {"export", kind.source, "-o", exported}};
+    const std::vector<std::vector<std::string>> cmds = {{"verify", kind.source},
+                                                        {"inspect", "--json", kind.source},
+                                                        {"export", kind.source, "-o", exported}};
     const std::vector<std::string> outputs = {"", "", exported};
     const std::vector<CliRun> want = RunAll(bin, cmds, outputs, stem);
-    for (size_t c = 0; c < cmds.size(); ++c) ASSERT_EQ(want[c].rc, 0) << names[c] << ": " << want[c].err;
+    for (size_t c = 0; c < cmds.size(); ++c)
+      ASSERT_EQ(want[c].rc, 0) << names[c] << ": " << want[c].err;
     const std::string original = ReadAll(kind.file);
     std::mt19937_64 rng(seed * 4 + k);
     std::vector<int> unchanged(cmds.size()), named(cmds.size());
@@ -444,18 +460,23 @@ TEST(FlipSweep, CommandLineNamesEveryDamagedByteOrIsUnchanged) {
       const std::vector<CliRun> got = RunAll(bin, cmds, outputs, stem);
       for (size_t c = 0; c < cmds.size(); ++c) {
         const std::string what = std::string(kind.name) + " byte " + std::to_string(at) + " of " +
-                                 std::to_string(original.size()) + " ^ " + std::to_string(mask) + ": " + names[c];
+                                 std::to_string(original.size()) + " ^ " + std::to_string(mask) +
+                                 ": " + names[c];
         const CliRun& r = got[c];
         if (r.rc == 0) {
           ++unchanged[c];
           EXPECT_TRUE(r.out == want[c].out && r.file == want[c].file)
-              << what << ": exit 0 with other output:\n" << r.out.substr(0, 2000);
+              << what << ": exit 0 with other output:\n"
+              << r.out.substr(0, 2000);
         } else if (r.rc == 4) {
           ++named[c];
           const std::string why = WhyNotNamed(r, kind.file);
           EXPECT_EQ(why, "") << what << ": " << r.err << r.out.substr(0, 2000);
         } else {
-          ADD_FAILURE() << what << ": exit " << r.rc << (r.rc == -2 ? " (hung)" : r.rc == -1 ? " (signal)" : "")
+          ADD_FAILURE() << what << ": exit " << r.rc
+                        << (r.rc == -2   ? " (hung)"
+                            : r.rc == -1 ? " (signal)"
+                                         : "")
                         << ": " << r.err.substr(0, 2000);
         }
       }
@@ -465,14 +486,16 @@ TEST(FlipSweep, CommandLineNamesEveryDamagedByteOrIsUnchanged) {
     for (size_t c = 0; c < cmds.size(); ++c)
       line += (c ? ", " : "") + names[c] + " " + std::to_string(named[c]) + " named / " +
               std::to_string(unchanged[c]) + " unchanged";
-    std::printf("[ cli flips] %s (%zu bytes): %d flips: %s\n", kind.name, original.size(), flips, line.c_str());
+    std::printf("[ cli flips] %s (%zu bytes): %d flips: %s\n", kind.name, original.size(), flips,
+                line.c_str());
   }
 }
 
 // ---- One object's damage, named, and the rest still served ---------------------------------
 
 // One run of the command line (RunAll), its output file `out` read back when given.
-CliRun Cli(const std::vector<std::string>& args, const std::string& stem, const std::string& out = "") {
+CliRun Cli(const std::vector<std::string>& args, const std::string& stem,
+           const std::string& out = "") {
   return RunAll(CliPath(), {args}, {out}, stem)[0];
 }
 
@@ -483,11 +506,13 @@ void DamageObjectHeader(const std::string& path, const std::string& object) {
     testutil::H5File f(path, H5F_ACC_RDONLY);
     ASSERT_GE(f.id, 0) << path;
     H5O_info_t info;
-    ASSERT_GE(H5Oget_info_by_name2(f.id, object.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT), 0) << object;
+    ASSERT_GE(H5Oget_info_by_name2(f.id, object.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT), 0)
+        << object;
     addr = info.addr;
   }
   std::string bytes = ReadAll(path);
-  ASSERT_EQ(bytes.compare(addr, 4, "OHDR"), 0) << object << " has no version 2 object header at " << addr;
+  ASSERT_EQ(bytes.compare(addr, 4, "OHDR"), 0)
+      << object << " has no version 2 object header at " << addr;
   bytes[addr + 20] = static_cast<char>(bytes[addr + 20] ^ 0x10);
   WriteAll(path, bytes);
 }
@@ -506,9 +531,12 @@ class DamagedMetadata : public ::testing::Test {
 
 TEST_F(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
   const std::string stem = dir / "cli", out = dir / "out.safetensors";
-  const std::vector<std::string> inspect_some = {"inspect", "--json", "--tensors", "[dl]*.[bw]*", files.store};
-  const std::vector<std::string> export_some = {"export", files.store, "--tensors", "[dl]*.[bw]*", "-o", out};
-  const CliRun inspect_before = Cli(inspect_some, stem), export_before = Cli(export_some, stem, out);
+  const std::vector<std::string> inspect_some = {"inspect", "--json", "--tensors", "[dl]*.[bw]*",
+                                                 files.store};
+  const std::vector<std::string> export_some = {"export",      files.store, "--tensors",
+                                                "[dl]*.[bw]*", "-o",        out};
+  const CliRun inspect_before = Cli(inspect_some, stem),
+               export_before = Cli(export_some, stem, out);
   ASSERT_EQ(inspect_before.rc, 0) << inspect_before.err;
   ASSERT_EQ(export_before.rc, 0) << export_before.err;
   ASSERT_NO_FATAL_FAILURE(DamageObjectHeader(files.store, "/tensors/dense.f32"));
@@ -522,7 +550,8 @@ TEST_F(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
   EXPECT_EQ(v["problems"][0]["tensor"], "dense.f32");
   EXPECT_EQ(v["problems"][0]["code"], "CORRUPT");
   const std::string m = v["problems"][0]["message"];
-  EXPECT_EQ(m.rfind("metadata-corrupt: file '" + files.store + "' tensor 'dense.f32': ", 0), 0u) << m;
+  EXPECT_EQ(m.rfind("metadata-corrupt: file '" + files.store + "' tensor 'dense.f32': ", 0), 0u)
+      << m;
   EXPECT_EQ(WhyNotNamed({4, "", "CORRUPT: " + m, ""}, files.store), "");
   for (const auto& t : v["tensors"]) EXPECT_EQ(t["ok"], t["name"] != "dense.f32") << t.dump();
 
@@ -532,11 +561,14 @@ TEST_F(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
   EXPECT_EQ(inspect_after.out, inspect_before.out);
   EXPECT_EQ(export_after.rc, 0) << export_after.err;
   EXPECT_TRUE(export_after.file == export_before.file);
-  for (const std::vector<std::string>& all : {std::vector<std::string>{"inspect", files.store},
-                                              std::vector<std::string>{"export", files.store, "-o", out}}) {
+  for (const std::vector<std::string>& all :
+       {std::vector<std::string>{"inspect", files.store},
+        std::vector<std::string>{"export", files.store, "-o", out}}) {
     const CliRun r = Cli(all, stem);
     EXPECT_EQ(r.rc, 4) << all[0] << ": " << r.err;
-    EXPECT_NE(r.err.find("metadata-corrupt: file '" + files.store + "' tensor 'dense.f32'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("metadata-corrupt: file '" + files.store + "' tensor 'dense.f32'"),
+              std::string::npos)
+        << r.err;
     EXPECT_EQ(WhyNotNamed(r, files.store), "") << r.err;
   }
 }
@@ -544,7 +576,8 @@ TEST_F(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
 TEST_F(DamagedMetadata, OneTensorOfARankFileIsRankFileCorruptAndTheOthersStillWork) {
   const std::string stem = dir / "cli", out = dir / "out.safetensors";
   // dense.f32 has a piece in rank 1's file too; dense.bf16 is damaged there.
-  const std::vector<std::string> export_some = {"export", files.save, "--tensors", "dense.f32", "-o", out};
+  const std::vector<std::string> export_some = {"export",    files.save, "--tensors",
+                                                "dense.f32", "-o",       out};
   const CliRun before = Cli(export_some, stem, out);
   ASSERT_EQ(before.rc, 0) << before.err;
   ASSERT_NO_FATAL_FAILURE(DamageObjectHeader(files.rank1, "/tensors/dense.bf16"));
@@ -554,9 +587,11 @@ TEST_F(DamagedMetadata, OneTensorOfARankFileIsRankFileCorruptAndTheOthersStillWo
   const CliRun all = Cli({"export", files.save, "-o", out}, stem);
   EXPECT_EQ(all.rc, 4) << all.err;
   const std::string base = files.rank1.substr(files.rank1.rfind('/') + 1);
-  EXPECT_NE(all.err.find("rank-file-corrupt: distributed save '" + files.save + "' rank 1 file"), std::string::npos)
+  EXPECT_NE(all.err.find("rank-file-corrupt: distributed save '" + files.save + "' rank 1 file"),
+            std::string::npos)
       << all.err;
-  EXPECT_NE(all.err.find("metadata-corrupt: file '" + files.rank1 + "' tensor 'dense.bf16'"), std::string::npos)
+  EXPECT_NE(all.err.find("metadata-corrupt: file '" + files.rank1 + "' tensor 'dense.bf16'"),
+            std::string::npos)
       << all.err;
   EXPECT_EQ(all.err.find("unreadable"), std::string::npos) << all.err;
   EXPECT_EQ(WhyNotNamed(all, base), "") << all.err;
@@ -578,7 +613,8 @@ TEST_F(DamagedMetadata, TheMastersSealIsCheckedBeforeHdf5ReadsIt) {
     for (const char* cmd : {"inspect", "verify"}) {
       const CliRun r = Cli({cmd, files.save}, dir / "cli");
       EXPECT_EQ(r.rc, 4) << cmd << " byte " << at << ": " << r.err;
-      EXPECT_NE(r.err.find("master-corrupt: distributed save '" + files.save + "'"), std::string::npos)
+      EXPECT_NE(r.err.find("master-corrupt: distributed save '" + files.save + "'"),
+                std::string::npos)
           << cmd << " byte " << at << ": " << r.err;
     }
   }

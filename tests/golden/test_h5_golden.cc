@@ -37,7 +37,8 @@ using json = nlohmann::json;
 
 // The checked-in files: $SEEDSTORE_SOURCE_DIR/tests/golden/errors, else next to this source.
 std::string GoldenDir() {
-  if (const char* s = std::getenv("SEEDSTORE_SOURCE_DIR")) return std::string(s) + "/tests/golden/errors";
+  if (const char* s = std::getenv("SEEDSTORE_SOURCE_DIR"))
+    return std::string(s) + "/tests/golden/errors";
   return (fs::path(__FILE__).parent_path() / "errors").string();
 }
 
@@ -71,12 +72,13 @@ Status WriteGood(const std::string& path) {
   wo.threads = 1;
   SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(path, 42, Generator::kThreefry, wo));
   SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(LazySpec()));
-  SEEDSTORE_RETURN_IF_ERROR(w->AddDense("w", {kRows, kCols}, DType::kF32, [](const Region& b, void* out) {
-    auto* f = static_cast<float*>(out);
-    for (uint64_t i = b.start[0]; i < b.stop[0]; ++i)
-      for (uint64_t j = b.start[1]; j < b.stop[1]; ++j) *f++ = WValue(i, j);
-    return Status::Ok();
-  }));
+  SEEDSTORE_RETURN_IF_ERROR(
+      w->AddDense("w", {kRows, kCols}, DType::kF32, [](const Region& b, void* out) {
+        auto* f = static_cast<float*>(out);
+        for (uint64_t i = b.start[0]; i < b.stop[0]; ++i)
+          for (uint64_t j = b.start[1]; j < b.stop[1]; ++j) *f++ = WValue(i, j);
+        return Status::Ok();
+      }));
   return w->Commit();
 }
 
@@ -146,11 +148,15 @@ void ReplaceW(const std::string& path, hid_t type, bool deflate) {
 
 struct Case {
   const char* file;
-  const char* error;   // StoreError name, or "" for the good file
+  const char* error;  // StoreError name, or "" for the good file
   Code code;
   const char* detail;  // another substring the message must hold
-  enum When { kOpen, kTensor, kChunk } when;  // fails in Open; damages tensor 'w' (Open
-                                               // succeeds, H5Store::Damage); or a chunk of it
+  enum When {
+    kOpen,
+    kTensor,
+    kChunk
+  } when;  // fails in Open; damages tensor 'w' (Open
+           // succeeds, H5Store::Damage); or a chunk of it
 };
 
 const Case kCases[] = {
@@ -160,15 +166,21 @@ const Case kCases[] = {
     {"bad_magic.h5", "bad-magic", Code::kCorrupt, "'not-seedstore'", Case::kOpen},
     {"not_hdf5.h5", "not-hdf5", Code::kCorrupt, "no superblock signature", Case::kOpen},
     {"bad_version.h5", "unsupported-version", Code::kUnsupported, "format version 99", Case::kOpen},
-    {"missing_attribute.h5", "missing-attribute", Code::kCorrupt, "'seedstore.dtype'", Case::kTensor},
-    {"shape_mismatch.h5", "shape-mismatch", Code::kCorrupt, "[64, 32] differs from the record's [32, 64]", Case::kTensor},
-    {"unknown_filter.h5", "unknown-filter", Code::kUnsupported, "filter id 1 (deflate)", Case::kTensor},
+    {"missing_attribute.h5", "missing-attribute", Code::kCorrupt, "'seedstore.dtype'",
+     Case::kTensor},
+    {"shape_mismatch.h5", "shape-mismatch", Code::kCorrupt,
+     "[64, 32] differs from the record's [32, 64]", Case::kTensor},
+    {"unknown_filter.h5", "unknown-filter", Code::kUnsupported, "filter id 1 (deflate)",
+     Case::kTensor},
     {"bad_index_checksum.h5", "bad-index", Code::kCorrupt, "checksum mismatch", Case::kOpen},
     {"chunk_info_sum.h5", "fingerprint-mismatch", Code::kCorrupt, "/chunkinfo/w", Case::kTensor},
     // A 4-byte float whose exponent bias is not IEEE's: the same class, size and order.
-    {"float_fields.h5", "dtype-mismatch", Code::kCorrupt, "HDF5 type does not store float32", Case::kTensor},
-    {"table_corrupt.h5", "table-corrupt", Code::kCorrupt, "checksum table /checksums/w does not match its hash", Case::kTensor},
-    {"not_chunked.h5", "bad-layout", Code::kCorrupt, "tensor 'w': a tensor of 2048 elements stored without chunks", Case::kTensor},
+    {"float_fields.h5", "dtype-mismatch", Code::kCorrupt, "HDF5 type does not store float32",
+     Case::kTensor},
+    {"table_corrupt.h5", "table-corrupt", Code::kCorrupt,
+     "checksum table /checksums/w does not match its hash", Case::kTensor},
+    {"not_chunked.h5", "bad-layout", Code::kCorrupt,
+     "tensor 'w': a tensor of 2048 elements stored without chunks", Case::kTensor},
 };
 
 Status Generate(const std::string& dir) {
@@ -197,10 +209,13 @@ Status Generate(const std::string& dir) {
     H5Adelete(d, "seedstore.dtype");
     H5Dclose(d);
   }
-  RewriteIndex(p("shape_mismatch.h5"), [](json& j) {
-    for (auto& t : j["tensors"])
-      if (t["name"] == "w") t["shape"] = {kCols, kRows};
-  }, true);
+  RewriteIndex(
+      p("shape_mismatch.h5"),
+      [](json& j) {
+        for (auto& t : j["tensors"])
+          if (t["name"] == "w") t["shape"] = {kCols, kRows};
+      },
+      true);
   ReplaceW(p("unknown_filter.h5"), H5T_IEEE_F32LE, true);
   {
     hid_t t = H5Tcopy(H5T_IEEE_F32LE);
@@ -209,7 +224,8 @@ Status Generate(const std::string& dir) {
     H5Tclose(t);
   }
   ReplaceW(p("not_chunked.h5"), H5T_IEEE_F32LE, false);
-  RewriteIndex(p("bad_index_checksum.h5"), [](json&) {}, false);
+  RewriteIndex(
+      p("bad_index_checksum.h5"), [](json&) {}, false);
   {  // chunk 3's fingerprint in the chunk-info table no longer adds up to the record's
     File f(p("chunk_info_sum.h5"));
     hid_t d = H5Dopen2(f.id, "/chunkinfo/w", H5P_DEFAULT);
@@ -297,7 +313,8 @@ void CheckCase(const std::string& dir, const Case& c) {
   EXPECT_EQ(s.code(), c.code) << s.ToString();
   EXPECT_EQ(s.message().rfind(std::string(c.error) + ": ", 0), 0u) << s.message();
   EXPECT_NE(s.message().find(c.detail), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find(c.file), std::string::npos) << "message must name the file: " << s.message();
+  EXPECT_NE(s.message().find(c.file), std::string::npos)
+      << "message must name the file: " << s.message();
   // The CLI: non-zero exit (1 + code) with the named error.
   int rc = 0;
   const std::string out = RunCli("verify '" + path + "'", &rc);

@@ -27,7 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string Dir(const std::string& sub = "v1-2026-11-30") {
-  if (const char* s = std::getenv("SEEDSTORE_SOURCE_DIR")) return std::string(s) + "/tests/golden/" + sub;
+  if (const char* s = std::getenv("SEEDSTORE_SOURCE_DIR"))
+    return std::string(s) + "/tests/golden/" + sub;
   return (fs::path(__FILE__).parent_path() / sub).string();
 }
 
@@ -157,13 +158,16 @@ TEST(V1Files, PaddedDistributedSaveReadsVerifiesAndReshards) {
   ExpectSpecValues(**d, dir);
   auto describe = [&](size_t i) {
     std::string s;
-    for (const auto& p : (*d)->pieces(i)) s += DescribeRegion(p.region) + " in " + DescribeRegion(p.stored) + "; ";
+    for (const auto& p : (*d)->pieces(i))
+      s += DescribeRegion(p.region) + " in " + DescribeRegion(p.stored) + "; ";
     return s;
   };
   EXPECT_EQ(describe((*d)->Find("w")),
-            "[0:32, 0:16] in [0:36, 0:16]; [32:64, 0:16] in [30:66, 0:16]; [64:95, 0:16] in [60:95, 0:16]; ");
+            "[0:32, 0:16] in [0:36, 0:16]; [32:64, 0:16] in [30:66, 0:16]; [64:95, 0:16] in "
+            "[60:95, 0:16]; ");
   EXPECT_EQ(describe((*d)->Find("e")),
-            "[0:17, 0:12] in [0:21, 0:12]; [17:34, 0:12] in [14:35, 0:12]; [34:50, 0:12] in [34:50, 0:12]; ");
+            "[0:17, 0:12] in [0:21, 0:12]; [17:34, 0:12] in [14:35, 0:12]; [34:50, 0:12] in "
+            "[34:50, 0:12]; ");
   // w by cells; e not (its last piece is off the grid).
   Fingerprint w;
   for (size_t p = 0; p < 3; ++p) {

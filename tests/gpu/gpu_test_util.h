@@ -22,35 +22,35 @@ inline bool GpuRequired() {
 }
 
 // Skips the test with `msg` (streamed), or fails it when GpuRequired().
-#define SEEDSTORE_GPU_UNAVAILABLE(msg)                 \
-  do {                                                 \
-    if (::seedstore::gpu_test::GpuRequired()) {        \
+#define SEEDSTORE_GPU_UNAVAILABLE(msg)                    \
+  do {                                                    \
+    if (::seedstore::gpu_test::GpuRequired()) {           \
       FAIL() << msg << " (SEEDSTORE_REQUIRE_GPU is set)"; \
-    } else {                                           \
-      GTEST_SKIP() << msg;                             \
-    }                                                  \
+    } else {                                              \
+      GTEST_SKIP() << msg;                                \
+    }                                                     \
   } while (0)
 
 // Asserts that a KernelStatus (kernels/materialize.h) is ok, printing its message.
-#define ASSERT_KOK(expr)                                   \
-  do {                                                     \
-    const KernelStatus s_ = (expr);                        \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message;   \
+#define ASSERT_KOK(expr)                                 \
+  do {                                                   \
+    const KernelStatus s_ = (expr);                      \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.message; \
   } while (0)
 
-constexpr Dist kDists[] = {Dist::kBits, Dist::kUniform, Dist::kNormal, Dist::kTruncatedNormal,
-                           Dist::kConstant, Dist::kZeros, Dist::kOnes};
+constexpr Dist kDists[] = {Dist::kBits,     Dist::kUniform, Dist::kNormal, Dist::kTruncatedNormal,
+                           Dist::kConstant, Dist::kZeros,   Dist::kOnes};
 constexpr DType kDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kU8,
-                             DType::kU16, DType::kU32, DType::kU64, DType::kI8, DType::kI16,
+                             DType::kU16, DType::kU32, DType::kU64,  DType::kI8,  DType::kI16,
                              DType::kI32, DType::kI64, DType::kBool};
 constexpr Generator kGenerators[] = {Generator::kThreefry, Generator::kPhilox};
 
 inline std::string Name(Generator g, Dist x, DType d) {
   static const char* gn[] = {"threefry", "philox"};
-  static const char* xn[] = {"bits", "uniform", "normal", "truncated_normal", "constant",
-                             "zeros", "ones"};
-  static const char* dn[] = {"f32", "f64", "bf16", "f16", "u8", "u16", "u32",
-                             "u64", "i8", "i16", "i32", "i64", "bool"};
+  static const char* xn[] = {"bits",     "uniform", "normal", "truncated_normal",
+                             "constant", "zeros",   "ones"};
+  static const char* dn[] = {"f32", "f64", "bf16", "f16", "u8",  "u16", "u32",
+                             "u64", "i8",  "i16",  "i32", "i64", "bool"};
   return std::string(gn[static_cast<int>(g)]) + "/" + xn[static_cast<int>(x)] + "/" +
          dn[static_cast<int>(d)];
 }
@@ -122,21 +122,21 @@ inline std::vector<Region> Regions(std::mt19937_64& rng, int random_boxes,
                                    uint64_t max_count = 6000) {
   const uint64_t k2_31 = uint64_t{1} << 31, k2_32 = uint64_t{1} << 32;
   std::vector<Region> rs = {
-      Box({}, {}, {}),                                          // 0-d scalar
-      Box({5}, {2}, {2}),                                       // empty 1-d
-      Box({4, 6}, {1, 3}, {3, 3}),                              // empty inner dim
-      Box({1000}, {0}, {1000}),                                 // whole 1-d
-      Box({64, 48}, {0, 0}, {64, 48}),                          // whole 2-d (one run)
-      Box({64, 48}, {8, 0}, {40, 48}),                          // row shard (one run)
-      Box({64, 48}, {0, 17}, {64, 31}),                         // column shard, odd start
-      Box({64, 48}, {3, 8}, {60, 40}),                          // aligned columns
-      Box({3, 5, 7, 9}, {1, 0, 2, 1}, {3, 5, 6, 8}),            // 4-d box
+      Box({}, {}, {}),                                             // 0-d scalar
+      Box({5}, {2}, {2}),                                          // empty 1-d
+      Box({4, 6}, {1, 3}, {3, 3}),                                 // empty inner dim
+      Box({1000}, {0}, {1000}),                                    // whole 1-d
+      Box({64, 48}, {0, 0}, {64, 48}),                             // whole 2-d (one run)
+      Box({64, 48}, {8, 0}, {40, 48}),                             // row shard (one run)
+      Box({64, 48}, {0, 17}, {64, 31}),                            // column shard, odd start
+      Box({64, 48}, {3, 8}, {60, 40}),                             // aligned columns
+      Box({3, 5, 7, 9}, {1, 0, 2, 1}, {3, 5, 6, 8}),               // 4-d box
       Box({2, 1, 30, 1, 11}, {1, 0, 4, 0, 0}, {2, 1, 29, 1, 11}),  // unit dims merge
-      Box({4, k2_31 + 3}, {1, k2_31 - 20}, {3, k2_31 + 3}),     // flat indices >= 2^32
-      Box({3, k2_32 + 8}, {2, k2_32 - 9}, {3, k2_32 + 7}),      // >= 2^33, straddles 2^33
-      FlatRange(k2_32 * 2, k2_32 - 7, k2_32 + 1001),            // flat range over 2^32
-      FlatRange(1000, 3, 997),                                  // misaligned flat range
-      FlatRange(1000, 500, 500),                                // empty flat range
+      Box({4, k2_31 + 3}, {1, k2_31 - 20}, {3, k2_31 + 3}),        // flat indices >= 2^32
+      Box({3, k2_32 + 8}, {2, k2_32 - 9}, {3, k2_32 + 7}),         // >= 2^33, straddles 2^33
+      FlatRange(k2_32 * 2, k2_32 - 7, k2_32 + 1001),               // flat range over 2^32
+      FlatRange(1000, 3, 997),                                     // misaligned flat range
+      FlatRange(1000, 500, 500),                                   // empty flat range
   };
   std::uniform_int_distribution<int> rank_dist(0, 5);
   for (int k = 0; k < random_boxes; ++k) {
@@ -152,7 +152,8 @@ inline std::vector<Region> Regions(std::mt19937_64& rng, int random_boxes,
       } else {
         start[d] = rng() % shape[d];
         stop[d] = start[d] + rng() % (shape[d] - start[d] + 1);
-        if (mode == 1 && stop[d] == start[d]) stop[d] = start[d] + 1 <= shape[d] ? start[d] + 1 : stop[d];
+        if (mode == 1 && stop[d] == start[d])
+          stop[d] = start[d] + 1 <= shape[d] ? start[d] + 1 : stop[d];
       }
       count *= stop[d] - start[d];
     }

@@ -17,21 +17,20 @@ namespace {
 using gpu_test::Describe;
 using gpu_test::FirstDiff;
 
-#define REQUIRE_CUDA_DEVICE()                                              \
-  do {                                                                     \
-    std::string why_;                                                      \
+#define REQUIRE_CUDA_DEVICE()                                                         \
+  do {                                                                                \
+    std::string why_;                                                                 \
     if (!CudaAvailable(&why_)) SEEDSTORE_GPU_UNAVAILABLE("no CUDA device: " << why_); \
   } while (0)
-
 
 TEST(CudaKat, Threefry2x32_20InKernel) {
   REQUIRE_CUDA_DEVICE();
   // Random123 kat_vectors (threefry2x32 20): key, counter -> output.
-  const std::vector<uint32_t> in = {0, 0, 0, 0,                                       //
-                                    ~0u, ~0u, ~0u, ~0u,                               //
+  const std::vector<uint32_t> in = {0,          0,          0,          0,            //
+                                    ~0u,        ~0u,        ~0u,        ~0u,          //
                                     0x13198a2e, 0x03707344, 0x243f6a88, 0x85a308d3};  //
-  const std::vector<uint32_t> want = {0x6b200159, 0x99ba4efe, 0x1cb996fc, 0xbb002be7,
-                                      0xc4923a9c, 0x483df7a0};
+  const std::vector<uint32_t> want = {0x6b200159, 0x99ba4efe, 0x1cb996fc,
+                                      0xbb002be7, 0xc4923a9c, 0x483df7a0};
   std::vector<uint32_t> got(6);
   ASSERT_KOK(Threefry2x32Cuda(3, in.data(), got.data()));
   EXPECT_EQ(got, want);
@@ -41,8 +40,8 @@ TEST(CudaKat, Philox4x32_10InKernel) {
   REQUIRE_CUDA_DEVICE();
   // Random123 kat_vectors (philox4x32 10): key (2 words), counter (4 words) -> output.
   const std::vector<uint32_t> in = {
-      0, 0, 0, 0, 0, 0,                                                     //
-      ~0u, ~0u, ~0u, ~0u, ~0u, ~0u,                                         //
+      0,          0,          0,          0,          0,          0,    //
+      ~0u,        ~0u,        ~0u,        ~0u,        ~0u,        ~0u,  //
       0xa4093822, 0x299f31d0, 0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344};
   const std::vector<uint32_t> want = {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8,
                                       0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd,
@@ -140,20 +139,21 @@ TEST(CudaMaterialize, LargeShardsUseManyBlocksAndEqualCpu) {
   std::mt19937_64 rng(5);
   // Big enough for a full grid with several grid-stride iterations per thread.
   const std::vector<Region> regions = {
-      gpu_test::Box({4096, 14336}, {0, 0}, {1024, 14336}),      // row shard, one run
-      gpu_test::Box({4096, 14336}, {0, 3584}, {1024, 7168}),    // column shard (TP)
-      gpu_test::Box({1024, 4097}, {1, 1}, {1000, 4000}),        // misaligned rows
-      gpu_test::FlatRange(uint64_t{1} << 34, (uint64_t{1} << 32) - 3, (uint64_t{1} << 32) + 5000001),
+      gpu_test::Box({4096, 14336}, {0, 0}, {1024, 14336}),    // row shard, one run
+      gpu_test::Box({4096, 14336}, {0, 3584}, {1024, 7168}),  // column shard (TP)
+      gpu_test::Box({1024, 4097}, {1, 1}, {1000, 4000}),      // misaligned rows
+      gpu_test::FlatRange(uint64_t{1} << 34, (uint64_t{1} << 32) - 3,
+                          (uint64_t{1} << 32) + 5000001),
   };
   for (Generator g : gpu_test::kGenerators)
-    for (DType d : {DType::kBF16, DType::kF32})
-      CheckCombination(g, Dist::kNormal, d, regions, rng);
+    for (DType d : {DType::kBF16, DType::kF32}) CheckCombination(g, Dist::kNormal, d, regions, rng);
 }
 
 TEST(CudaMaterialize, ShardsOfAnyLayoutSumToTheWholeFingerprint) {
   REQUIRE_CUDA_DEVICE();
   std::mt19937_64 rng(6);
-  const SamplerParams p = gpu_test::MakeParams(Generator::kPhilox, Dist::kNormal, DType::kBF16, rng);
+  const SamplerParams p =
+      gpu_test::MakeParams(Generator::kPhilox, Dist::kNormal, DType::kBF16, rng);
   const uint64_t seed = 99;
   const uint64_t shape[2] = {384, 1000};
   Fingerprint whole;
@@ -194,7 +194,8 @@ TEST(CudaErrors, BadArgumentsAreNamed) {
   EXPECT_EQ(s.code, KernelCode::kInvalidArgument);
   EXPECT_NE(s.message.find("not aligned to the 4-byte elements"), std::string::npos) << s.message;
   Fingerprint fp;
-  s = FingerprintCuda(DType::kBF16, WholeRegion(1, shape), reinterpret_cast<void*>(257), 0, nullptr, &fp);
+  s = FingerprintCuda(DType::kBF16, WholeRegion(1, shape), reinterpret_cast<void*>(257), 0, nullptr,
+                      &fp);
   EXPECT_EQ(s.code, KernelCode::kInvalidArgument);
   EXPECT_NE(s.message.find("FingerprintCuda"), std::string::npos) << s.message;
   s = MaterializeFingerprintCuda(p, WholeRegion(1, shape), reinterpret_cast<void*>(260 + 2), 0,

@@ -22,15 +22,28 @@ using gpu_test::FirstDiff;
 
 TEST(FastDivU64, MatchesHardwareDivision) {
   std::mt19937_64 rng(1);
-  std::vector<uint64_t> divisors = {1, 2, 3, 5, 7, 10, 255, 256, 4096, 14336, 128256,
-                                    (uint64_t{1} << 32) - 1, uint64_t{1} << 32,
-                                    (uint64_t{1} << 63) - 1, uint64_t{1} << 63,
-                                    (uint64_t{1} << 63) + 1, ~uint64_t{0}};
+  std::vector<uint64_t> divisors = {1,
+                                    2,
+                                    3,
+                                    5,
+                                    7,
+                                    10,
+                                    255,
+                                    256,
+                                    4096,
+                                    14336,
+                                    128256,
+                                    (uint64_t{1} << 32) - 1,
+                                    uint64_t{1} << 32,
+                                    (uint64_t{1} << 63) - 1,
+                                    uint64_t{1} << 63,
+                                    (uint64_t{1} << 63) + 1,
+                                    ~uint64_t{0}};
   for (int k = 0; k < 200; ++k) divisors.push_back(1 + (rng() >> (rng() % 64)));
   for (uint64_t d : divisors) {
     const FastDivU64 f = FastDivU64::Make(d);
-    std::vector<uint64_t> ns = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, ~uint64_t{0},
-                                ~uint64_t{0} - 1, uint64_t{1} << 63};
+    std::vector<uint64_t> ns = {
+        0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, ~uint64_t{0}, ~uint64_t{0} - 1, uint64_t{1} << 63};
     for (int k = 0; k < 500; ++k) ns.push_back(rng() >> (rng() % 64));
     for (uint64_t n : ns) ASSERT_EQ(f.Div(n), n / d) << "n=" << n << " d=" << d;
   }
@@ -138,12 +151,21 @@ TEST(KernelEmulation, MaterializeAndFingerprintEqualCpuForEveryCombination) {
                                          &s0, &s1);
           };
           switch (es) {
-            case 8: hash_all(uint64_t{}); break;
-            case 4: hash_all(uint32_t{}); break;
-            case 2: hash_all(uint16_t{}); break;
-            default: hash_all(uint8_t{}); break;
+            case 8:
+              hash_all(uint64_t{});
+              break;
+            case 4:
+              hash_all(uint32_t{});
+              break;
+            case 2:
+              hash_all(uint16_t{});
+              break;
+            default:
+              hash_all(uint8_t{});
+              break;
           }
-          EXPECT_TRUE((Fingerprint{s0, s1}) == want) << gpu_test::Name(g, x, d) << " " << Describe(r);
+          EXPECT_TRUE((Fingerprint{s0, s1}) == want)
+              << gpu_test::Name(g, x, d) << " " << Describe(r);
         }
       }
     }

@@ -33,12 +33,12 @@ std::unique_ptr<Collective> OpenNcclOrSkip() {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
-#define SEEDSTORE_NEED_NCCL(c)                                                               \
-  if (!(c)) {                                                                                \
-    auto _s = OpenCollective("nccl");                                                        \
-    if (!_s.ok() && _s.status().code() == Code::kUnsupported)                                \
-      SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: " << _s.status().message());         \
-    FAIL() << "NCCL backend failed to open";                                                 \
+#define SEEDSTORE_NEED_NCCL(c)                                                      \
+  if (!(c)) {                                                                       \
+    auto _s = OpenCollective("nccl");                                               \
+    if (!_s.ok() && _s.status().code() == Code::kUnsupported)                       \
+      SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: " << _s.status().message()); \
+    FAIL() << "NCCL backend failed to open";                                        \
   }
 
 TEST(NcclCollective, OneRankCollectives) {
@@ -99,7 +99,8 @@ TEST(NcclCollective, VerifyBuffersCleanAndFlipped) {
 TEST(NcclCollective, FromACallerGivenUniqueId) {
   if (!NcclBuilt()) SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: " << NcclVersionString());
   std::string why;
-  if (!CudaAvailable(&why)) SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: no CUDA device: " << why);
+  if (!CudaAvailable(&why))
+    SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: no CUDA device: " << why);
   auto id = NcclNewUniqueId();
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   auto c = CreateNcclCollective(*id, 1, 0, 0, CollectiveOptions{60});
@@ -146,7 +147,8 @@ class FakeTwoRanks final : public Collective {
 TEST(NcclCollective, TwoRanksOnOneGpuAreRefusedBeforeNcclInit) {
   if (!NcclBuilt()) SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: " << NcclVersionString());
   std::string why;
-  if (!CudaAvailable(&why)) SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: no CUDA device: " << why);
+  if (!CudaAvailable(&why))
+    SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: no CUDA device: " << why);
   auto c = CreateNcclCollective(std::make_unique<FakeTwoRanks>(true), CollectiveOptions{10});
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Code::kInvalidArgument);
@@ -160,7 +162,8 @@ TEST(NcclCollective, TwoRanksOnOneGpuAreRefusedBeforeNcclInit) {
 TEST(NcclCollective, ARankWithoutAGpuIsNamedOnEveryRank) {
   if (!NcclBuilt()) SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: " << NcclVersionString());
   std::string why;
-  if (!CudaAvailable(&why)) SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: no CUDA device: " << why);
+  if (!CudaAvailable(&why))
+    SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: no CUDA device: " << why);
   auto c = CreateNcclCollective(std::make_unique<FakeTwoRanks>(false), CollectiveOptions{10});
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Code::kUnsupported);

@@ -24,21 +24,19 @@
 namespace seedstore {
 namespace {
 
-#define REQUIRE_NCCL_AND_GPU()                                                            \
-  do {                                                                                    \
-    if (!NcclBuilt())                                                                     \
-      SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: " << NcclVersionString());         \
-    std::string why_;                                                                     \
-    if (!CudaAvailable(&why_))                                                            \
-      SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: no CUDA device: " << why_);        \
+#define REQUIRE_NCCL_AND_GPU()                                                                    \
+  do {                                                                                            \
+    if (!NcclBuilt()) SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: " << NcclVersionString()); \
+    std::string why_;                                                                             \
+    if (!CudaAvailable(&why_))                                                                    \
+      SEEDSTORE_GPU_UNAVAILABLE("NCCL backend NOT run: no CUDA device: " << why_);                \
   } while (0)
 
-#define ASSERT_OK(expr)                                        \
-  do {                                                         \
-    const Status s_ = (expr);                                  \
-    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString();    \
+#define ASSERT_OK(expr)                                     \
+  do {                                                      \
+    const Status s_ = (expr);                               \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.ToString(); \
   } while (0)
-
 
 std::unique_ptr<NcclComm> OneRank(double timeout_s = 60) {
   Result<NcclUniqueId> id = NcclNewUniqueId();
@@ -80,8 +78,8 @@ TEST(NcclComm, OneRankHostCollectivesAreExact) {
   }
   // All-reduce of fingerprint lanes: sums mod 2^64 (one rank: the values themselves, all 64
   // bits intact -- no float or signed path).
-  std::vector<uint64_t> lanes = {0, 1, 0xFFFFFFFFFFFFFFFFull, 0x8000000000000000ull,
-                                 0x0123456789ABCDEFull, 1ull << 40};
+  std::vector<uint64_t> lanes = {
+      0, 1, 0xFFFFFFFFFFFFFFFFull, 0x8000000000000000ull, 0x0123456789ABCDEFull, 1ull << 40};
   const std::vector<uint64_t> want = lanes;
   ASSERT_OK(c->AllReduceSum(lanes.data(), lanes.size(), Memory::kHost, "host all-reduce"));
   EXPECT_EQ(lanes, want);
@@ -97,9 +95,11 @@ TEST(NcclComm, OneRankHostCollectivesAreExact) {
   ASSERT_OK(c->Broadcast(nullptr, 0, 0, Memory::kHost, "empty broadcast"));
   const Status root = c->Broadcast(big.data(), 1, 1, Memory::kHost, "bad root");
   EXPECT_EQ(root.code(), Code::kInvalidArgument);
-  EXPECT_NE(root.message().find("bad root: broadcast root 1 outside a world of 1"), std::string::npos)
+  EXPECT_NE(root.message().find("bad root: broadcast root 1 outside a world of 1"),
+            std::string::npos)
       << root.ToString();
-  EXPECT_EQ(c->AllGather(nullptr, 4, big.data(), Memory::kHost, "null").code(), Code::kInvalidArgument);
+  EXPECT_EQ(c->AllGather(nullptr, 4, big.data(), Memory::kHost, "null").code(),
+            Code::kInvalidArgument);
   EXPECT_FALSE(c->broken());
   EXPECT_GT(c->comm_seconds(), 0.0);
 }

@@ -23,7 +23,8 @@ std::unique_ptr<Catalog> LazyModel() {
   auto spec = ModelSpec::Parse(R"({"seedstore": 1, "seed": 5, "tensors": [
       {"name": "a", "shape": [67, 129], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.02}},
       {"name": "b", "shape": [100003], "dtype": "float32", "init": {"dist": "uniform"}},
-      {"name": "c", "shape": [], "dtype": "float64", "init": {"dist": "normal"}}]})", "<t>");
+      {"name": "c", "shape": [], "dtype": "float64", "init": {"dist": "normal"}}]})",
+                               "<t>");
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   auto c = SpecCatalog::Create(*spec, "<t>");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -51,7 +52,8 @@ TEST(ReadIntoDevice, LazyAndDenseRegionsEqualTheCpuPath) {
       const TensorRecord& t = lazy->tensors()[i];
       std::vector<uint8_t> all(t.NumBytes());
       ASSERT_TRUE(lazy->Read(i, WholeTensor(t.shape), all.data()).ok());
-      ASSERT_TRUE((*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(all.data())).ok());
+      ASSERT_TRUE(
+          (*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(all.data())).ok());
     }
     ASSERT_TRUE((*w)->Commit().ok());
   }

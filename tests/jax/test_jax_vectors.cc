@@ -36,7 +36,6 @@ const nlohmann::json& JitVectors() {
 
 Key KeyOf(const nlohmann::json& k) { return Key{k[0].get<uint32_t>(), k[1].get<uint32_t>()}; }
 
-
 std::string ToHex(const std::vector<uint8_t>& b) {
   static const char* d = "0123456789abcdef";
   std::string s;

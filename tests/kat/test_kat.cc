@@ -33,13 +33,22 @@ TEST(Kat, Random123Vectors) {
   int n = 0;
   for (const auto& e : v["threefry2x32"]) {
     const auto c = e["ctr"], k = e["key"];
-    const uint32_t k0 = HexValue(k[0]), k1 = HexValue(k[1]), c0 = HexValue(c[0]), c1 = HexValue(c[1]);
+    const uint32_t k0 = HexValue(k[0]), k1 = HexValue(k[1]), c0 = HexValue(c[0]),
+                   c1 = HexValue(c[1]);
     Word2 w;
     switch (e["rounds"].get<int>()) {
-      case 13: w = Threefry2x32<13>(k0, k1, c0, c1); break;
-      case 20: w = Threefry2x32<20>(k0, k1, c0, c1); break;
-      case 32: w = Threefry2x32<32>(k0, k1, c0, c1); break;
-      default: ADD_FAILURE() << "rounds " << e["rounds"]; continue;
+      case 13:
+        w = Threefry2x32<13>(k0, k1, c0, c1);
+        break;
+      case 20:
+        w = Threefry2x32<20>(k0, k1, c0, c1);
+        break;
+      case 32:
+        w = Threefry2x32<32>(k0, k1, c0, c1);
+        break;
+      default:
+        ADD_FAILURE() << "rounds " << e["rounds"];
+        continue;
     }
     EXPECT_EQ(w.v0, HexValue(e["out"][0])) << e.dump();
     EXPECT_EQ(w.v1, HexValue(e["out"][1])) << e.dump();
@@ -93,8 +102,8 @@ TEST(Kat, HalfConversionsExhaustive) {
     // f16 value reference: sign * 2^(e-15) * (1 + m/1024) or subnormal m * 2^-24.
     const int e = (h >> 10) & 31, m = h & 1023;
     if (e != 31) {
-      const double ref = (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25)) *
-                         ((h & 0x8000) ? -1 : 1);
+      const double ref =
+          (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25)) * ((h & 0x8000) ? -1 : 1);
       EXPECT_EQ(static_cast<double>(f), ref) << h;
     }
   }
@@ -102,9 +111,11 @@ TEST(Kat, HalfConversionsExhaustive) {
   const nlohmann::json r = testutil::LoadVectorFile("tests/kat/vectors/rounding.json");
   ASSERT_FALSE(r.is_null());
   for (const auto& e : r["f32_to_bf16"])
-    EXPECT_EQ(F32ToBF16(BitsFloat(testutil::HexValue(e["in"]))), testutil::HexValue(e["out"])) << e.dump();
+    EXPECT_EQ(F32ToBF16(BitsFloat(testutil::HexValue(e["in"]))), testutil::HexValue(e["out"]))
+        << e.dump();
   for (const auto& e : r["f32_to_f16"])
-    EXPECT_EQ(F32ToF16(BitsFloat(testutil::HexValue(e["in"]))), testutil::HexValue(e["out"])) << e.dump();
+    EXPECT_EQ(F32ToF16(BitsFloat(testutil::HexValue(e["in"]))), testutil::HexValue(e["out"]))
+        << e.dump();
   EXPECT_EQ(r["f32_to_bf16"].size() + r["f32_to_f16"].size(), 9u);
 }
 

@@ -102,17 +102,19 @@ Status Exchanges(std::unique_ptr<Bootstrap> b, double timeout) {
                              b->GatherAll(Block(me), "gather", timeout));
   if (all.size() != static_cast<size_t>(n)) return Internal("gather: wrong block count");
   for (int r = 0; r < n; ++r)
-    if (all[r] != Block(r)) return Internal("gather: rank " + std::to_string(r) + "'s block differs");
+    if (all[r] != Block(r))
+      return Internal("gather: rank " + std::to_string(r) + "'s block differs");
   std::string big(100000, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 13 + 5);
-  SEEDSTORE_ASSIGN_OR_RETURN(std::string got,
-                             b->Broadcast(me == n - 1 ? big : "ignored", n - 1, "broadcast", timeout));
+  SEEDSTORE_ASSIGN_OR_RETURN(
+      std::string got, b->Broadcast(me == n - 1 ? big : "ignored", n - 1, "broadcast", timeout));
   if (got != big) return Internal("broadcast: the bytes differ");
   SEEDSTORE_RETURN_IF_ERROR(b->Barrier("barrier", timeout));
   const std::string transport = b->transport();
   SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<Collective> c,
                              CreateBootstrapCollective(std::move(b), {timeout}));
-  if (c->backend() != transport) return Internal("collective: backend " + std::string(c->backend()));
+  if (c->backend() != transport)
+    return Internal("collective: backend " + std::string(c->backend()));
   uint64_t sum[2] = {static_cast<uint64_t>(me) + 1, 1ull << 63};
   SEEDSTORE_RETURN_IF_ERROR(c->AllReduceSum(sum, 2, "allreduce"));
   if (sum[0] != static_cast<uint64_t>(n) * (n + 1) / 2 || sum[1] != (n % 2 ? 1ull << 63 : 0))
@@ -155,9 +157,9 @@ TEST(BootstrapRanks, Body) {
 // `fault` ("" for none) and the step the body runs.
 Proc Launch(const std::string& kind, int n, const std::string& step, const std::string& fault,
             double timeout) {
-  const std::string env = "SEEDSTORE_RANK_BODY=1 SEEDSTORE_BOOT_KIND=" + kind +
-                          " SEEDSTORE_BOOT_STEP=" + step + " SEEDSTORE_BOOT_TIMEOUT=" +
-                          std::to_string(timeout) + " SEEDSTORE_TEST_FAULT=" + fault + " ";
+  const std::string env =
+      "SEEDSTORE_RANK_BODY=1 SEEDSTORE_BOOT_KIND=" + kind + " SEEDSTORE_BOOT_STEP=" + step +
+      " SEEDSTORE_BOOT_TIMEOUT=" + std::to_string(timeout) + " SEEDSTORE_TEST_FAULT=" + fault + " ";
   const std::string body = SelfExe() + " --gtest_filter=BootstrapRanks.Body";
   if (kind == "mpi") return Shell(env + ranktest::Mpirun(n) + " " + body);
   static int runs = 0;
@@ -197,7 +199,8 @@ class Bootstrap3 : public ::testing::TestWithParam<std::string> {
 
 TEST_P(Bootstrap3, ExchangesAgreeOnEveryRankAndALateRankIsWaitedFor) {
   const Proc p = Launch(GetParam(), 3, "exchanges", "1:exchanges:sleep=0.75", 3.0);
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(LineOf(p, r, "exchanges"), "ok") << "rank " << r << "\n" << p.out << p.err;
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(LineOf(p, r, "exchanges"), "ok") << "rank " << r << "\n" << p.out << p.err;
 }
 
 // A stopped rank `culprit` of 3 (timeout 2 s): the namer (rank 0; rank 1 for rank 0) says it
@@ -210,9 +213,11 @@ void ExpectStoppedRankNamed(const std::string& kind, int culprit) {
   for (int r = 0; r < 3; ++r) {
     if (r == culprit) continue;
     const std::string line = LineOf(p, r, "exchange");
-    EXPECT_EQ(line.rfind("IO_ERROR", 0), 0u) << "rank " << r << ": " << line << "\n" << p.out << p.err;
+    EXPECT_EQ(line.rfind("IO_ERROR", 0), 0u) << "rank " << r << ": " << line << "\n"
+                                             << p.out << p.err;
     if (r == namer || kind != "mpi") {
-      EXPECT_NE(line.find(named), std::string::npos) << "rank " << r << ": " << line << "\n" << p.out;
+      EXPECT_NE(line.find(named), std::string::npos) << "rank " << r << ": " << line << "\n"
+                                                     << p.out;
     }
   }
   EXPECT_LT(p.seconds, 2 * timeout + 3 + 10) << p.out << p.err;

@@ -34,7 +34,6 @@ using ranktest::Write;
 
 using ranktest::Bin;
 
-
 // The previous save is of seed 7; the interrupted one writes seed 8 (other bytes).
 std::string OldSpec() { return Write("faults_old.json", ranktest::kSmallSpec); }
 std::string NewSpec() {
@@ -88,8 +87,8 @@ std::vector<std::vector<unsigned char>> PreviousSave(int np, const std::string& 
 }
 
 // After an interrupted save: the lock is either absent (released) or left, held by nobody, and
-// then the next writer takes it over; either way a following save succeeds and leaves exactly its own
-// pieces, no temporaries. Returns whether the lock had been left behind.
+// then the next writer takes it over; either way a following save succeeds and leaves exactly its
+// own pieces, no temporaries. Returns whether the lock had been left behind.
 bool NextWriterRecovers(int np, const std::string& out,
                         const std::vector<std::vector<unsigned char>>& before) {
   const std::string lock = out + ".lock";
@@ -100,7 +99,8 @@ bool NextWriterRecovers(int np, const std::string& out,
   waitpid(gone, nullptr, 0);
   const std::string orphan_temp = AtomicFile::TempName(out + ".0badcafe.rank1.h5", gone, 0);
   std::ofstream(orphan_temp) << "partial";
-  const std::vector<std::string> decoys = {out + ".0badcafe.rank1.h5.bak", out + ".notes.0badcafe.rank1.h5"};
+  const std::vector<std::string> decoys = {out + ".0badcafe.rank1.h5.bak",
+                                           out + ".notes.0badcafe.rank1.h5"};
   for (const auto& d : decoys) std::ofstream(d) << "not a piece";
   const bool stale = fs::exists(lock);
   std::string holder;
@@ -113,7 +113,8 @@ bool NextWriterRecovers(int np, const std::string& out,
   Proc again = SaveRanks(np, NewSpec(), out, "");
   EXPECT_EQ(again.code, 0) << again.out << again.err;
   if (stale) {
-    EXPECT_NE(again.err.find("seedstore: note: '" + lock + "' was left by a writer that no longer runs (" + holder +
+    EXPECT_NE(again.err.find("seedstore: note: '" + lock +
+                             "' was left by a writer that no longer runs (" + holder +
                              "): its save was interrupted. '" + out +
                              "' holds the last save that was committed there"),
               std::string::npos)

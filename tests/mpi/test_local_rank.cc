@@ -32,8 +32,9 @@ TEST(MpiLocalRank, EveryRankOfANodeGetsItsOwnLocalRank) {
   const std::string dir = ranktest::TempDir() + "/local-rank";
   mkdir(dir.c_str(), 0755);
   const int np = 3;
-  ranktest::Proc p = ranktest::Shell("SEEDSTORE_LOCAL_RANK_OUT=" + dir + " " + ranktest::Mpirun(np) +
-                                   " " + self + " --gtest_filter=LocalRankWorker.Run");
+  ranktest::Proc p =
+      ranktest::Shell("SEEDSTORE_LOCAL_RANK_OUT=" + dir + " " + ranktest::Mpirun(np) + " " + self +
+                      " --gtest_filter=LocalRankWorker.Run");
   ASSERT_EQ(p.code, 0) << p.out << p.err;
   std::set<int> locals;
   for (int r = 0; r < np; ++r) {

@@ -21,7 +21,8 @@ TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
   const std::string keep = ranktest::ReadAll(files[1]);
   {
     std::string bad = keep;
-    for (size_t k = bad.size() / 3; k < bad.size() / 3 + 4096 && k < bad.size(); ++k) bad[k] ^= 0x5a;
+    for (size_t k = bad.size() / 3; k < bad.size() / 3 + 4096 && k < bad.size(); ++k)
+      bad[k] ^= 0x5a;
     std::ofstream(files[1], std::ios::binary) << bad;
   }
   auto c = OpenCatalog(out);
@@ -34,7 +35,9 @@ TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
       std::vector<unsigned char> buf(t.NumBytes());
       Status st = (*c)->Read(i, WholeTensor(t.shape), buf.data(), CpuOptions{1});
       if (!st.ok()) {
-        EXPECT_EQ(st.message().rfind("rank-file-corrupt: distributed save '" + out + "' rank 1 file '", 0), 0u)
+        EXPECT_EQ(st.message().rfind(
+                      "rank-file-corrupt: distributed save '" + out + "' rank 1 file '", 0),
+                  0u)
             << st.ToString();
         named = true;
       }
@@ -52,8 +55,8 @@ TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
   auto m = OpenCatalog(out);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), Code::kNotFound);
-  EXPECT_EQ(m.status().message(), "rank-file-missing: distributed save '" + out + "' rank 2 file '" +
-                                      files[2] + "': the file does not exist");
+  EXPECT_EQ(m.status().message(), "rank-file-missing: distributed save '" + out +
+                                      "' rank 2 file '" + files[2] + "': the file does not exist");
   p = Reshard(out, "--consolidate -o " + TempDir() + "/rs_fault_c.h5");
   EXPECT_EQ(p.code, 3) << p.err;
   EXPECT_NE(p.err.find("rank-file-missing"), std::string::npos) << p.err;
@@ -63,17 +66,19 @@ TEST(Reshard, MissingOrCorruptRankFileIsNamed) {
   m = OpenCatalog(out);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), Code::kNotFound);
-  EXPECT_NE(m.status().message().find("rank 2 file '" + files[2] + "': the file is a symbolic link to '" +
-                                      files[2] + ".gone', which does not exist"),
-            std::string::npos)
+  EXPECT_NE(
+      m.status().message().find("rank 2 file '" + files[2] + "': the file is a symbolic link to '" +
+                                files[2] + ".gone', which does not exist"),
+      std::string::npos)
       << m.status().ToString();
   ASSERT_EQ(::unlink(files[2].c_str()), 0);
   ASSERT_EQ(::symlink(files[2].c_str(), files[2].c_str()), 0);  // a link to itself: ELOOP
   m = OpenCatalog(out);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), Code::kIo);
-  EXPECT_NE(m.status().message().find("rank-file-unreadable: distributed save '" + out + "' rank 2 file '" +
-                                      files[2] + "': cannot reach the file: Too many levels of symbolic links"),
+  EXPECT_NE(m.status().message().find(
+                "rank-file-unreadable: distributed save '" + out + "' rank 2 file '" + files[2] +
+                "': cannot reach the file: Too many levels of symbolic links"),
             std::string::npos)
       << m.status().ToString();
   Proc v = Shell(Bin() + " verify " + out);
@@ -93,7 +98,8 @@ TEST(Reshard, AFailedSaveLeavesNoPiecesBehind) {
   Proc p = Reshard(f.d4, "--layout " + LayoutFile(3, 1) + " -o " + out);
   EXPECT_NE(p.code, 0);
   EXPECT_NE(p.err.find(out), std::string::npos) << p.err;
-  EXPECT_EQ(std::stoi(Shell("ls " + out + ".* 2>/dev/null | wc -l").out), 0);  // no rank files, no lock
+  EXPECT_EQ(std::stoi(Shell("ls " + out + ".* 2>/dev/null | wc -l").out),
+            0);  // no rank files, no lock
 }
 
 // A folder that does not exist, or cannot be written, is said so -- not taken for a lock
@@ -125,7 +131,8 @@ TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
     for (const std::string& mode : {"--layout " + LayoutFile(3, 1), std::string("--consolidate")}) {
       Proc p = Reshard(f.d4, mode + " -o " + out);
       EXPECT_EQ(p.code, 5) << p.out << p.err;  // kIo
-      EXPECT_NE(p.err.find("writer-locked: '" + out + "' is being written by another writer (pid 12345 "
+      EXPECT_NE(p.err.find("writer-locked: '" + out +
+                           "' is being written by another writer (pid 12345 "
                            "on otherhost"),
                 std::string::npos)
           << p.err;
@@ -140,17 +147,18 @@ TEST(Reshard, SecondWriterIsRefusedAndTheSaveIsIntact) {
   // saying so, and removes it when done.
   Proc taken = Reshard(f.d4, "--layout " + LayoutFile(1, 2) + " -o " + out + " -q");
   EXPECT_EQ(taken.code, 0) << taken.err;
-  EXPECT_NE(taken.err.find("seedstore: note: '" + out + ".lock' was left by a writer that no longer runs (pid 12345 "
+  EXPECT_NE(taken.err.find("seedstore: note: '" + out +
+                           ".lock' was left by a writer that no longer runs (pid 12345 "
                            "on otherhost): its save was interrupted"),
             std::string::npos)
       << taken.err;
   EXPECT_FALSE(std::filesystem::exists(out + ".lock"));
   ExpectSameAsSource(out);
   // Two real writers at once: exactly one wins, the other is refused, the result is whole.
-  Proc both = Shell("(" + Bin() + " reshard " + f.d4 + " --threads 1 -q --layout " +
-                    LayoutFile(3, 1) + " -o " + out + " & " + Bin() + " reshard " + f.d4 +
-                    " --threads 1 -q --layout " + LayoutFile(2, 2) + " -o " + out +
-                    "; wait) 2>&1; echo done");
+  Proc both =
+      Shell("(" + Bin() + " reshard " + f.d4 + " --threads 1 -q --layout " + LayoutFile(3, 1) +
+            " -o " + out + " & " + Bin() + " reshard " + f.d4 + " --threads 1 -q --layout " +
+            LayoutFile(2, 2) + " -o " + out + "; wait) 2>&1; echo done");
   ExpectSameAsSource(out);
   // Replacing a save removes the old save's rank files.
   auto d2 = DistCatalog::Open(out);
@@ -192,7 +200,8 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
   ASSERT_NO_FATAL_FAILURE(CorruptChunk(rank1, "a", 0));  // rows [14, 28): one chunk
   Proc bad = Shell(Bin() + " verify " + d3);
   EXPECT_EQ(bad.code, 1 + static_cast<int>(Code::kCorrupt)) << bad.out << bad.err;
-  EXPECT_NE(bad.out.find("FAIL a chunk 0: CORRUPT: chunk-corrupt: file '" + rank1 + "' tensor 'a' chunk 0"),
+  EXPECT_NE(bad.out.find("FAIL a chunk 0: CORRUPT: chunk-corrupt: file '" + rank1 +
+                         "' tensor 'a' chunk 0"),
             std::string::npos)
       << bad.out;
   // --json: the damaged tensor is not ok and has no fingerprint (not every element was hashed);
@@ -268,7 +277,8 @@ TEST(ReshardRaw, VerifyChecksEveryRankFileOfADistributedSave) {
     const auto j = nlohmann::json::parse(two.out);
     std::set<std::string> missing;
     for (const auto& p : j["problems"])
-      if (p["message"].get<std::string>().rfind("rank-file-missing", 0) == 0) missing.insert(p["message"]);
+      if (p["message"].get<std::string>().rfind("rank-file-missing", 0) == 0)
+        missing.insert(p["message"]);
     EXPECT_EQ(missing.size(), 2u) << two.out;
     ASSERT_EQ(std::rename(moved.c_str(), rank2.c_str()), 0);
   }

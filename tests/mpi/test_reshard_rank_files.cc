@@ -49,7 +49,8 @@ TEST(Reshard, ReadsKeepAtMostTheCapOfRankFilesOpen) {
           const size_t i = (k + th) % cat.tensors().size();
           const TensorRecord& t = cat.tensors()[i];
           std::vector<unsigned char> got(want[i].size());
-          if (!cat.Read(i, WholeTensor(t.shape), got.data(), CpuOptions{1}).ok() || got != want[i]) ++wrong;
+          if (!cat.Read(i, WholeTensor(t.shape), got.data(), CpuOptions{1}).ok() || got != want[i])
+            ++wrong;
           auto fp = cat.FingerprintRegion(i, WholeTensor(t.shape), CpuOptions{1});
           if (!fp.ok() || *fp != FingerprintOf(t, WholeTensor(t.shape), want[i].data())) ++wrong;
         }
@@ -66,13 +67,15 @@ TEST(Reshard, ReadsKeepAtMostTheCapOfRankFilesOpen) {
 TEST(Reshard, ASaveOfMoreRanksThanTheOpenFileLimitIsRead) {
   SEEDSTORE_NEED_BIN();
   const Fixture& f = Get();
-  const std::string layout = Write("rs_flat120.json", R"({"mesh": {"axes": ["data"], "shape": [120]},
+  const std::string layout =
+      Write("rs_flat120.json", R"({"mesh": {"axes": ["data"], "shape": [120]},
  "placements": [{"match": "*", "flat": ["data"]}]})");
   const std::string d120 = TempDir() + "/rs_d120.h5", c = TempDir() + "/rs_d120_c.h5";
   Proc w = Reshard(f.source, "--layout " + layout + " -o " + d120 + " -q");
   ASSERT_EQ(w.code, 0) << w.out << w.err;
   const std::string limited = "ulimit -n 100 && ";
-  Proc r = Shell(limited + Bin() + " reshard " + d120 + " --threads 1 --consolidate -o " + c + " -q");
+  Proc r =
+      Shell(limited + Bin() + " reshard " + d120 + " --threads 1 --consolidate -o " + c + " -q");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   ExpectSameAsSource(c);
   Proc v = Shell(limited + Bin() + " verify " + d120);
@@ -93,16 +96,19 @@ TEST(ReshardVds, ManyRankFilesOpenUnderALowDescriptorLimit) {
   static RawFixture f = MakeRawSource(R"({"seedstore": 1, "seed": 6, "tensors": [
      {"name": "w", "shape": [128, 4], "dtype": "float32", "init": {"dist": "normal"}}]})",
                                       "rv_fd_source.h5", 4096);
-  const std::string layout = Write("rv_fd_layout.json", R"({"mesh": {"axes": ["data"], "shape": [64]},
+  const std::string layout =
+      Write("rv_fd_layout.json", R"({"mesh": {"axes": ["data"], "shape": [64]},
  "placements": [{"match": "*", "spec": ["data"]}]})");
   const std::string out = TempDir() + "/rv_fd.h5";
   ASSERT_TRUE(ReshardHere(f.source, layout, out).ok());
   const Proc whole = Shell(Bin() + " fingerprint " + f.source);
   ASSERT_EQ(whole.code, 0) << whole.err;
-  const Proc soft = Shell("bash -c 'ulimit -Sn 32 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
+  const Proc soft =
+      Shell("bash -c 'ulimit -Sn 32 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
   EXPECT_EQ(soft.code, 0) << soft.err;
   EXPECT_EQ(soft.out, whole.out);
-  const Proc hard = Shell("bash -c 'ulimit -n 32 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
+  const Proc hard =
+      Shell("bash -c 'ulimit -n 32 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
   EXPECT_EQ(hard.code, 0) << hard.err;
   EXPECT_EQ(hard.out, whole.out);
 #ifdef __SANITIZE_ADDRESS__
@@ -115,9 +121,11 @@ TEST(ReshardVds, ManyRankFilesOpenUnderALowDescriptorLimit) {
   GTEST_SKIP() << "sanitizer build: UBSan's vptr check needs free descriptors (pipe), so a "
                   "process run out of them under `ulimit -n 5` cannot be checked";
 #endif
-  const Proc tiny = Shell("bash -c 'ulimit -n 5 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
+  const Proc tiny =
+      Shell("bash -c 'ulimit -n 5 && exec " + Bin() + " fingerprint --device cpu " + out + "'");
   EXPECT_EQ(tiny.code, 5) << tiny.out << tiny.err;
-  EXPECT_NE(tiny.err.find("Too many open files (this process may open 5 files"), std::string::npos) << tiny.err;
+  EXPECT_NE(tiny.err.find("Too many open files (this process may open 5 files"), std::string::npos)
+      << tiny.err;
 }
 
 }  // namespace

@@ -27,9 +27,9 @@ TEST(Reshard, FourToTwoThreeAndConsolidatedAreBitExactAndProven) {
   struct Case {
     std::string out, args;
   };
-  for (const Case& c : {Case{"rs_d2.h5", "--layout " + LayoutFile(1, 2)},
-                        Case{"rs_d3.h5", "--layout " + LayoutFile(3, 1)},
-                        Case{"rs_c.h5", "--consolidate"}}) {
+  for (const Case& c :
+       {Case{"rs_d2.h5", "--layout " + LayoutFile(1, 2)},
+        Case{"rs_d3.h5", "--layout " + LayoutFile(3, 1)}, Case{"rs_c.h5", "--consolidate"}}) {
     const std::string out = TempDir() + "/" + c.out;
     Proc p = Reshard(f.d4, c.args + " -o " + out + " --json");
     ExpectProven(p, n);
@@ -39,8 +39,8 @@ TEST(Reshard, FourToTwoThreeAndConsolidatedAreBitExactAndProven) {
   Proc v = Shell(Bin() + " verify " + TempDir() + "/rs_c.h5");
   EXPECT_EQ(v.code, 0) << v.out << v.err;
   // The table form names every tensor and proves it.
-  Proc t = Reshard(TempDir() + "/rs_d3.h5", "--layout " + LayoutFile(1, 2) + " -o " + TempDir() +
-                                                "/rs_d3to2.h5");
+  Proc t = Reshard(TempDir() + "/rs_d3.h5",
+                   "--layout " + LayoutFile(1, 2) + " -o " + TempDir() + "/rs_d3to2.h5");
   EXPECT_EQ(t.code, 0) << t.out << t.err;
   EXPECT_NE(t.out.find("7 tensors: 7 proven equal to the source, 0 mismatch(es)"),
             std::string::npos)
@@ -61,8 +61,8 @@ TEST(Reshard, UnderMpirunTwoWritersInParallel) {
   EXPECT_EQ(j["world"], 3);
   ExpectSameAsSource(out);
   const std::string c = TempDir() + "/rs_mpi_c.h5";
-  ExpectProven(Shell(Mpirun(2) + " " + Bin() + " reshard " + out + " --threads 1 --consolidate -o " +
-                     c + " --json"),
+  ExpectProven(Shell(Mpirun(2) + " " + Bin() + " reshard " + out +
+                     " --threads 1 --consolidate -o " + c + " --json"),
                f.spec.tensors.size());
   ExpectSameAsSource(c);
 }
@@ -92,8 +92,8 @@ TEST(Reshard, ManySmallPiecesSharingSourceChunksAreBitExact) {
                         Case{"rs_many3.h5", Mpirun(3) + " ", "1"}}) {
     SCOPED_TRACE(c.out);
     const std::string out = TempDir() + "/" + c.out;
-    Proc p = Shell(c.launcher + Bin() + " reshard " + f.source + " --threads " + c.threads + " --layout " +
-                   layout + " -o " + out + " --json");
+    Proc p = Shell(c.launcher + Bin() + " reshard " + f.source + " --threads " + c.threads +
+                   " --layout " + layout + " -o " + out + " --json");
     ExpectProven(p, f.spec.tensors.size());
     auto j = nlohmann::json::parse(p.out);
     EXPECT_EQ(j["world"], 37);
@@ -103,7 +103,8 @@ TEST(Reshard, ManySmallPiecesSharingSourceChunksAreBitExact) {
     ASSERT_EQ(files.size(), 37u);
     if (first.empty()) first = files;
     for (size_t r = 0; r < files.size(); ++r)
-      EXPECT_TRUE(files[r] == first[r]) << "rank file " << r << " differs from " << "rs_many1.h5's";
+      EXPECT_TRUE(files[r] == first[r]) << "rank file " << r << " differs from "
+                                        << "rs_many1.h5's";
     auto d = DistCatalog::Open(out);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     const H5Store::VerifyReport rep = (*d)->Verify(CpuOptions{1});
@@ -119,9 +120,11 @@ TEST(Reshard, ManySmallPiecesSharingSourceChunksAreBitExact) {
         ASSERT_TRUE(ps.ok()) << ps.status().ToString();
         const TensorRecord& pr = ps->first->tensors()[ps->second];
         std::vector<unsigned char> got(pr.NumBytes()), want(pr.NumBytes());
-        ASSERT_TRUE(ps->first->Read(ps->second, WholeTensor(pr.shape), got.data(), CpuOptions{1}).ok());
+        ASSERT_TRUE(
+            ps->first->Read(ps->second, WholeTensor(pr.shape), got.data(), CpuOptions{1}).ok());
         ASSERT_TRUE((*src)->Read(i, piece.stored, want.data(), CpuOptions{1}).ok());
-        EXPECT_EQ(got, want) << t.name << " piece " << DescribeRegion(piece.stored) << " of rank " << piece.rank;
+        EXPECT_EQ(got, want) << t.name << " piece " << DescribeRegion(piece.stored) << " of rank "
+                             << piece.rank;
       }
     }
   }
@@ -241,7 +244,8 @@ TEST(ReshardPadded, UnderMpirunTheWritersAgreeOnThePadding) {
     ASSERT_EQ((*a)->pieces(i).size(), (*b)->pieces(i).size());
     for (size_t k = 0; k < (*a)->pieces(i).size(); ++k)
       EXPECT_TRUE(SameRegion((*a)->pieces(i)[k].stored, (*b)->pieces(i)[k].stored))
-          << DescribeRegion((*a)->pieces(i)[k].stored) << " vs " << DescribeRegion((*b)->pieces(i)[k].stored);
+          << DescribeRegion((*a)->pieces(i)[k].stored) << " vs "
+          << DescribeRegion((*b)->pieces(i)[k].stored);
   }
   ExpectRawSameAsSource(out, f);
 }

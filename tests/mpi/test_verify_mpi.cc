@@ -18,7 +18,6 @@ using ranktest::Write;
 
 using ranktest::Bin;
 
-
 std::string Spec() { return Write("small.json", ranktest::kSmallSpec); }
 std::string LayoutFile(int world) {
   return Write("mesh" + std::to_string(world) + ".json", ranktest::MeshLayout(world));
@@ -102,14 +101,16 @@ TEST(VerifyRanksCli, LayoutDependentRngDoesNotCompose) {
 
 TEST(VerifyRanksCli, FlippedElementNamesRankAndTensor) {
   SEEDSTORE_NEED_BIN();
-  Proc p = VerifyRanks(4, "--simulate flip --simulate-rank 3 --simulate-tensor bias --problems-only");
+  Proc p =
+      VerifyRanks(4, "--simulate flip --simulate-rank 3 --simulate-tensor bias --problems-only");
   EXPECT_EQ(p.code, 7) << p.out << p.err;
   EXPECT_NE(p.out.find("'bias' [0:32] (held by ranks 0, 1, 2, 3): replicas disagree: rank 3 "
                        "deviates from the majority {0, 1, 2}"),
             std::string::npos)
       << p.out;
   // --json honours --problems-only too: only bias is listed; the summary counts every tensor.
-  p = VerifyRanks(4, "--simulate flip --simulate-rank 3 --simulate-tensor bias --problems-only --json");
+  p = VerifyRanks(
+      4, "--simulate flip --simulate-rank 3 --simulate-tensor bias --problems-only --json");
   EXPECT_EQ(p.code, 7) << p.out << p.err;
   {
     const auto j = nlohmann::json::parse(p.out);
@@ -120,7 +121,8 @@ TEST(VerifyRanksCli, FlippedElementNamesRankAndTensor) {
   p = VerifyRanks(2, "--simulate flip --simulate-rank 1 --simulate-tensor bias");
   EXPECT_EQ(p.code, 7);
   EXPECT_NE(p.out.find("vote is a TIE"), std::string::npos) << p.out;
-  EXPECT_NE(p.out.find("rank 1 holds a shard that differs from the spec"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("rank 1 holds a shard that differs from the spec"), std::string::npos)
+      << p.out;
   p = VerifyRanks(1, "--simulate flip --simulate-rank 0 --simulate-tensor embed");
   EXPECT_EQ(p.code, 7);
   EXPECT_NE(p.out.find("'embed': shards do not compose to the tensor"), std::string::npos) << p.out;
@@ -137,7 +139,8 @@ TEST(VerifyRanksCli, DifferentCatalogsOnDifferentRanksAreNamed) {
   Proc p = Shell(Mpirun(1) + " " + Bin() + " verify-ranks " + Spec() + " --layout " + l +
                  " : -np 1 " + Bin() + " verify-ranks " + b + " --layout " + l);
   EXPECT_EQ(p.code, 2) << p.out << p.err;
-  EXPECT_NE(p.err.find("rank 1 passed a different catalog or layout than rank 0"), std::string::npos)
+  EXPECT_NE(p.err.find("rank 1 passed a different catalog or layout than rank 0"),
+            std::string::npos)
       << p.err;
 }
 
@@ -183,15 +186,16 @@ TEST(MpiWorker, Run) {
                                   ? Layout::Replicated(c.size()).ToJson().dump()
                                   : ranktest::MeshLayout(c.size()));
   ASSERT_TRUE(layout.ok());
-  ranktest::Init init = sc.rfind("unseeded", 0) == 0   ? ranktest::Init::kUnseeded
-                       : sc == "layout-rng"           ? ranktest::Init::kLayoutRng
-                                                      : ranktest::Init::kSeeded;
+  ranktest::Init init = sc.rfind("unseeded", 0) == 0 ? ranktest::Init::kUnseeded
+                        : sc == "layout-rng"         ? ranktest::Init::kLayoutRng
+                                                     : ranktest::Init::kSeeded;
   const bool flip = sc.rfind("flip", 0) == 0;
-  ranktest::JobShards job = ranktest::BuildJob(*spec, *layout, c.rank(), init,
-                                             flip ? c.size() - 1 : -1, "layers.0.wq");
+  ranktest::JobShards job =
+      ranktest::BuildJob(*spec, *layout, c.rank(), init, flip ? c.size() - 1 : -1, "layers.0.wq");
   VerifyOptions o;
   o.cpu.threads = 1;
-  auto rep = VerifyBuffers(c, job.params, *layout, sc == "unseeded-replicated" ? nullptr : ref->get(), o);
+  auto rep =
+      VerifyBuffers(c, job.params, *layout, sc == "unseeded-replicated" ? nullptr : ref->get(), o);
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
   nlohmann::json j = rep->ToJson();
   j.erase("timing");

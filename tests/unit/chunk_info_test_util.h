@@ -6,18 +6,18 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-#include <nlohmann/json.hpp>
 #include "io/h5store.h"
 #include "tests/store_test_util.h"
-#include <xxhash.h>
 
 namespace seedstore::chunkinfotest {
 
@@ -25,9 +25,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Shape = std::vector<uint64_t>;
 
+using testutil::FlipChunkByte;
 using testutil::Numel;
 using testutil::RandomBytes;
-using testutil::FlipChunkByte;
 using testutil::RewriteIndex;
 using File = testutil::H5File;
 
@@ -50,8 +50,8 @@ inline uint64_t BoxElementFlat(const Shape& shape, const Region& box, uint64_t q
 }
 
 // The elements of `box` (row-major) of a whole row-major tensor.
-inline std::vector<uint8_t> Extract(const std::vector<uint8_t>& whole, const Shape& shape, const Region& box,
-                             size_t es) {
+inline std::vector<uint8_t> Extract(const std::vector<uint8_t>& whole, const Shape& shape,
+                                    const Region& box, size_t es) {
   std::vector<uint8_t> out(box.Count() * es);
   for (uint64_t q = 0; q < box.Count(); ++q)
     std::memcpy(out.data() + q * es, whole.data() + BoxElementFlat(shape, box, q) * es, es);
@@ -82,7 +82,7 @@ inline Fingerprint ElementFp(uint64_t index, const uint8_t* value, size_t es, ui
 // How a tensor's own elements sit in its fingerprint frame: seed, and global flat index of
 // each local row-major flat index.
 struct Frame {
-  Shape local;          // the tensor's own shape
+  Shape local;  // the tensor's own shape
   size_t es = 1;
   uint64_t seed = 0;
   std::function<uint64_t(uint64_t)> global;  // local flat -> frame flat
@@ -112,9 +112,12 @@ inline Frame PieceFrame(const std::string& name, DType dt, const Region& p) {
 
 // Expected fingerprint of local region `r` (box or flat range of the tensor's own indices)
 // whose elements are in `local_whole` (the whole local tensor, row-major).
-inline Fingerprint ExpectedFp(const Frame& f, const Region& r, const std::vector<uint8_t>& local_whole) {
+inline Fingerprint ExpectedFp(const Frame& f, const Region& r,
+                              const std::vector<uint8_t>& local_whole) {
   Fingerprint sum;
-  auto add = [&](uint64_t k) { sum.Add(ElementFp(f.global(k), local_whole.data() + k * f.es, f.es, f.seed)); };
+  auto add = [&](uint64_t k) {
+    sum.Add(ElementFp(f.global(k), local_whole.data() + k * f.es, f.es, f.seed));
+  };
   if (r.flat) {
     for (uint64_t k = r.begin; k < r.end; ++k) add(k);
   } else {
@@ -137,8 +140,8 @@ inline Region ChunkBox(const Shape& shape, const Shape& chunk, uint64_t j) {
 }
 
 // The unfiltered full-size bytes of chunk `box` (zeros outside the tensor).
-inline std::vector<uint8_t> PaddedChunk(const std::vector<uint8_t>& whole, const Shape& shape, const Shape& chunk,
-                                 const Region& box, size_t es) {
+inline std::vector<uint8_t> PaddedChunk(const std::vector<uint8_t>& whole, const Shape& shape,
+                                        const Shape& chunk, const Region& box, size_t es) {
   std::vector<uint8_t> out(Numel(chunk) * es, 0);
   const Region full = [&] {
     Region r = box;
@@ -163,7 +166,7 @@ inline std::vector<uint8_t> PaddedChunk(const std::vector<uint8_t>& whole, const
 
 // Each chunk's stored bytes, read with the HDF5 C API (H5Dread_chunk), chunk-grid order.
 inline std::vector<std::vector<uint8_t>> RawChunks(const std::string& path, const std::string& name,
-                                            const Shape& shape, const Shape& chunk) {
+                                                   const Shape& shape, const Shape& chunk) {
   std::vector<std::vector<uint8_t>> out;
   File f(path, H5F_ACC_RDONLY);
   EXPECT_GE(f.id, 0);
@@ -202,8 +205,8 @@ inline std::vector<uint64_t> ReadTable(const std::string& path, const std::strin
 // Overwrites the table's values in place (same shape).
 // Writes `rows` over tensor `name`'s chunk-info table; with `keep_hash` its seedstore.xxh3 too,
 // as a writer that got the rows wrong would have (else the table is table-corrupt at open).
-inline void WriteTable(const std::string& path, const std::string& name, const std::vector<uint64_t>& rows,
-                bool keep_hash = true) {
+inline void WriteTable(const std::string& path, const std::string& name,
+                       const std::vector<uint64_t>& rows, bool keep_hash = true) {
   File f(path, H5F_ACC_RDWR);
   ASSERT_GE(f.id, 0);
   hid_t d = H5Dopen2(f.id, ("/chunkinfo/" + EscapeH5Name(name)).c_str(), H5P_DEFAULT);
@@ -216,8 +219,8 @@ inline void WriteTable(const std::string& path, const std::string& name, const s
 }
 
 // Replaces the table by one of shape `dims` holding `rows` (padded/truncated).
-inline void ReplaceTable(const std::string& path, const std::string& name, std::vector<hsize_t> dims,
-                  std::vector<uint64_t> rows) {
+inline void ReplaceTable(const std::string& path, const std::string& name,
+                         std::vector<hsize_t> dims, std::vector<uint64_t> rows) {
   File f(path, H5F_ACC_RDWR);
   ASSERT_GE(f.id, 0);
   const std::string p = "/chunkinfo/" + EscapeH5Name(name);
@@ -226,7 +229,8 @@ inline void ReplaceTable(const std::string& path, const std::string& name, std::
   for (hsize_t x : dims) n *= x;
   rows.resize(n, 0);
   hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-  hid_t d = H5Dcreate2(f.id, p.c_str(), H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t d =
+      H5Dcreate2(f.id, p.c_str(), H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(d, 0);
   EXPECT_GE(H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), 0);
   H5Dclose(d);
@@ -247,8 +251,12 @@ inline std::string Numbered(const char* prefix, uint64_t k) {
   return s;
 }
 
-inline bool Has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-inline bool StartsWith(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+inline bool Has(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
+inline bool StartsWith(const std::string& s, const std::string& p) {
+  return s.compare(0, p.size(), p) == 0;
+}
 // The message names chunk j ("chunk 5 at offset ..." or "chunk 0: ...").
 inline bool NamesChunk(const std::string& m, uint64_t j) {
   const std::string c = "chunk " + std::to_string(j);
@@ -275,8 +283,8 @@ inline std::unique_ptr<H5Store> OpenOk(const std::string& path) {
 // Everything the chunk-info table of tensor i says, against the data (`local_whole`, the
 // tensor's own row-major elements), its frame and the stored bytes `raw` (RawChunks; empty
 // for contiguous tensors). Byte-exact.
-inline void CheckTable(const H5Store& st, size_t i, const std::vector<uint8_t>& local_whole, const Frame& fr,
-                const std::vector<std::vector<uint8_t>>& raw) {
+inline void CheckTable(const H5Store& st, size_t i, const std::vector<uint8_t>& local_whole,
+                       const Frame& fr, const std::vector<std::vector<uint8_t>>& raw) {
   const TensorRecord& t = st.tensors()[i];
   SCOPED_TRACE("tensor '" + t.name + "'");
   const StoredTensor& s = st.stored(i);
@@ -302,8 +310,8 @@ inline void CheckTable(const H5Store& st, size_t i, const std::vector<uint8_t>& 
       SCOPED_TRACE("chunk " + std::to_string(j));
       const Region box = ChunkBox(t.shape, s.chunk, j);
       const std::vector<uint8_t> want = Extract(local_whole, t.shape, box, es);
-      const uint64_t want_sum = XXH3_64bits(PaddedChunk(local_whole, t.shape, s.chunk, box, es).data(),
-                                            Numel(s.chunk) * es);
+      const uint64_t want_sum = XXH3_64bits(
+          PaddedChunk(local_whole, t.shape, s.chunk, box, es).data(), Numel(s.chunk) * es);
       const Fingerprint want_fp = ExpectedFp(fr, box, local_whole);
       EXPECT_EQ(info[j].stored_hash, XXH3_64bits(raw[j].data(), raw[j].size()));
       EXPECT_EQ(info[j].fingerprint, want_fp);
@@ -409,7 +417,7 @@ inline std::vector<uint8_t> GlobalLazy(Fingerprint* whole_fp) {
 
 // Writes piece `p` of the global tensor (`global` data) as tensor `name` of a new store.
 inline void WritePiece(const std::string& path, const std::string& name, DType dt, const Region& p,
-                const std::vector<uint8_t>& local, uint64_t chunk_bytes) {
+                       const std::vector<uint8_t>& local, uint64_t chunk_bytes) {
   WriteOptions wo;
   wo.chunk_bytes = chunk_bytes;
   wo.threads = 2;
@@ -424,15 +432,16 @@ inline void WritePiece(const std::string& path, const std::string& name, DType d
 }
 
 // The elements of a piece of the global row-major tensor, in the piece's own row-major order.
-inline std::vector<uint8_t> PieceData(const std::vector<uint8_t>& global, const Shape& gshape, const Region& p,
-                               size_t es) {
+inline std::vector<uint8_t> PieceData(const std::vector<uint8_t>& global, const Shape& gshape,
+                                      const Region& p, size_t es) {
   if (!p.flat) return Extract(global, gshape, p, es);
   return std::vector<uint8_t>(global.begin() + p.begin * es, global.begin() + p.end * es);
 }
 
 // Opens the piece store and checks everything about piece `p` of `name`; returns its fingerprint.
-inline Fingerprint CheckPiece(const std::string& path, const std::string& name, DType dt, const Region& p,
-                       const std::vector<uint8_t>& global, std::mt19937_64& g) {
+inline Fingerprint CheckPiece(const std::string& path, const std::string& name, DType dt,
+                              const Region& p, const std::vector<uint8_t>& global,
+                              std::mt19937_64& g) {
   SCOPED_TRACE("piece " + DescribeRegion(p));
   const Shape gshape(p.shape, p.shape + p.rank);
   const size_t es = DTypeSize(dt);

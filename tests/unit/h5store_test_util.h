@@ -5,6 +5,7 @@
 #include <hdf5.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,15 +19,14 @@
 #include "io/h5store.h"
 #include "io/open.h"
 #include "tests/store_test_util.h"
-#include <xxhash.h>
 
 namespace seedstore::h5storetest {
 
 namespace fs = std::filesystem;
 using Shape = std::vector<uint64_t>;
 
-using testutil::Numel;
 using testutil::FlipChunkByte;
+using testutil::Numel;
 using testutil::RandomBytes;
 
 // A temporary folder for this file's stores.
@@ -35,8 +35,8 @@ struct TempDir : testutil::TempDir {
 };
 
 // Copies `box` of a whole row-major tensor into out.
-inline void Extract(const std::vector<uint8_t>& whole, const Shape& shape, const Region& box, size_t es,
-             uint8_t* out) {
+inline void Extract(const std::vector<uint8_t>& whole, const Shape& shape, const Region& box,
+                    size_t es, uint8_t* out) {
   const int rank = static_cast<int>(shape.size());
   const uint64_t n = box.Count();
   std::vector<uint64_t> idx(rank);
@@ -70,10 +70,11 @@ inline Region RandomBox(const Shape& shape, std::mt19937_64& g) {
 }
 
 inline const DType kAllDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kU8,
-                            DType::kU16, DType::kU32, DType::kU64,  DType::kI8,  DType::kI16,
-                            DType::kI32, DType::kI64, DType::kBool};
+                                   DType::kU16, DType::kU32, DType::kU64,  DType::kI8,  DType::kI16,
+                                   DType::kI32, DType::kI64, DType::kBool};
 
-inline TensorSpec Spec(const std::string& name, Shape shape, DType dt, Dist dist, double scale = 1.0) {
+inline TensorSpec Spec(const std::string& name, Shape shape, DType dt, Dist dist,
+                       double scale = 1.0) {
   TensorSpec t;
   t.name = name;
   t.shape = std::move(shape);

@@ -75,7 +75,8 @@ TEST_F(AtomicTemps, NextWriteRemovesOnlyStaleTemporariesOfItsTarget) {
       Touch(target + ".tmp-" + tag + "x-" + std::to_string(dead_) + "-0");
   const std::string legacy = Touch(target + ".tmp-" + std::to_string(dead_) + "-0");
   const std::string suffixed = Touch(AtomicFile::TempName(target, dead_, 1) + ".keep");
-  const std::string not_numeric = Touch(target + ".tmp-" + tag + "-" + std::to_string(dead_) + "-x");
+  const std::string not_numeric =
+      Touch(target + ".tmp-" + tag + "-" + std::to_string(dead_) + "-x");
   const std::string a_dir = AtomicFile::TempName(target, dead_, 2);
   fs::create_directory(a_dir);
   const std::string victim = Touch(dir_ + "/victim", "must survive");
@@ -87,8 +88,8 @@ TEST_F(AtomicTemps, NextWriteRemovesOnlyStaleTemporariesOfItsTarget) {
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_FALSE(fs::exists(stale0));
   EXPECT_FALSE(fs::exists(stale7));
-  for (const std::string& keep : {live, mine, other_target, other_host, legacy, suffixed,
-                                  not_numeric, a_dir, victim, target})
+  for (const std::string& keep :
+       {live, mine, other_target, other_host, legacy, suffixed, not_numeric, a_dir, victim, target})
     EXPECT_TRUE(fs::exists(keep)) << keep;
   EXPECT_TRUE(fs::is_symlink(a_link));
   ASSERT_TRUE(f->Append("new", 3).ok());
@@ -119,7 +120,9 @@ TEST_F(AtomicTemps, WriterLockIsHeldExactlyWhileItsHolderLives) {
     struct flock fl = {};
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
-    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0 || ::write(fd, "pid 77 on elsewhere\n", 20) != 20) _exit(1);
+    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0 ||
+        ::write(fd, "pid 77 on elsewhere\n", 20) != 20)
+      _exit(1);
     if (::write(ready[1], "x", 1) != 1) _exit(1);
     for (;;) pause();
   }
@@ -130,7 +133,8 @@ TEST_F(AtomicTemps, WriterLockIsHeldExactlyWhileItsHolderLives) {
   EXPECT_EQ(holder, "pid 77 on elsewhere");
   const Status refused = CheckNoOtherWriter(save);
   EXPECT_EQ(refused.code(), Code::kIo);
-  EXPECT_NE(refused.message().find("writer-locked: '" + save + "'"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("writer-locked: '" + save + "'"), std::string::npos)
+      << refused.message();
   EXPECT_NE(refused.message().find("pid 77 on elsewhere"), std::string::npos) << refused.message();
   ::kill(writer, SIGKILL);
   ASSERT_EQ(waitpid(writer, nullptr, 0), writer);
@@ -158,7 +162,8 @@ TEST_F(AtomicTemps, LongFileNamesGetTemporariesThatFit) {
     ASSERT_TRUE(f->Commit().ok()) << len;
     EXPECT_TRUE(fs::is_regular_file(target)) << len;
   }
-  const std::string a = dir_ + "/" + std::string(250, 'a'), b = dir_ + "/" + std::string(249, 'a') + "b";
+  const std::string a = dir_ + "/" + std::string(250, 'a'),
+                    b = dir_ + "/" + std::string(249, 'a') + "b";
   const std::string ta = AtomicFile::TempName(a, dead_, 0), tb = AtomicFile::TempName(b, dead_, 0);
   EXPECT_NE(ta, tb);
   EXPECT_NE(ta.find('~'), std::string::npos) << ta;
@@ -200,7 +205,6 @@ TEST_F(AtomicTemps, RemoveStaleTemporariesCountsAndIsIdempotent) {
   // A relative target (folder "."): only names of that target are considered.
   EXPECT_EQ(AtomicFile::RemoveStaleTemporaries("seedstore-no-such-target.h5"), 0);
 }
-
 
 int OpenDescriptors() {
   int k = 0;
@@ -272,8 +276,8 @@ TEST_F(AtomicTemps, CommitReplacesFilesAndReleasesTheOldOnes) {
 TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
   fs::create_directories(dir_ + "/vol/ckpt");
   Touch(dir_ + "/vol/ckpt/model.h5", "old");
-  fs::create_symlink("vol/ckpt/model.h5", dir_ + "/latest");   // relative
-  fs::create_symlink(dir_ + "/latest", dir_ + "/current");      // absolute, to a link
+  fs::create_symlink("vol/ckpt/model.h5", dir_ + "/latest");  // relative
+  fs::create_symlink(dir_ + "/latest", dir_ + "/current");    // absolute, to a link
   auto write = [](const std::string& path, const std::string& text) -> Status {
     SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::Create(path));
     SEEDSTORE_RETURN_IF_ERROR(f.Append(text.data(), text.size()));
@@ -307,11 +311,13 @@ TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
   // Replacing a file keeps its permissions: a private checkpoint stays private.
   ::chmod((dir_ + "/vol/ckpt/model.h5").c_str(), 0600);
   ASSERT_TRUE(write(dir_ + "/latest", "newer").ok());
-  EXPECT_EQ(fs::status(dir_ + "/vol/ckpt/model.h5").permissions() & fs::perms::mask, fs::perms(0600));
+  EXPECT_EQ(fs::status(dir_ + "/vol/ckpt/model.h5").permissions() & fs::perms::mask,
+            fs::perms(0600));
   EXPECT_EQ(read(dir_ + "/vol/ckpt/model.h5"), "newer");
   ::chmod((dir_ + "/vol/ckpt/model.h5").c_str(), 0640);
   ASSERT_TRUE(write(dir_ + "/vol/ckpt/model.h5", "newest").ok());
-  EXPECT_EQ(fs::status(dir_ + "/vol/ckpt/model.h5").permissions() & fs::perms::mask, fs::perms(0640));
+  EXPECT_EQ(fs::status(dir_ + "/vol/ckpt/model.h5").permissions() & fs::perms::mask,
+            fs::perms(0640));
   // A read-only checkpoint (0444) is replaced read-only, but its temporary stays writable by its
   // owner until Commit: HDF5 reopens it by name to write (read-only, it would refuse a non-root
   // owner).
@@ -331,7 +337,8 @@ TEST_F(AtomicTemps, WritesThroughSymbolicLinksReplaceWhatTheyPointTo) {
   fs::create_symlink("a", dir_ + "/b");
   Status loop = write(dir_ + "/a", "x");
   EXPECT_EQ(loop.code(), Code::kInvalidArgument);
-  EXPECT_NE(loop.message().find("'" + dir_ + "/a': more than 40 symbolic links"), std::string::npos) << loop.ToString();
+  EXPECT_NE(loop.message().find("'" + dir_ + "/a': more than 40 symbolic links"), std::string::npos)
+      << loop.ToString();
 }
 
 // Only a regular file (or a new one) is replaced: a directory, a FIFO (or a device: renaming
@@ -342,9 +349,10 @@ TEST_F(AtomicTemps, RefusesToReplaceDirectoriesAndSpecialFiles) {
   fs::create_directory(folder);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   fs::create_symlink("fifo", link);
-  for (const auto& [path, needle] : {std::pair{folder, "'" + folder + "' is a directory"},
-                                     std::pair{fifo, "'" + fifo + "' is not a regular file"},
-                                     std::pair{link, "'" + link + "' (-> '" + fifo + "') is not a regular file"}}) {
+  for (const auto& [path, needle] :
+       {std::pair{folder, "'" + folder + "' is a directory"},
+        std::pair{fifo, "'" + fifo + "' is not a regular file"},
+        std::pair{link, "'" + link + "' (-> '" + fifo + "') is not a regular file"}}) {
     auto f = AtomicFile::Create(path);
     ASSERT_FALSE(f.ok()) << path;
     EXPECT_EQ(f.status().code(), Code::kInvalidArgument) << path;
@@ -353,7 +361,8 @@ TEST_F(AtomicTemps, RefusesToReplaceDirectoriesAndSpecialFiles) {
   EXPECT_TRUE(fs::is_directory(folder));
   EXPECT_TRUE(fs::is_fifo(fifo));
   EXPECT_TRUE(fs::is_symlink(link));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 3);  // no temporaries
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()),
+            3);  // no temporaries
 }
 
 }  // namespace

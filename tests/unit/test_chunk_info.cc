@@ -11,14 +11,16 @@ using namespace chunkinfotest;  // NOLINT
 TEST(ChunkInfo, TableMatchesEveryChunk) {
   TempDir dir;
   const DType dtypes[] = {DType::kBF16, DType::kF32, DType::kF64, DType::kU8, DType::kI64};
-  const std::vector<Shape> shapes = {{37, 53}, {}, {3, 0, 2}, {1}, {0}, {1000}, {5, 7, 11}, {2, 1, 3}};
+  const std::vector<Shape> shapes = {{37, 53}, {},     {3, 0, 2},  {1},
+                                     {0},      {1000}, {5, 7, 11}, {2, 1, 3}};
   struct Config {
     uint64_t chunk_bytes;
     bool shuffle;
     int level;
   };
   std::mt19937_64 g(11);
-  for (const Config cfg : {Config{96, true, 1}, Config{1000, false, 5}, Config{1u << 20, true, 3}}) {
+  for (const Config cfg :
+       {Config{96, true, 1}, Config{1000, false, 5}, Config{1u << 20, true, 3}}) {
     const std::string path = dir / Numbered("t", cfg.chunk_bytes);
     WriteOptions wo;
     wo.chunk_bytes = cfg.chunk_bytes;
@@ -36,7 +38,8 @@ TEST(ChunkInfo, TableMatchesEveryChunk) {
           ws.push_back({std::string(DTypeName(dt)) + "/t%" + std::to_string(k), shapes[k], dt,
                         RandomBytes(Numel(shapes[k]) * DTypeSize(dt), g())});
           const Written& x = ws.back();
-          ASSERT_TRUE((*w)->AddDense(x.name, x.shape, dt, FromWhole(&x.data, x.shape, DTypeSize(dt))).ok());
+          ASSERT_TRUE(
+              (*w)->AddDense(x.name, x.shape, dt, FromWhole(&x.data, x.shape, DTypeSize(dt))).ok());
         }
       ASSERT_TRUE((*w)->Commit().ok());
     }
@@ -72,7 +75,8 @@ TEST(ChunkInfo, TableMatchesEveryChunk) {
     auto rep = st->Verify(CpuOptions{2});
     EXPECT_TRUE(rep.problems.empty()) << rep.problems[0].status.ToString();
     ASSERT_EQ(rep.fingerprints.size(), ws.size());
-    for (size_t i = 0; i < ws.size(); ++i) EXPECT_EQ(rep.fingerprints[i], *st->tensors()[i].fingerprint);
+    for (size_t i = 0; i < ws.size(); ++i)
+      EXPECT_EQ(rep.fingerprints[i], *st->tensors()[i].fingerprint);
   }
 }
 
@@ -108,9 +112,10 @@ TEST(ChunkInfo, FilesWithoutTablesStillWork) {
     SCOPED_TRACE(whole_group ? "no /chunkinfo" : "no /chunkinfo/blk%2Fw%25");
     Tampered t;
     ASSERT_NO_FATAL_FAILURE(t.Write());
-    const std::vector<std::vector<uint8_t>> raw = RawChunks(t.path, Tampered::kName, t.shape, t.chunk);
-    ASSERT_NO_FATAL_FAILURE(
-        DeleteLink(t.path, whole_group ? "/chunkinfo" : "/chunkinfo/" + EscapeH5Name(Tampered::kName)));
+    const std::vector<std::vector<uint8_t>> raw =
+        RawChunks(t.path, Tampered::kName, t.shape, t.chunk);
+    ASSERT_NO_FATAL_FAILURE(DeleteLink(
+        t.path, whole_group ? "/chunkinfo" : "/chunkinfo/" + EscapeH5Name(Tampered::kName)));
     auto st = OpenOk(t.path);
     ASSERT_TRUE(st);
     EXPECT_TRUE(st->chunk_info(0).empty());
@@ -136,7 +141,8 @@ TEST(ChunkInfo, FilesWithoutTablesStillWork) {
         EXPECT_EQ(c.stored_hash, XXH3_64bits(raw[j].data(), raw[j].size()));
         EXPECT_EQ(c.data, Extract(t.data, t.shape, box, 4)) << j;
         EXPECT_FALSE(c.fingerprint.has_value());
-        EXPECT_EQ(FingerprintCpu(DType::kF32, box, c.data.data(), fr.seed), ExpectedFp(fr, box, t.data));
+        EXPECT_EQ(FingerprintCpu(DType::kF32, box, c.data.data(), fr.seed),
+                  ExpectedFp(fr, box, t.data));
       }
     }
     // Without a table a flipped stored byte is still caught, by the checksum on decoding.

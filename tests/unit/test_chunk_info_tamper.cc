@@ -33,7 +33,9 @@ TEST(ChunkInfo, ChangedFingerprintFailsOpen) {
     ASSERT_NO_FATAL_FAILURE(WriteTable(t.path, Tampered::kName, rows, /*keep_hash=*/false));
     const std::string m = OpenError(t.path);
     EXPECT_TRUE(StartsWith(m, "table-corrupt: ")) << m;
-    EXPECT_TRUE(Has(m, "tensor 'blk/w%': chunk-info table /chunkinfo/blk%2Fw%25 does not match its hash")) << m;
+    EXPECT_TRUE(
+        Has(m, "tensor 'blk/w%': chunk-info table /chunkinfo/blk%2Fw%25 does not match its hash"))
+        << m;
   }
   // The scalar's one-row table too.
   Tampered t;
@@ -87,12 +89,22 @@ TEST(ChunkInfo, SwappedFingerprintsFoundByVerifyOnly) {
 
 TEST(ChunkInfo, WrongTableShapeFailsOpen) {
   const std::vector<std::function<std::vector<hsize_t>(uint64_t)>> shapes = {
-      [](uint64_t n) { return std::vector<hsize_t>{n, 2}; },
-      [](uint64_t n) { return std::vector<hsize_t>{n + 1, 3}; },
-      [](uint64_t n) { return std::vector<hsize_t>{n - 1, 3}; },
+      [](uint64_t n) {
+        return std::vector<hsize_t>{n, 2};
+      },
+      [](uint64_t n) {
+        return std::vector<hsize_t>{n + 1, 3};
+      },
+      [](uint64_t n) {
+        return std::vector<hsize_t>{n - 1, 3};
+      },
       [](uint64_t n) { return std::vector<hsize_t>{3 * n}; },
-      [](uint64_t n) { return std::vector<hsize_t>{n, 3, 1}; },
-      [](uint64_t n) { return std::vector<hsize_t>{3, n}; },
+      [](uint64_t n) {
+        return std::vector<hsize_t>{n, 3, 1};
+      },
+      [](uint64_t n) {
+        return std::vector<hsize_t>{3, n};
+      },
   };
   for (size_t k = 0; k < shapes.size(); ++k) {
     SCOPED_TRACE("shape " + std::to_string(k));
@@ -138,9 +150,11 @@ TEST(ChunkInfo, ChangedStoredHashIsChunkCorrupt) {
     EXPECT_EQ(rep.problems[0].chunk, static_cast<int64_t>(j));
     EXPECT_EQ(rep.problems[0].tensor, Tampered::kName);
     EXPECT_EQ(rep.problems[0].status.code(), Code::kCorrupt);
-    EXPECT_TRUE(StartsWith(rep.problems[0].status.message(), "chunk-corrupt: ")) << rep.problems[0].status.message();
+    EXPECT_TRUE(StartsWith(rep.problems[0].status.message(), "chunk-corrupt: "))
+        << rep.problems[0].status.message();
     EXPECT_TRUE(Has(rep.problems[0].status.message(), "stored bytes hash mismatch"));
-    EXPECT_TRUE(NamesChunk(rep.problems[0].status.message(), j)) << rep.problems[0].status.message();
+    EXPECT_TRUE(NamesChunk(rep.problems[0].status.message(), j))
+        << rep.problems[0].status.message();
     for (bool decode : {false, true}) {
       StoredChunk c;
       Status s = st->ReadStoredChunk(0, j, &c, decode);

@@ -133,10 +133,20 @@ TEST(CpuIsa, FingerprintOfEveryCopyEqualsTheScalarDefinitionAcrossMultiplesOf2To
   struct Range {
     uint64_t i, n;
   };
-  std::vector<Range> ranges = {{0, 0},           {0, 1},           {0, 7},          {0, 8},
-                               {0, 9},           {3, 1000},        {k32 - 37, 90},  {k32 - 8, 16},
-                               {k32 - 1, 2},     {k32, 33},        {k32 - 5, 5},    {2 * k32 - 3, 17},
-                               {3 * k32 - 100, 300}, {(uint64_t{1} << 40) + 3, 1001},
+  std::vector<Range> ranges = {{0, 0},
+                               {0, 1},
+                               {0, 7},
+                               {0, 8},
+                               {0, 9},
+                               {3, 1000},
+                               {k32 - 37, 90},
+                               {k32 - 8, 16},
+                               {k32 - 1, 2},
+                               {k32, 33},
+                               {k32 - 5, 5},
+                               {2 * k32 - 3, 17},
+                               {3 * k32 - 100, 300},
+                               {(uint64_t{1} << 40) + 3, 1001},
                                {~uint64_t{0} - 40, 41}};
   std::mt19937_64 rng(4);
   for (int t = 0; t < 20; ++t) {  // random ranges straddling a multiple of 2^32

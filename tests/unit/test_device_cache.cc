@@ -42,10 +42,28 @@ TEST(DeviceCache, FailedQueryIsRetriedNotKept) {
   PerDeviceCache<4> cache;
   int calls = 0;
   int v = -1;
-  EXPECT_EQ(cache.Get<int>(1, &v, [&](int, int* out) { ++calls; *out = 5; return 7; }), 7);
-  EXPECT_EQ(cache.Get<int>(1, &v, [&](int, int* out) { ++calls; *out = 9; return 0; }), 0);
+  EXPECT_EQ(cache.Get<int>(1, &v,
+                           [&](int, int* out) {
+                             ++calls;
+                             *out = 5;
+                             return 7;
+                           }),
+            7);
+  EXPECT_EQ(cache.Get<int>(1, &v,
+                           [&](int, int* out) {
+                             ++calls;
+                             *out = 9;
+                             return 0;
+                           }),
+            0);
   EXPECT_EQ(v, 9);
-  EXPECT_EQ(cache.Get<int>(1, &v, [&](int, int* out) { ++calls; *out = 11; return 0; }), 0);
+  EXPECT_EQ(cache.Get<int>(1, &v,
+                           [&](int, int* out) {
+                             ++calls;
+                             *out = 11;
+                             return 0;
+                           }),
+            0);
   EXPECT_EQ(v, 9);  // cached
   EXPECT_EQ(calls, 2);
 }
@@ -55,17 +73,23 @@ TEST(DeviceCache, DevicesBeyondTheCacheAreQueriedEachTime) {
   int calls = 0;
   int v = 0;
   for (int k = 0; k < 3; ++k)
-    EXPECT_EQ(cache.Get<int>(5, &v, [&](int d, int* out) { ++calls; *out = d; return 0; }), 0);
+    EXPECT_EQ(cache.Get<int>(5, &v,
+                             [&](int d, int* out) {
+                               ++calls;
+                               *out = d;
+                               return 0;
+                             }),
+              0);
   EXPECT_EQ(v, 5);
   EXPECT_EQ(calls, 3);
 }
 
 TEST(DeviceCache, GridBlocksFillsTheDeviceButNoMoreThanTheWork) {
-  EXPECT_EQ(GridBlocks(0, 256, 132, 8), 1);           // empty work: one block
+  EXPECT_EQ(GridBlocks(0, 256, 132, 8), 1);  // empty work: one block
   EXPECT_EQ(GridBlocks(1, 256, 132, 8), 1);
   EXPECT_EQ(GridBlocks(256 * 10 + 1, 256, 132, 8), 11);  // less work than the device holds
   EXPECT_EQ(GridBlocks(uint64_t{1} << 40, 256, 132, 8), 132 * 8);  // full: SMs x occupancy
-  EXPECT_EQ(GridBlocks(uint64_t{1} << 40, 256, 132, 0), 132);  // occupancy 0 read as 1
+  EXPECT_EQ(GridBlocks(uint64_t{1} << 40, 256, 132, 0), 132);      // occupancy 0 read as 1
 }
 
 }  // namespace

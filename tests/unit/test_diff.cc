@@ -31,12 +31,13 @@ RandomModel MakeModel(std::mt19937_64& g, int n, uint64_t seed) {
   for (int i = 0; i < n; ++i) {
     std::vector<uint64_t> shape(g() % 4);
     for (auto& d : shape) d = kExtents[g() % 7];
-    nlohmann::json init = (g() % 2) ? nlohmann::json{{"dist", "normal"}, {"scale", 0.02}}
-                                    : nlohmann::json{{"dist", "uniform"}, {"minval", -1.0}, {"maxval", 2.0}};
+    nlohmann::json init =
+        (g() % 2) ? nlohmann::json{{"dist", "normal"}, {"scale", 0.02}}
+                  : nlohmann::json{{"dist", "uniform"}, {"minval", -1.0}, {"maxval", 2.0}};
     std::string name = "t";  // (not "t" + to_string(i): GCC 12 warns falsely, -Wrestrict)
     name += std::to_string(i);
-    m.spec["tensors"].push_back({{"name", name}, {"shape", shape},
-                                 {"dtype", kDTypes[g() % 4]}, {"init", init}});
+    m.spec["tensors"].push_back(
+        {{"name", name}, {"shape", shape}, {"dtype", kDTypes[g() % 4]}, {"init", init}});
     m.shapes.push_back(shape);
   }
   return m;
@@ -58,7 +59,8 @@ std::string DenseCopy(const Catalog& c, const std::string& path) {
     const TensorRecord& t = c.tensors()[i];
     std::vector<uint8_t> buf(t.NumBytes());
     EXPECT_TRUE(c.Read(i, WholeTensor(t.shape), buf.data()).ok());
-    EXPECT_TRUE((*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(buf.data())).ok());
+    EXPECT_TRUE(
+        (*w)->AddDense(t.name, t.shape, t.dtype, static_cast<const void*>(buf.data())).ok());
   }
   EXPECT_TRUE((*w)->Commit().ok());
   return path;

@@ -26,8 +26,8 @@ std::unique_ptr<SpecCatalog> Lazy(const Shape& shape, const std::string& dtype, 
     dims += std::to_string(d);
   }
   const std::string text = R"({"seedstore": 1, "seed": )" + std::to_string(seed) +
-                           R"(, "tensors": [{"name": "w", "shape": [)" + dims + R"(], "dtype": ")" + dtype +
-                           R"(", "init": {"dist": "normal", "scale": 0.5}}]})";
+                           R"(, "tensors": [{"name": "w", "shape": [)" + dims + R"(], "dtype": ")" +
+                           dtype + R"(", "init": {"dist": "normal", "scale": 0.5}}]})";
   auto spec = ModelSpec::Parse(text, "test spec");
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   auto c = SpecCatalog::Create(*spec, "test spec");
@@ -54,7 +54,8 @@ class FlatPieceCatalog : public Catalog {
     EXPECT_EQ(i, 0u);
     EXPECT_FALSE(r.flat);
     const uint64_t b = records_[0].piece->begin;
-    return whole_.Read(0, FlatRegion(whole_.tensors()[0].shape, b + r.start[0], b + r.stop[0]), out, o);
+    return whole_.Read(0, FlatRegion(whole_.tensors()[0].shape, b + r.start[0], b + r.stop[0]), out,
+                       o);
   }
 
  private:
@@ -97,8 +98,8 @@ TEST(FlatPiece, BoxesOfRandomPiecesMatchTheWholeTensor) {
       const uint64_t slab = es * (1 + below(q.Count() + 2));  // often smaller than the box
       auto got = FingerprintBoxOfFlatPiece(piece, 0, q, {}, slab);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
-      EXPECT_EQ(Hex(*got), Hex(*want)) << "trial " << trial << " box " << DescribeRegion(q) << " of piece flat["
-                                       << b << ":" << e << "] slab " << slab;
+      EXPECT_EQ(Hex(*got), Hex(*want)) << "trial " << trial << " box " << DescribeRegion(q)
+                                       << " of piece flat[" << b << ":" << e << "] slab " << slab;
       auto whole_slab = FingerprintBoxOfFlatPiece(piece, 0, q);
       ASSERT_TRUE(whole_slab.ok());
       EXPECT_EQ(Hex(*whole_slab), Hex(*want));
@@ -123,8 +124,10 @@ TEST(FlatPiece, IndicesAcross2To32) {
   const uint64_t two32 = uint64_t{1} << 32;
   FlatPieceCatalog piece(*whole, two32 - 3000, two32 + 5000);
   const uint64_t r0 = (two32 - 3000) / 1024;  // 4194301, from column 72
-  for (const Region& q : {BoxRegion(shape, {r0, 100}, {r0 + 8, 900}), BoxRegion(shape, {r0 + 3, 0}, {r0 + 4, 1024}),
-                          BoxRegion(shape, {r0 + 2, 1023}, {r0 + 7, 1024}), BoxRegion(shape, {r0, 72}, {r0 + 1, 73})}) {
+  for (const Region& q :
+       {BoxRegion(shape, {r0, 100}, {r0 + 8, 900}), BoxRegion(shape, {r0 + 3, 0}, {r0 + 4, 1024}),
+        BoxRegion(shape, {r0 + 2, 1023}, {r0 + 7, 1024}),
+        BoxRegion(shape, {r0, 72}, {r0 + 1, 73})}) {
     auto want = whole->FingerprintRegion(0, q);
     ASSERT_TRUE(want.ok()) << want.status().ToString();
     for (uint64_t slab : {uint64_t{2}, uint64_t{2048}, uint64_t{1} << 26}) {
@@ -159,12 +162,14 @@ TEST(FlatPiece, WhatIsNotInsideThePieceIsNamed) {
     auto f = FingerprintBoxOfFlatPiece(p, 0, q);
     ASSERT_FALSE(f.ok()) << DescribeRegion(q);
     EXPECT_EQ(f.status().code(), Code::kInvalidArgument);
-    EXPECT_NE(f.status().message().find("'flat piece' tensor 'w'"), std::string::npos) << f.status().ToString();
+    EXPECT_NE(f.status().message().find("'flat piece' tensor 'w'"), std::string::npos)
+        << f.status().ToString();
   }
   // A tensor that is no flat piece: the whole tensor, or a box piece.
   auto f = FingerprintBoxOfFlatPiece(*w, 0, BoxRegion({6, 7}, {1, 0}, {2, 7}));
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().message().find("is not a flat piece"), std::string::npos) << f.status().ToString();
+  EXPECT_NE(f.status().message().find("is not a flat piece"), std::string::npos)
+      << f.status().ToString();
 }
 
 }  // namespace

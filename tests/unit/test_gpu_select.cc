@@ -21,7 +21,8 @@ NodeLocalRank FromEnv(std::map<std::string, std::string> env) {
 }
 
 TEST(GpuSelect, LocalRankFromEachLauncher) {
-  NodeLocalRank r = FromEnv({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "8"}});
+  NodeLocalRank r =
+      FromEnv({{"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "8"}});
   EXPECT_EQ(r.rank, 3);
   EXPECT_EQ(r.size, 8);
   EXPECT_EQ(r.source, "OMPI_COMM_WORLD_LOCAL_RANK");
@@ -47,8 +48,8 @@ TEST(GpuSelect, LocalRankDefaultsAndBadValues) {
   EXPECT_EQ(r.size, 1);
   EXPECT_EQ(r.source, "default");
   // Unparseable or negative: ignored, the next launcher's variable is tried.
-  r = FromEnv({{"OMPI_COMM_WORLD_LOCAL_RANK", "x"}, {"MPI_LOCALRANKID", "-1"},
-               {"SLURM_LOCALID", "7"}});
+  r = FromEnv(
+      {{"OMPI_COMM_WORLD_LOCAL_RANK", "x"}, {"MPI_LOCALRANKID", "-1"}, {"SLURM_LOCALID", "7"}});
   EXPECT_EQ(r.rank, 7);
   EXPECT_EQ(r.size, 8);  // no size given: at least rank + 1
   r = FromEnv({{"OMPI_COMM_WORLD_LOCAL_RANK", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
@@ -135,8 +136,10 @@ TEST(GpuSelect, TwoRanksOnOneGpuAreRefusedByName) {
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   const std::string& m = st.message();
-  EXPECT_NE(m.find("NCCL backend: ranks 0 and 2 would share GPU 0 (GPU-01000000-0000-0000-0000-0000000000ab) on host 'n1'"),
-            std::string::npos) << m;
+  EXPECT_NE(m.find("NCCL backend: ranks 0 and 2 would share GPU 0 "
+                   "(GPU-01000000-0000-0000-0000-0000000000ab) on host 'n1'"),
+            std::string::npos)
+      << m;
   EXPECT_NE(m.find("see 2 GPU(s)"), std::string::npos) << m;
   EXPECT_NE(m.find("--backend mpi"), std::string::npos) << m;
   EXPECT_EQ(m.find("rank 1"), std::string::npos) << m;
@@ -144,9 +147,9 @@ TEST(GpuSelect, TwoRanksOnOneGpuAreRefusedByName) {
 
 TEST(GpuSelect, EverySharedGpuIsNamed) {
   // 4 ranks on 1 GPU of host a, 2 on 1 GPU of host b (claims in any order).
-  const Status st = CheckOneRankPerGpu(
-      {Claim(5, 0, 1, "b", 9), Claim(0, 0, 1, "a", 1), Claim(3, 0, 1, "a", 1),
-       Claim(1, 0, 1, "a", 1), Claim(4, 0, 1, "b", 9), Claim(2, 0, 1, "a", 1)});
+  const Status st =
+      CheckOneRankPerGpu({Claim(5, 0, 1, "b", 9), Claim(0, 0, 1, "a", 1), Claim(3, 0, 1, "a", 1),
+                          Claim(1, 0, 1, "a", 1), Claim(4, 0, 1, "b", 9), Claim(2, 0, 1, "a", 1)});
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("ranks 0, 1, 2 and 3 would share GPU 0"), std::string::npos)
       << st.message();

@@ -10,7 +10,8 @@ using namespace h5storetest;  // NOLINT
 
 TEST(H5Store, DenseRoundTripRandomBoxesEveryDtype) {
   TempDir dir;
-  const std::vector<Shape> small = {{}, {0}, {3, 0, 2}, {1}, {1000}, {37, 53}, {5, 7, 11}, {2, 3, 4, 5}};
+  const std::vector<Shape> small = {{},     {0},      {3, 0, 2},  {1},
+                                    {1000}, {37, 53}, {5, 7, 11}, {2, 3, 4, 5}};
   // Runs of >= 1 KiB into unaligned destinations (the reader's streaming-store copy) and a
   // 1-D tensor of a prime length.
   const std::vector<Shape> large = {{40, 3001}, {4999}, {2, 129, 67}};
@@ -25,8 +26,9 @@ TEST(H5Store, DenseRoundTripRandomBoxesEveryDtype) {
                             Config{2, 65536, true, &large}, Config{2, 65536, false, &large}}) {
     const int threads = cfg.threads;
     const std::vector<Shape>& shapes = *cfg.shapes;
-    const std::string path = dir / ("rt" + std::to_string(threads) + "-" +
-                                    std::to_string(cfg.chunk_bytes) + (cfg.shuffle ? "s" : "") + ".h5");
+    const std::string path =
+        dir / ("rt" + std::to_string(threads) + "-" + std::to_string(cfg.chunk_bytes) +
+               (cfg.shuffle ? "s" : "") + ".h5");
     WriteOptions wo;
     wo.chunk_bytes = cfg.chunk_bytes;
     wo.shuffle = cfg.shuffle;
@@ -61,8 +63,8 @@ TEST(H5Store, DenseRoundTripRandomBoxesEveryDtype) {
       ASSERT_TRUE((*st)->Read(i, WholeTensor(t.shape), whole.data(), CpuOptions{threads}).ok());
       ASSERT_EQ(whole, data[i]) << t.name;
       ASSERT_TRUE(t.fingerprint.has_value());
-      EXPECT_EQ(*t.fingerprint, FingerprintCpu(t.dtype, WholeTensor(t.shape), data[i].data(),
-                                               t.fp_seed()));
+      EXPECT_EQ(*t.fingerprint,
+                FingerprintCpu(t.dtype, WholeTensor(t.shape), data[i].data(), t.fp_seed()));
       for (int rep = 0; rep < 8; ++rep) {
         const Region box = RandomBox(t.shape, g);
         std::vector<uint8_t> got(box.Count() * es), want(box.Count() * es);
@@ -105,12 +107,15 @@ TEST(H5Store, DenseFromMemoryStoresTheSameBytesAsFromABoxSource) {
     Shape shape;
     Shape chunk;  // empty: the writer's rule
   };
-  const std::vector<Case> cases = {
-      {{}, {}},          {{1}, {}},           {{0, 5}, {}},        {{4999}, {}},
-      {{37, 53}, {}},    {{7, 11, 13}, {2, 11, 13}},  // contiguous, edge chunk in dim 0
-      {{7, 11, 13}, {2, 3, 13}},                         // rows of 13: strided in `data`
-      {{7, 11, 13}, {3, 4, 5}},                          // strided, edges in every dim
-      {{1, 1, 997}, {1, 1, 100}}};
+  const std::vector<Case> cases = {{{}, {}},
+                                   {{1}, {}},
+                                   {{0, 5}, {}},
+                                   {{4999}, {}},
+                                   {{37, 53}, {}},
+                                   {{7, 11, 13}, {2, 11, 13}},  // contiguous, edge chunk in dim 0
+                                   {{7, 11, 13}, {2, 3, 13}},   // rows of 13: strided in `data`
+                                   {{7, 11, 13}, {3, 4, 5}},    // strided, edges in every dim
+                                   {{1, 1, 997}, {1, 1, 100}}};
   std::mt19937_64 g(11);
   for (bool shuffle : {true, false}) {
     WriteOptions wo;
@@ -130,7 +135,10 @@ TEST(H5Store, DenseFromMemoryStoresTheSameBytesAsFromABoxSource) {
         data.push_back(RandomBytes(Numel(c.shape) * DTypeSize(dt), g()));
         DenseChunking ch;
         ch.chunk = c.chunk;
-        ASSERT_TRUE((*wa)->AddDense(name, c.shape, dt, FromWhole(&data.back(), c.shape, DTypeSize(dt)), {}, ch).ok());
+        ASSERT_TRUE((*wa)
+                        ->AddDense(name, c.shape, dt,
+                                   FromWhole(&data.back(), c.shape, DTypeSize(dt)), {}, ch)
+                        .ok());
         const void* p = data.back().empty() ? nullptr : data.back().data();
         const Status s = (*wb)->AddDense(name, c.shape, dt, p, {}, ch);
         ASSERT_TRUE(s.ok()) << name << ": " << s.ToString();
@@ -167,7 +175,8 @@ TEST(H5Store, DenseFromMemoryStoresTheSameBytesAsFromABoxSource) {
   const Status s = (*w)->AddDense("w", Shape{3}, DType::kF32, static_cast<const void*>(nullptr));
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find("tensor 'w'"), std::string::npos) << s.ToString();
-  EXPECT_TRUE((*w)->AddDense("empty", Shape{4, 0}, DType::kF32, static_cast<const void*>(nullptr)).ok());
+  EXPECT_TRUE(
+      (*w)->AddDense("empty", Shape{4, 0}, DType::kF32, static_cast<const void*>(nullptr)).ok());
 }
 
 TEST(H5Store, FlatRangeToBoxesIsExact) {
@@ -224,7 +233,8 @@ TEST(H5Store, ManyChunksAreReadExactlyAndInLinearTime) {
     const Region box = RandomBox(shape, g);
     std::vector<uint8_t> want(box.Count() * 4), part(box.Count() * 4);
     Extract(data, shape, box, 4, want.data());
-    ASSERT_TRUE((*st)->Read(0, box, part.data(), CpuOptions{1 + k % 2}).ok()) << DescribeRegion(box);
+    ASSERT_TRUE((*st)->Read(0, box, part.data(), CpuOptions{1 + k % 2}).ok())
+        << DescribeRegion(box);
     ASSERT_EQ(part, want) << DescribeRegion(box);
     const uint64_t a = g() % (Numel(shape) + 1), b = g() % (Numel(shape) + 1);
     const Region flat = FlatRegion(shape, std::min(a, b), std::max(a, b));
@@ -246,7 +256,8 @@ TEST(H5Store, ManyChunksAreReadExactlyAndInLinearTime) {
   const Status r = (*bad)->Read(0, WholeTensor(shape), got.data(), CpuOptions{2});
   EXPECT_EQ(r.code(), Code::kCorrupt) << r.ToString();
   EXPECT_NE(r.message().find("tensor 'w' chunk "), std::string::npos) << r.message();
-  EXPECT_NE(r.message().find(" at offset [150, 200]: checksum mismatch"), std::string::npos) << r.message();
+  EXPECT_NE(r.message().find(" at offset [150, 200]: checksum mismatch"), std::string::npos)
+      << r.message();
 }
 
 // The level-1 encoder's tuning (CompressChunk) must keep zstd's literal (Huffman) coding on:
@@ -271,9 +282,12 @@ TEST(H5Store, NormalWeightsCompressNearTheirEntropyAtLevelOne) {
   const std::string path = dir / "ratio.h5";
   auto w = StoreWriter::Create(path, 7);
   ASSERT_TRUE(w.ok());
-  ASSERT_TRUE((*w)->AddDense("bf16", Shape{n}, DType::kBF16, static_cast<const void*>(bf.data())).ok());
-  ASSERT_TRUE((*w)->AddDense("f32", Shape{n}, DType::kF32, static_cast<const void*>(f32.data())).ok());
-  ASSERT_TRUE((*w)->AddDense("zeros", Shape{n}, DType::kBF16, static_cast<const void*>(zeros.data())).ok());
+  ASSERT_TRUE(
+      (*w)->AddDense("bf16", Shape{n}, DType::kBF16, static_cast<const void*>(bf.data())).ok());
+  ASSERT_TRUE(
+      (*w)->AddDense("f32", Shape{n}, DType::kF32, static_cast<const void*>(f32.data())).ok());
+  ASSERT_TRUE(
+      (*w)->AddDense("zeros", Shape{n}, DType::kBF16, static_cast<const void*>(zeros.data())).ok());
   ASSERT_TRUE((*w)->Commit().ok());
   auto st = H5Store::Open(path);
   ASSERT_TRUE(st.ok());

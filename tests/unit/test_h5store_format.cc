@@ -27,7 +27,8 @@ TEST(H5Store, FormatDocVectors) {
     EXPECT_EQ(FingerprintHex(*lazy->FingerprintWhole()), e["fingerprint"]) << t->name;
     if (e.contains("fp_seed_text")) {
       const std::vector<uint8_t> text = testutil::HexBytes(e["fp_seed_text"]);
-      EXPECT_EQ(FingerprintSeed(t->name, t->dtype, t->shape), XXH3_64bits(text.data(), text.size()));
+      EXPECT_EQ(FingerprintSeed(t->name, t->dtype, t->shape),
+                XXH3_64bits(text.data(), text.size()));
     }
     if (e.contains("element_bits")) {
       // Per element: XXH3_128bits_withSeed(LE64(i) || LE64(bits), fp_seed), lanes summed.

@@ -27,7 +27,8 @@ TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
     ASSERT_EQ(chunk.size(), 2u);
   }
   const uint64_t per_row = (64 + chunk[1] - 1) / chunk[1];
-  ASSERT_TRUE(FlipChunkByte(path, "w", {5 / per_row * chunk[0], 5 % per_row * chunk[1]}));  // chunk 5
+  ASSERT_TRUE(
+      FlipChunkByte(path, "w", {5 / per_row * chunk[0], 5 % per_row * chunk[1]}));  // chunk 5
   auto st = H5Store::Open(path);
   ASSERT_TRUE(st.ok());
   std::vector<uint8_t> out(data.size());
@@ -37,7 +38,8 @@ TEST(H5Store, CorruptChunkIsNamedOnReadAndVerify) {
   EXPECT_NE(s.message().find("tensor 'w' chunk 5"), std::string::npos) << s.message();
   auto f = (*st)->FingerprintRegion(0, WholeTensor({256, 64}));
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().message().find("tensor 'w' chunk 5"), std::string::npos) << f.status().ToString();
+  EXPECT_NE(f.status().message().find("tensor 'w' chunk 5"), std::string::npos)
+      << f.status().ToString();
   // A box that avoids the chunk still reads.
   Region ok = WholeTensor({256, 64});
   ok.stop[0] = 16;
@@ -64,13 +66,15 @@ TEST(H5Store, VerifyNamesBoolBytesOtherThanZeroOrOne) {
     ASSERT_TRUE(w.ok());
     const Status st = (*w)->AddDense("b", {300}, DType::kBool, FromWhole(&v, {300}, 1));
     EXPECT_EQ(st.code(), Code::kInvalidArgument);
-    EXPECT_NE(st.message().find("tensor 'b': bool element [257] holds byte 2; a bool is stored as 0 or 1"),
+    EXPECT_NE(st.message().find(
+                  "tensor 'b': bool element [257] holds byte 2; a bool is stored as 0 or 1"),
               std::string::npos)
         << st.ToString();
     std::vector<uint8_t> m(6 * 50, 1);
     m[4 * 50 + 7] = 255;  // element [4, 7]
     const Status st2 = (*w)->AddDense("m", {6, 50}, DType::kBool, FromWhole(&m, {6, 50}, 1));
-    EXPECT_NE(st2.message().find("tensor 'm': bool element [4, 7] holds byte 255"), std::string::npos)
+    EXPECT_NE(st2.message().find("tensor 'm': bool element [4, 7] holds byte 255"),
+              std::string::npos)
         << st2.ToString();
   }
   {
@@ -102,9 +106,9 @@ TEST(H5Store, VerifyNamesBoolBytesOtherThanZeroOrOne) {
   ASSERT_EQ(rep.problems.size(), 1u);
   EXPECT_EQ(rep.problems[0].chunk, static_cast<int64_t>(j));
   EXPECT_EQ(rep.problems[0].status.message().rfind(
-                "chunk-corrupt: file '" + path + "' tensor 'b' chunk " + std::to_string(j) + " at offset [" +
-                    std::to_string(j * c) + "]: bool element " + std::to_string(257 - j * c) +
-                    " of the chunk holds byte 2",
+                "chunk-corrupt: file '" + path + "' tensor 'b' chunk " + std::to_string(j) +
+                    " at offset [" + std::to_string(j * c) + "]: bool element " +
+                    std::to_string(257 - j * c) + " of the chunk holds byte 2",
                 0),
             0u)
       << rep.problems[0].status.ToString();
@@ -131,7 +135,8 @@ TEST(H5Store, PartialPrecisionIntegersAreNotTheDtype) {
     H5Tset_offset(t, 8);
     const hid_t d = H5Dcreate2(f, "/tensors/i", t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     for (int k = 0; k < H5Aget_num_attrs(old); ++k) {
-      const hid_t a = H5Aopen_by_idx(old, ".", H5_INDEX_NAME, H5_ITER_INC, k, H5P_DEFAULT, H5P_DEFAULT);
+      const hid_t a =
+          H5Aopen_by_idx(old, ".", H5_INDEX_NAME, H5_ITER_INC, k, H5P_DEFAULT, H5P_DEFAULT);
       char name[256];
       H5Aget_name(a, sizeof name, name);
       const hid_t at = H5Aget_type(a), as = H5Aget_space(a);
@@ -153,7 +158,8 @@ TEST(H5Store, PartialPrecisionIntegersAreNotTheDtype) {
   }
   const Status st = testutil::OpenOrDamage(p);  // tensor 'i' damaged
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("dtype-mismatch: file '" + p + "' tensor 'i': HDF5 type does not store int32"),
+  EXPECT_NE(st.message().find("dtype-mismatch: file '" + p +
+                              "' tensor 'i': HDF5 type does not store int32"),
             std::string::npos)
       << st.ToString();
 }
@@ -171,7 +177,8 @@ TEST(H5Store, LinksToOtherFilesAreRefused) {
     const char* link;  // replaced in a.h5
     bool external;
   };
-  for (const Case& c : {Case{"/tensors/w", true}, Case{"/checksums", true}, Case{"/tensors/w", false}}) {
+  for (const Case& c :
+       {Case{"/tensors/w", true}, Case{"/checksums", true}, Case{"/tensors/w", false}}) {
     SCOPED_TRACE(std::string(c.link) + (c.external ? " external" : " soft"));
     const std::string t = dir / "t.h5";
     std::filesystem::copy_file(a, t, std::filesystem::copy_options::overwrite_existing);
@@ -180,8 +187,9 @@ TEST(H5Store, LinksToOtherFilesAreRefused) {
       ASSERT_GE(f, 0);
       if (!c.external) H5Lmove(f, c.link, f, "/moved", H5P_DEFAULT, H5P_DEFAULT);
       else H5Ldelete(f, c.link, H5P_DEFAULT);
-      ASSERT_GE(c.external ? H5Lcreate_external(b.c_str(), c.link, f, c.link, H5P_DEFAULT, H5P_DEFAULT)
-                           : H5Lcreate_soft("/moved", f, c.link, H5P_DEFAULT, H5P_DEFAULT),
+      ASSERT_GE(c.external
+                    ? H5Lcreate_external(b.c_str(), c.link, f, c.link, H5P_DEFAULT, H5P_DEFAULT)
+                    : H5Lcreate_soft("/moved", f, c.link, H5P_DEFAULT, H5P_DEFAULT),
                 0);
       H5Fclose(f);
     }
@@ -284,10 +292,12 @@ TEST(H5Store, OpenStoreReadsItsOwnFileAfterThePathIsReplaced) {
   ASSERT_TRUE((*again)->Read(0, WholeTensor(shape), got.data()).ok());
   EXPECT_EQ(got, two);
 
-  if (!fs::exists("/proc/self/fd")) GTEST_SKIP() << "no /proc/self/fd: descriptor count not checked";
+  if (!fs::exists("/proc/self/fd"))
+    GTEST_SKIP() << "no /proc/self/fd: descriptor count not checked";
   auto open_fds = [] {
     int k = 0;
-    for (auto it = fs::directory_iterator("/proc/self/fd"); it != fs::directory_iterator(); ++it) ++k;
+    for (auto it = fs::directory_iterator("/proc/self/fd"); it != fs::directory_iterator(); ++it)
+      ++k;
     return k;
   };
   const int before = open_fds();

@@ -24,8 +24,10 @@ const TensorSpec& Get(const ModelSpec& m, const std::string& name) {
 
 TEST(Presets, ParameterCountsMatchThePublishedModels) {
   const std::map<std::string, std::pair<uint64_t, size_t>> want = {
-      {"llama-3-8b", {8030261248ull, 291}},    {"llama-3-70b", {70553706496ull, 723}},
-      {"gpt2", {124439808ull, 148}},           {"mixtral-8x7b", {46702792704ull, 995}},
+      {"llama-3-8b", {8030261248ull, 291}},
+      {"llama-3-70b", {70553706496ull, 723}},
+      {"gpt2", {124439808ull, 148}},
+      {"mixtral-8x7b", {46702792704ull, 995}},
   };
   for (const auto& [name, w] : want) {
     auto m = Preset(name, 1);
@@ -39,8 +41,10 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
 TEST(Presets, NamesShapesAndInitRules) {
   auto l = Preset("llama-3-70b");
   ASSERT_TRUE(l.ok());
-  EXPECT_EQ(Get(*l, "model.layers.79.self_attn.k_proj.weight").shape, (std::vector<uint64_t>{1024, 8192}));
-  EXPECT_EQ(Get(*l, "model.layers.0.mlp.down_proj.weight").shape, (std::vector<uint64_t>{8192, 28672}));
+  EXPECT_EQ(Get(*l, "model.layers.79.self_attn.k_proj.weight").shape,
+            (std::vector<uint64_t>{1024, 8192}));
+  EXPECT_EQ(Get(*l, "model.layers.0.mlp.down_proj.weight").shape,
+            (std::vector<uint64_t>{8192, 28672}));
   EXPECT_EQ(Get(*l, "lm_head.weight").dtype, DType::kBF16);
   EXPECT_EQ(Get(*l, "model.norm.weight").init.dist, Dist::kOnes);
   EXPECT_EQ(Get(*l, "model.embed_tokens.weight").init.scale, 0.02);
@@ -61,10 +65,12 @@ TEST(Presets, NamesShapesAndInitRules) {
 
   auto x = Preset("mixtral-8x7b", 0, Generator::kPhilox);
   ASSERT_TRUE(x.ok());
-  EXPECT_EQ(Get(*x, "model.layers.31.block_sparse_moe.gate.weight").shape, (std::vector<uint64_t>{8, 4096}));
+  EXPECT_EQ(Get(*x, "model.layers.31.block_sparse_moe.gate.weight").shape,
+            (std::vector<uint64_t>{8, 4096}));
   EXPECT_EQ(Get(*x, "model.layers.0.block_sparse_moe.experts.7.w2.weight").shape,
             (std::vector<uint64_t>{4096, 14336}));
-  EXPECT_EQ(Get(*x, "model.layers.0.block_sparse_moe.experts.0.w1.weight").generator, Generator::kPhilox);
+  EXPECT_EQ(Get(*x, "model.layers.0.block_sparse_moe.experts.0.w1.weight").generator,
+            Generator::kPhilox);
   EXPECT_FALSE(Preset("llama-4-9000b").ok());
 }
 

@@ -30,7 +30,8 @@ TEST(ParallelForInOrder, CommitsInItemOrderWithSlotsHeldUntilCommitted) {
         return Internal("slot " + std::to_string(slot) + " reused before its commit");
       slot_of[j] = slot;
       // Uneven work, so that items finish out of order.
-      std::this_thread::sleep_for(std::chrono::microseconds((j * 7919) % 13 == 0 ? 2000 : (j % 5) * 50));
+      std::this_thread::sleep_for(
+          std::chrono::microseconds((j * 7919) % 13 == 0 ? 2000 : (j % 5) * 50));
       ++done_work;
       return Status::Ok();
     };
@@ -144,7 +145,8 @@ TEST(H5Store, FilesAreByteIdenticalWhateverTheThreadCount) {
       ASSERT_TRUE((*w)->AddDense(Name(k), shape, dts[k], src, {}, ch).ok());
     }
     ASSERT_TRUE((*w)->AddDense("scalar", Shape{}, DType::kF64, scalar.data()).ok());
-    ASSERT_TRUE((*w)->AddDense("empty", Shape{3, 0}, DType::kF32, static_cast<const void*>(nullptr)).ok());
+    ASSERT_TRUE(
+        (*w)->AddDense("empty", Shape{3, 0}, DType::kF32, static_cast<const void*>(nullptr)).ok());
     ASSERT_TRUE((*w)->Commit().ok());
     uint64_t half = 0;  // chunks 0, 2, 4, ... of each tensor are copied as stored
     for (size_t k = 0; k < data.size(); ++k) half += ((*from)->stored(k).num_chunks + 1) / 2;
@@ -204,7 +206,8 @@ TEST(H5Store, LazyAndDenseMixAndReplace) {
     auto w = StoreWriter::Create(path, m.seed);
     ASSERT_TRUE(w.ok());
     for (const auto& t : m.tensors) ASSERT_TRUE((*w)->AddLazy(t).ok());
-    ASSERT_TRUE((*w)->AddDense("d.trained", {5, 6}, DType::kF32, FromWhole(&dense, {5, 6}, 4)).ok());
+    ASSERT_TRUE(
+        (*w)->AddDense("d.trained", {5, 6}, DType::kF32, FromWhole(&dense, {5, 6}, 4)).ok());
     ASSERT_TRUE((*w)->Commit().ok());
   }
   auto cat = OpenCatalog(path);

@@ -2,10 +2,10 @@
 // asserted by code and message (house style H7, tier "unit").
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "store/layout.h"
@@ -222,8 +222,8 @@ TEST(DTensor, NestingDiffersFromCombinedSpecWhenUneven) {
   // An empty piece sits at the dim's full size, as torch's compute_local_shape_and_global_offset
   // reports it (not at the end of the parent piece): [2, 2] -> a: [0,1) | [1,2) -> b: [0,1)
   // [2,2) | [1,2) [2,2). tests/py/test_torch_dtensor_offsets.py compares with torch itself.
-  EXPECT_EQ(AllRegions(dt, "v", {2, 2}), (std::vector<std::string>{
-                                             "[0:1, 0:2]", "[2:2, 0:2]", "[1:2, 0:2]", "[2:2, 0:2]"}));
+  EXPECT_EQ(AllRegions(dt, "v", {2, 2}),
+            (std::vector<std::string>{"[0:1, 0:2]", "[2:2, 0:2]", "[1:2, 0:2]", "[2:2, 0:2]"}));
   // Later mesh axis first in the nesting order when it is listed first in the mesh.
   Layout rev = MustParse(R"j({"mesh": {"axes": ["b", "a"], "shape": [2, 2]}, "placements": [
       {"match": "*", "dtensor": ["Shard(0)", "Shard(0)"]}]})j");
@@ -235,12 +235,11 @@ TEST(DTensor, NestingDiffersFromCombinedSpecWhenUneven) {
 TEST(Flat, EvenAndPadded) {
   Layout l = Layout::Fsdp(4);
   // 15 elements padded to 16, ranges of 4; the last range is clipped to 15.
-  EXPECT_EQ(AllRegions(l, "w", {3, 5}), (std::vector<std::string>{
-                                            "flat[0:4]", "flat[4:8]", "flat[8:12]",
-                                            "flat[12:15]"}));
+  EXPECT_EQ(AllRegions(l, "w", {3, 5}),
+            (std::vector<std::string>{"flat[0:4]", "flat[4:8]", "flat[8:12]", "flat[12:15]"}));
   // 5 elements padded to 8, ranges of 2: the last rank's range lies wholly in the padding.
-  EXPECT_EQ(AllRegions(l, "b", {5}), (std::vector<std::string>{
-                                         "flat[0:2]", "flat[2:4]", "flat[4:5]", "flat[5:5]"}));
+  EXPECT_EQ(AllRegions(l, "b", {5}),
+            (std::vector<std::string>{"flat[0:2]", "flat[2:4]", "flat[4:5]", "flat[5:5]"}));
   Shard s = MustShard(l, "b", {5}, 3);
   EXPECT_TRUE(s.empty());
   EXPECT_TRUE(s.region.flat);
@@ -252,12 +251,14 @@ TEST(Flat, EvenAndPadded) {
 }
 
 TEST(Flat, GroupOverSeveralAxes) {
-  Layout l = MustParse(WithMesh(R"j("placements": [{"match": "flat.*", "flat": ["data", "pipeline"]}])j"));
+  Layout l =
+      MustParse(WithMesh(R"j("placements": [{"match": "flat.*", "flat": ["data", "pipeline"]}])j"));
   // 100 elements over G = 8: ranges of 13; rank 5 has group index 5.
   EXPECT_EQ(Desc(l, "flat.x", {10, 10}, 5), "flat[65:78]");
   EXPECT_EQ(Desc(l, "flat.x", {10, 10}, 7), "flat[91:100]");
   // Group order follows the listed axes: ("pipeline", "data") -> index pipeline * 2 + data.
-  Layout rev = MustParse(WithMesh(R"j("placements": [{"match": "*", "flat": ["pipeline", "data"]}])j"));
+  Layout rev =
+      MustParse(WithMesh(R"j("placements": [{"match": "*", "flat": ["pipeline", "data"]}])j"));
   EXPECT_EQ(Desc(rev, "x", {16}, 1), "flat[4:6]");  // rank 1 = (0, 1, 0) -> index 2
 }
 
@@ -283,9 +284,8 @@ TEST(Flat, EmptyGroupIsWholeRange) {
 TEST(Layout, ExplicitDevicesMoveShards) {
   Layout l = MustParse(R"j({"mesh": {"axes": ["data", "tensor"], "shape": [2, 2],
       "devices": [3, 1, 0, 2]}, "placements": [{"match": "*", "spec": ["data", "tensor"]}]})j");
-  EXPECT_EQ(AllRegions(l, "w", {4, 4}), (std::vector<std::string>{
-                                            "[2:4, 0:2]", "[0:2, 2:4]", "[2:4, 2:4]",
-                                            "[0:2, 0:2]"}));
+  EXPECT_EQ(AllRegions(l, "w", {4, 4}),
+            (std::vector<std::string>{"[2:4, 0:2]", "[0:2, 2:4]", "[2:4, 2:4]", "[0:2, 0:2]"}));
   Result<std::vector<Shard>> d = l.DistinctShards("w", {4, 4});
   ASSERT_TRUE(d.ok());
   ASSERT_EQ(d->size(), 4u);
@@ -307,9 +307,8 @@ TEST(Layout, FirstMatchWinsAndUnmatchedReplicated) {
 }
 
 TEST(Layout, ScalarsAreReplicatedEverywhere) {
-  for (const Layout& l :
-       {Layout::Fsdp(4), Layout::Replicated(4),
-        MustParse(R"j({"mesh": {"axes": ["x"], "shape": [4]},
+  for (const Layout& l : {Layout::Fsdp(4), Layout::Replicated(4),
+                          MustParse(R"j({"mesh": {"axes": ["x"], "shape": [4]},
                       "placements": [{"match": "*", "spec": []}]})j")}) {
     Shard s = MustShard(l, "step", {}, 2);
     EXPECT_EQ(DescribeRegion(s.region), "[]");
@@ -444,15 +443,11 @@ TEST(Json, LoadFile) {
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
-  {
-    std::ofstream(path) << WithMesh(R"j("placements": [{"match": "*", "flat": ["data"]}])j");
-  }
+  { std::ofstream(path) << WithMesh(R"j("placements": [{"match": "*", "flat": ["data"]}])j"); }
   Result<Layout> l = Layout::Load(path);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(l->world_size(), 8);
-  {
-    std::ofstream(path) << WithMesh(R"j("placements": [{"match": "*", "flat": ["model"]}])j");
-  }
+  { std::ofstream(path) << WithMesh(R"j("placements": [{"match": "*", "flat": ["model"]}])j"); }
   Result<Layout> bad = Layout::Load(path);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
@@ -460,9 +455,7 @@ TEST(Json, LoadFile) {
             "file '" + std::string(path) +
                 "': layout: placements[0].flat[0]: unknown mesh axis 'model' (mesh axes: data, "
                 "pipeline, tensor)");
-  {
-    std::ofstream(path) << "{\"mesh\": ";
-  }
+  { std::ofstream(path) << "{\"mesh\": "; }
   bad = Layout::Load(path);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
@@ -536,24 +529,31 @@ TEST(Errors, UnknownAxis) {
 }
 
 TEST(Errors, AxisUsedTwice) {
-  ExpectParseError(WithMesh(R"j("placements": [{"match": "a", "spec": []}, {"match": "b", "spec": []},
+  ExpectParseError(
+      WithMesh(R"j("placements": [{"match": "a", "spec": []}, {"match": "b", "spec": []},
       {"match": "c", "spec": ["tensor", null, "tensor"]}])j"),
-                   "layout: placements[2].spec: mesh axis 'tensor' used twice");
+      "layout: placements[2].spec: mesh axis 'tensor' used twice");
   ExpectParseError(WithMesh(R"j("placements": [{"match": "*", "spec": [["data", "data"]]}])j"),
                    "layout: placements[0].spec: mesh axis 'data' used twice");
-  ExpectParseError(WithMesh(R"j("placements": [{"match": "*", "flat": ["pipeline", "pipeline"]}])j"),
-                   "layout: placements[0].flat: mesh axis 'pipeline' used twice");
+  ExpectParseError(
+      WithMesh(R"j("placements": [{"match": "*", "flat": ["pipeline", "pipeline"]}])j"),
+      "layout: placements[0].flat: mesh axis 'pipeline' used twice");
 }
 
 TEST(Errors, DTensorEntries) {
-  ExpectParseError(WithMesh(R"j("placements": [{"match": "*", "dtensor": ["Shard(0)", "Replicate()"]}])j"),
-                   "layout: placements[0].dtensor: has 2 entries, expected one per mesh axis (3)");
   ExpectParseError(
-      WithMesh(R"j("placements": [{"match": "*", "dtensor": ["Shard(0)", "Partial()", "Replicate()"]}])j"),
-      "layout: placements[0].dtensor[1]: expected \"Shard(d)\", \"Shard(dim=d)\" or \"Replicate()\", got 'Partial()'");
+      WithMesh(R"j("placements": [{"match": "*", "dtensor": ["Shard(0)", "Replicate()"]}])j"),
+      "layout: placements[0].dtensor: has 2 entries, expected one per mesh axis (3)");
   ExpectParseError(
-      WithMesh(R"j("placements": [{"match": "*", "dtensor": ["Shard(x)", "Replicate()", "Replicate()"]}])j"),
-      "layout: placements[0].dtensor[0]: expected \"Shard(d)\", \"Shard(dim=d)\" or \"Replicate()\", got 'Shard(x)'");
+      WithMesh(
+          R"j("placements": [{"match": "*", "dtensor": ["Shard(0)", "Partial()", "Replicate()"]}])j"),
+      "layout: placements[0].dtensor[1]: expected \"Shard(d)\", \"Shard(dim=d)\" or "
+      "\"Replicate()\", got 'Partial()'");
+  ExpectParseError(
+      WithMesh(
+          R"j("placements": [{"match": "*", "dtensor": ["Shard(x)", "Replicate()", "Replicate()"]}])j"),
+      "layout: placements[0].dtensor[0]: expected \"Shard(d)\", \"Shard(dim=d)\" or "
+      "\"Replicate()\", got 'Shard(x)'");
   ExpectParseError(WithMesh(R"j("placements": [{"match": "*", "dtensor": "Shard(0)"}])j"),
                    "layout: placements[0].dtensor: expected a list (one entry per mesh axis)");
   // PyTorch's repr "Shard(dim=1)" and blanks between tokens are read as Python would; a
@@ -567,8 +567,8 @@ TEST(Errors, DTensorEntries) {
   EXPECT_EQ(layout->ToJson(), want->ToJson());
   for (const char* bad : {"Sha rd(0)", "Shard(+1)", "Shard(0)x", "Shard(dim 0)", "Shard(- 1)",
                           "Replicate(0)", "Shard()", "Shard(1234567)"})
-    ExpectParseError(WithMesh(std::string(R"j("placements": [{"match": "*", "dtensor": [")j") + bad +
-                              R"j(", "Replicate()", "Replicate()"]}])j"),
+    ExpectParseError(WithMesh(std::string(R"j("placements": [{"match": "*", "dtensor": [")j") +
+                              bad + R"j(", "Replicate()", "Replicate()"]}])j"),
                      std::string("got '") + bad + "'");
 }
 

@@ -33,7 +33,8 @@ TEST(LibraryExample, TheWalkThroughRuns) {
   // A model, described lazily: seed, init rule, shape, dtype. (`ckpt`, `single`: file paths.)
   auto spec = ModelSpec::Parse(R"({"seedstore": 1, "seed": 0, "tensors": [
       {"name": "w", "shape": [64, 48], "dtype": "bfloat16",
-       "init": {"dist": "normal", "scale": 0.02}}]})", "<example>");
+       "init": {"dist": "normal", "scale": 0.02}}]})",
+                               "<example>");
   auto model = SpecCatalog::Create(*spec, "<example>");
   auto layout = Layout::Parse(R"({"mesh": {"axes": ["data"], "shape": [1]},
       "placements": [{"match": "*", "spec": ["data", null]}]})");
@@ -73,7 +74,8 @@ TEST(LibraryExample, TheWalkThroughRuns) {
   ASSERT_TRUE(saved.ok()) << saved.status().ToString();
   ASSERT_TRUE(back.ok() && got.ok()) << back.status().ToString() << got.ToString();
   EXPECT_TRUE(std::equal(box.begin(), box.end(), w.begin() + 10 * 48 * 2));
-  ASSERT_TRUE(writer.ok() && added.ok() && committed.ok()) << added.ToString() << committed.ToString();
+  ASSERT_TRUE(writer.ok() && added.ok() && committed.ok())
+      << added.ToString() << committed.ToString();
   auto store = H5Store::Open(single);
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->tensors()[0].fingerprint, (*back)->tensors()[0].fingerprint);
@@ -101,7 +103,8 @@ TEST(LibraryExample, DocsLibraryMdShowsThisCode) {
   std::istringstream in(me.substr(a + begin.size(), b - a - begin.size()));
   while (std::getline(in, line)) code += (line.rfind("  ", 0) == 0 ? line.substr(2) : line) + "\n";
   EXPECT_NE(readme.find("```cpp\n" + code + "```"), std::string::npos)
-      << "docs/LIBRARY.md's ```cpp block differs from this test's code:\n" << code;
+      << "docs/LIBRARY.md's ```cpp block differs from this test's code:\n"
+      << code;
 }
 
 }  // namespace

@@ -32,10 +32,12 @@ TEST(PieceRecord, BoxPiecesAddUpToTheGlobalTensor) {
     }
   EXPECT_EQ(sum, whole);
   // A piece that is the whole tensor has the whole tensor's fingerprint; an interior box too.
-  for (const Region& p : {BoxRegion(gshape, {0, 0}, {kRows, kCols}), BoxRegion(gshape, {3, 7}, {30, 41}),
-                          BoxRegion(gshape, {36, 52}, {37, 53})}) {
+  for (const Region& p :
+       {BoxRegion(gshape, {0, 0}, {kRows, kCols}), BoxRegion(gshape, {3, 7}, {30, 41}),
+        BoxRegion(gshape, {36, 52}, {37, 53})}) {
     const std::string path = dir / Numbered("q", k++);
-    ASSERT_NO_FATAL_FAILURE(WritePiece(path, name, DType::kBF16, p, PieceData(global, gshape, p, 2), 100));
+    ASSERT_NO_FATAL_FAILURE(
+        WritePiece(path, name, DType::kBF16, p, PieceData(global, gshape, p, 2), 100));
     const Fingerprint f = CheckPiece(path, name, DType::kBF16, p, global, g);
     if (p.Count() == kRows * kCols) {
       EXPECT_EQ(f, whole);
@@ -49,7 +51,8 @@ TEST(PieceRecord, ThreeDimPiecesOfRandomData) {
   const std::string name = "x";
   const DType dt = DType::kI64;
   const std::vector<uint8_t> global = RandomBytes(Numel(gshape) * 8, 9);
-  const Fingerprint whole = FingerprintCpu(dt, WholeTensor(gshape), global.data(), FingerprintSeed(name, dt, gshape));
+  const Fingerprint whole =
+      FingerprintCpu(dt, WholeTensor(gshape), global.data(), FingerprintSeed(name, dt, gshape));
   std::mt19937_64 g(6);
   Fingerprint sum;
   int k = 0;
@@ -78,7 +81,8 @@ TEST(PieceRecord, FlatPiecesAddUpToTheGlobalTensor) {
   for (size_t k = 0; k + 1 < cuts.size(); ++k) {
     const Region p = FlatRegion(gshape, cuts[k], cuts[k + 1]);
     const std::string path = dir / Numbered("f", k);
-    ASSERT_NO_FATAL_FAILURE(WritePiece(path, name, DType::kBF16, p, PieceData(global, gshape, p, 2), 50));
+    ASSERT_NO_FATAL_FAILURE(
+        WritePiece(path, name, DType::kBF16, p, PieceData(global, gshape, p, 2), 50));
     sum.Add(CheckPiece(path, name, DType::kBF16, p, global, g));
   }
   EXPECT_EQ(sum, whole);
@@ -89,7 +93,8 @@ TEST(PieceRecord, FlatPiecesAddUpToTheGlobalTensor) {
     ChunkRange(n, 4, r, &b, &e);
     const Region p = FlatRegion(gshape, b, e);
     const std::string path = dir / Numbered("c", r);
-    ASSERT_NO_FATAL_FAILURE(WritePiece(path, name, DType::kBF16, p, PieceData(global, gshape, p, 2), 1u << 20));
+    ASSERT_NO_FATAL_FAILURE(
+        WritePiece(path, name, DType::kBF16, p, PieceData(global, gshape, p, 2), 1u << 20));
     sum4.Add(CheckPiece(path, name, DType::kBF16, p, global, g));
   }
   EXPECT_EQ(sum4, whole);
@@ -188,7 +193,8 @@ TEST(PieceRecord, PieceWithoutTableProvesInGlobalFrame) {
     auto st = OpenOk(path);
     ASSERT_TRUE(st);
     EXPECT_TRUE(st->chunk_info(0).empty());
-    const Fingerprint want = FingerprintCpu(DType::kBF16, p, local.data(), FingerprintSeed(name, DType::kBF16, gshape));
+    const Fingerprint want =
+        FingerprintCpu(DType::kBF16, p, local.data(), FingerprintSeed(name, DType::kBF16, gshape));
     EXPECT_EQ(*st->tensors()[0].fingerprint, want);
     auto pr = st->ProveStored(0, CpuOptions{2});
     ASSERT_TRUE(pr.ok()) << pr.status().ToString();
@@ -228,7 +234,8 @@ TEST(PieceRecord, CopiesKeepThePieceAndItsTable) {
   for (const Region& p : {BoxRegion(gshape, {10, 20}, {37, 53}), FlatRegion(gshape, 150, 1200)}) {
     SCOPED_TRACE(DescribeRegion(p));
     const std::string src_path = dir / Numbered(p.flat ? "sf" : "sb", 0);
-    ASSERT_NO_FATAL_FAILURE(WritePiece(src_path, name, DType::kBF16, p, PieceData(global, gshape, p, 2), 128));
+    ASSERT_NO_FATAL_FAILURE(
+        WritePiece(src_path, name, DType::kBF16, p, PieceData(global, gshape, p, 2), 128));
     auto src = OpenOk(src_path);
     ASSERT_TRUE(src);
     const Fingerprint fp = *src->tensors()[0].fingerprint;
@@ -260,8 +267,9 @@ TEST(PieceRecord, CopiesKeepThePieceAndItsTable) {
         if (!st.ok()) return st;
         return true;
       };
-      Status st = (*w)->AddDense(name, LocalShape(p), DType::kBF16,
-                                 [](const Region&, void*) { return Internal("not called"); }, {}, ch);
+      Status st = (*w)->AddDense(
+          name, LocalShape(p), DType::kBF16,
+          [](const Region&, void*) { return Internal("not called"); }, {}, ch);
       ASSERT_TRUE(st.ok()) << st.ToString();
       EXPECT_EQ((*w)->chunk_counts().copied, src->stored(0).num_chunks);
       EXPECT_EQ((*w)->chunk_counts().encoded, 0u);
@@ -300,10 +308,12 @@ TEST(PieceRecord, ReplaceWithDenseKeepsPieces) {
   const TensorRecord& b = st->tensors()[1];
   ASSERT_TRUE(b.piece.has_value());
   EXPECT_TRUE(SameRegion(*b.piece, p));
-  EXPECT_EQ(*b.fingerprint, FingerprintCpu(DType::kBF16, p, local.data(), FingerprintSeed("b", DType::kBF16, gshape)));
+  EXPECT_EQ(*b.fingerprint, FingerprintCpu(DType::kBF16, p, local.data(),
+                                           FingerprintSeed("b", DType::kBF16, gshape)));
   const TensorRecord& a = st->tensors()[0];
   EXPECT_TRUE(a.piece.has_value()) << "ReplaceWithDense dropped the piece of 'a'";
-  EXPECT_EQ(*a.fingerprint, FingerprintCpu(DType::kBF16, p, trained.data(), FingerprintSeed("a", DType::kBF16, gshape)));
+  EXPECT_EQ(*a.fingerprint, FingerprintCpu(DType::kBF16, p, trained.data(),
+                                           FingerprintSeed("a", DType::kBF16, gshape)));
   EXPECT_TRUE(st->Verify().problems.empty());
 }
 
@@ -320,22 +330,47 @@ TEST(PieceRecord, OpenChecksPieceRecords) {
   };
   const std::vector<Edit> edits = {
       {"box extents differ from the shape",
-       [](json& pc) { pc["region"]["stop"] = {37, 52}; }, "does not have the tensor's shape"},
+       [](json& pc) {
+         pc["region"]["stop"] = {37, 52};
+       },
+       "does not have the tensor's shape"},
       {"box outside the global shape",
-       [](json& pc) { pc["region"] = {{"start", {11, 20}}, {"stop", {38, 53}}}; }, "bad box"},
-      {"box of another rank", [](json& pc) { pc["region"] = {{"start", {10}}, {"stop", {37}}}; }, "bad box"},
+       [](json& pc) {
+         pc["region"] = {{"start", {11, 20}}, {"stop", {38, 53}}};
+       },
+       "bad box"},
+      {"box of another rank",
+       [](json& pc) {
+         pc["region"] = {{"start", {10}}, {"stop", {37}}};
+       },
+       "bad box"},
       {"flat range past the end",
-       [](json& pc) { pc["region"] = {{"flat", {37 * 53 - 100, 37 * 53 + 791}}}; }, "bad flat range"},
-      {"flat range for a 2-D record", [](json& pc) { pc["region"] = {{"flat", {0, 891}}}; },
+       [](json& pc) {
+         pc["region"] = {{"flat", {37 * 53 - 100, 37 * 53 + 791}}};
+       },
+       "bad flat range"},
+      {"flat range for a 2-D record",
+       [](json& pc) {
+         pc["region"] = {{"flat", {0, 891}}};
+       },
        "does not have the tensor's shape"},
       {"no region", [](json& pc) { pc.erase("region"); }, "'piece' needs 'shape' and 'region'"},
-      {"global shape not integers", [](json& pc) { pc["shape"] = {37, "x"}; }, "'piece' needs"},
-      {"smaller global shape", [](json& pc) { pc["shape"] = {30, 53}; }, "bad box"},
+      {"global shape not integers",
+       [](json& pc) {
+         pc["shape"] = {37, "x"};
+       },
+       "'piece' needs"},
+      {"smaller global shape",
+       [](json& pc) {
+         pc["shape"] = {30, 53};
+       },
+       "bad box"},
   };
   for (size_t k = 0; k < edits.size(); ++k) {
     SCOPED_TRACE(edits[k].what);
     const std::string path = dir / Numbered("e", k);
-    ASSERT_NO_FATAL_FAILURE(WritePiece(path, "w", DType::kBF16, BoxRegion(gshape, {10, 20}, {37, 53}), data, 256));
+    ASSERT_NO_FATAL_FAILURE(
+        WritePiece(path, "w", DType::kBF16, BoxRegion(gshape, {10, 20}, {37, 53}), data, 256));
     ASSERT_TRUE(RewriteIndex(path, [&](json& j) { edits[k].edit(j["tensors"][0]["piece"]); }));
     const std::string m = OpenError(path);
     EXPECT_TRUE(StartsWith(m, "bad-index: ")) << m;
@@ -344,7 +379,8 @@ TEST(PieceRecord, OpenChecksPieceRecords) {
   // Moving a piece (same shape, another region) changes its frame: Open cannot tell (the table
   // still adds up to the record), Verify recomputes in the new frame and finds the mismatch.
   const std::string path = dir / "moved.h5";
-  ASSERT_NO_FATAL_FAILURE(WritePiece(path, "w", DType::kBF16, BoxRegion(gshape, {10, 20}, {37, 53}), data, 256));
+  ASSERT_NO_FATAL_FAILURE(
+      WritePiece(path, "w", DType::kBF16, BoxRegion(gshape, {10, 20}, {37, 53}), data, 256));
   ASSERT_TRUE(RewriteIndex(path, [](json& j) {
     j["tensors"][0]["piece"]["region"] = {{"start", {0, 20}}, {"stop", {27, 53}}};
   }));
@@ -356,7 +392,8 @@ TEST(PieceRecord, OpenChecksPieceRecords) {
     EXPECT_TRUE(StartsWith(p.status.message(), "fingerprint-mismatch: ")) << p.status.message();
   // Dropping the piece (a reader before piece records): every chunk fingerprint is wrong.
   const std::string path2 = dir / "unpieced.h5";
-  ASSERT_NO_FATAL_FAILURE(WritePiece(path2, "w", DType::kBF16, BoxRegion(gshape, {10, 20}, {37, 53}), data, 256));
+  ASSERT_NO_FATAL_FAILURE(
+      WritePiece(path2, "w", DType::kBF16, BoxRegion(gshape, {10, 20}, {37, 53}), data, 256));
   ASSERT_TRUE(RewriteIndex(path2, [](json& j) { j["tensors"][0].erase("piece"); }));
   auto st2 = OpenOk(path2);
   ASSERT_TRUE(st2);
@@ -395,7 +432,8 @@ TEST(PieceRecord, InvalidPiecesAreRejected) {
     DenseChunking ch;
     ch.piece = bad[k].piece;
     const std::string name = "bad" + std::to_string(k);
-    Status s = (*w)->AddDense(name, bad[k].shape, DType::kF32, FromWhole(&v, bad[k].shape, 4), {}, ch);
+    Status s =
+        (*w)->AddDense(name, bad[k].shape, DType::kF32, FromWhole(&v, bad[k].shape, 4), {}, ch);
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
     EXPECT_TRUE(Has(s.message(), "tensor '" + name + "'")) << s.message();
     EXPECT_TRUE(Has(s.message(), "piece")) << s.message();

@@ -63,7 +63,7 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
   ASSERT_TRUE(r4.ok()) << r4.status().ToString();
   EXPECT_TRUE(r4->ok()) << r4->Table();
   std::map<std::string, P> want4 = {{"a", P{8, 0}}, {"b", P{12, 1}}, {"c", P{0, 4}},
-                                    {"u", P{0, 3}}, {"e", P{0, 0}}, {"s", P{0, 1}}};
+                                    {"u", P{0, 3}}, {"e", P{0, 0}},  {"s", P{0, 1}}};
   EXPECT_EQ(Counts(*r4), want4);
   ExpectRawSameAsSource(d4);
   // Consolidating the 4-rank save copies from the rank files wherever their chunks line up
@@ -74,7 +74,7 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
   ASSERT_TRUE(rc.ok()) << rc.status().ToString();
   EXPECT_TRUE(rc->ok()) << rc->Table();
   std::map<std::string, P> wantc = {{"a", P{8, 0}}, {"b", P{12, 4}}, {"c", P{3, 1}},
-                                    {"u", P{3, 0}}, {"e", P{0, 1}}, {"s", P{0, 1}}};
+                                    {"u", P{3, 0}}, {"e", P{0, 1}},  {"s", P{0, 1}}};
   EXPECT_EQ(Counts(*rc), wantc);
   ExpectRawSameAsSource(c4);
   // 4 -> 2 ranks: N -> N/k along a chunk-aligned dim.
@@ -96,7 +96,8 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
   if (!Bin().empty()) {
     Proc v = Shell(Bin() + " verify " + c4);
     EXPECT_EQ(v.code, 0) << v.out << v.err;
-    Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rr_cli2.h5 --json");
+    Proc p =
+        Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rr_cli2.h5 --json");
     ASSERT_EQ(p.code, 0) << p.out << p.err;
     auto j = nlohmann::json::parse(p.out);
     EXPECT_EQ(j["chunks_copied"], 18);
@@ -159,7 +160,9 @@ TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
   {
     auto rs = ReshardHere(src, "", cout, /*consolidate=*/true);
     ASSERT_FALSE(rs.ok());
-    EXPECT_EQ(rs.status().message().rfind("chunk-corrupt: file '" + src + "' tensor 'b' chunk 2 at offset [0, 12]: ", 0), 0u)
+    EXPECT_EQ(rs.status().message().rfind(
+                  "chunk-corrupt: file '" + src + "' tensor 'b' chunk 2 at offset [0, 12]: ", 0),
+              0u)
         << rs.status().ToString();
     EXPECT_EQ(Shell("md5sum < " + cout).out, before);
     auto st = H5Store::Open(cout);
@@ -169,7 +172,9 @@ TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
   auto r = ReshardHere(src, RowsLayout(4), out);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kCorrupt);
-  EXPECT_EQ(r.status().message().rfind("chunk-corrupt: file '" + src + "' tensor 'b' chunk 2 at offset [0, 12]: ", 0), 0u)
+  EXPECT_EQ(r.status().message().rfind(
+                "chunk-corrupt: file '" + src + "' tensor 'b' chunk 2 at offset [0, 12]: ", 0),
+            0u)
       << r.status().ToString();
   auto d = DistCatalog::Open(out);
   ASSERT_TRUE(d.ok());
@@ -183,9 +188,9 @@ TEST(ReshardRaw, ACorruptSourceChunkIsNamedAndNothingIsReplaced) {
   CorruptChunk(rank1, "a", 3);
   auto rc = ReshardHere(dsrc, "", TempDir() + "/rr_bad_c.h5", /*consolidate=*/true);
   ASSERT_FALSE(rc.ok());
-  EXPECT_EQ(rc.status().message().rfind("rank-file-corrupt: distributed save '" + dsrc + "' rank 1 file '" +
-                                            rank1 + "': chunk-corrupt: file '" + rank1 +
-                                            "' tensor 'a' chunk 3 at offset [10, 12]: ",
+  EXPECT_EQ(rc.status().message().rfind("rank-file-corrupt: distributed save '" + dsrc +
+                                            "' rank 1 file '" + rank1 + "': chunk-corrupt: file '" +
+                                            rank1 + "' tensor 'a' chunk 3 at offset [10, 12]: ",
                                         0),
             0u)
       << rc.status().ToString();
@@ -200,17 +205,24 @@ TEST(ReshardRaw, CopiesCheckStoredBytesAgainstTheChunkInfo) {
   auto r = ReshardHere(src, RowsLayout(2), TempDir() + "/rr_info_bad_out.h5");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kCorrupt);
-  EXPECT_EQ(r.status().message().rfind("chunk-corrupt: file '" + src + "' tensor 'b' chunk 2 at offset [0, 12]: stored bytes hash mismatch", 0), 0u)
+  EXPECT_EQ(r.status().message().rfind(
+                "chunk-corrupt: file '" + src +
+                    "' tensor 'b' chunk 2 at offset [0, 12]: stored bytes hash mismatch",
+                0),
+            0u)
       << r.status().ToString();
   // The same row damaged in place (the table's hash not updated): the table is named (the
   // tensor's damage, found at open, fails its reads).
   const std::string dmg = TempDir() + "/rr_info_damaged.h5";
   ASSERT_EQ(Shell("cp " + f.source + " " + dmg).code, 0);
-  EditChunkInfo(dmg, "b", 2, [](uint64_t* row) { row[0] ^= 1; }, /*keep_hash=*/false);
+  EditChunkInfo(
+      dmg, "b", 2, [](uint64_t* row) { row[0] ^= 1; }, /*keep_hash=*/false);
   auto rd = ReshardHere(dmg, RowsLayout(2), TempDir() + "/rr_info_damaged_out.h5");
   ASSERT_FALSE(rd.ok());
   EXPECT_EQ(rd.status().code(), Code::kCorrupt);
-  EXPECT_NE(rd.status().message().find("table-corrupt: file '" + dmg + "' tensor 'b': chunk-info table /chunkinfo/b does not match its hash"),
+  EXPECT_NE(rd.status().message().find(
+                "table-corrupt: file '" + dmg +
+                "' tensor 'b': chunk-info table /chunkinfo/b does not match its hash"),
             std::string::npos)
       << rd.status().ToString();
   // A source without chunk-info tables (a store from before they existed): chunks are decoded
@@ -251,7 +263,8 @@ TEST(ReshardRaw, ARankFileAloneIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("is a piece"), std::string::npos) << r.status().ToString();
-  EXPECT_NE(r.status().message().find("reshard the save's master"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("reshard the save's master"), std::string::npos)
+      << r.status().ToString();
 }
 
 // The index records each dense tensor's chunks and bytes on disk over its pieces, so
@@ -336,7 +349,8 @@ TEST(ReshardRaw, TheIndexRecordsEachTensorsStorageAndInspectOpensNoRankFile) {
     EXPECT_EQ(rep.problems[0].tensor, "a");
     EXPECT_NE(rep.problems[0].status.message().find("bad-index"), std::string::npos)
         << rep.problems[0].status.ToString();
-    EXPECT_NE(rep.problems[0].status.message().find("bytes stored; its rank files hold"), std::string::npos)
+    EXPECT_NE(rep.problems[0].status.message().find("bytes stored; its rank files hold"),
+              std::string::npos)
         << rep.problems[0].status.ToString();
   }
   ASSERT_NO_FATAL_FAILURE(EditIndex(d3, [](nlohmann::json& j) {
@@ -345,8 +359,9 @@ TEST(ReshardRaw, TheIndexRecordsEachTensorsStorageAndInspectOpensNoRankFile) {
   }));
   auto bad = DistCatalog::Open(d3);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("'chunks' and 'stored_bytes' must both be unsigned integers"),
-            std::string::npos)
+  EXPECT_NE(
+      bad.status().message().find("'chunks' and 'stored_bytes' must both be unsigned integers"),
+      std::string::npos)
       << bad.status().ToString();
 }
 

@@ -15,7 +15,8 @@ TEST(Reshard, FingerprintsOfBoxesOverFlatPiecesAreThoseOfTheirBytes) {
   const std::string spec = Write("rs_fsdp.json", R"({"seedstore": 1, "seed": 3, "tensors": [
    {"name": "w", "shape": [7, 13], "dtype": "bfloat16", "init": {"dist": "normal"}},
    {"name": "c", "shape": [3, 5, 11], "dtype": "float32", "init": {"dist": "uniform"}}]})");
-  const std::string layout = Write("rs_fsdp_layout.json", R"({"mesh": {"axes": ["data"], "shape": [3]},
+  const std::string layout =
+      Write("rs_fsdp_layout.json", R"({"mesh": {"axes": ["data"], "shape": [3]},
    "placements": [{"match": "*", "flat": ["data"]}]})");
   const std::string st = TempDir() + "/rs_fsdp.safetensors", src = TempDir() + "/rs_fsdp_src.h5",
                     out = TempDir() + "/rs_fsdp_save.h5";
@@ -65,7 +66,8 @@ TEST(Reshard, ReportMismatchIsExitSeven) {
   EXPECT_FALSE(rep.ok());
   EXPECT_EQ(rep.ToStatus().code(), Code::kMismatch);  // the CLI exits 1 + 6 = 7
   EXPECT_EQ(rep.ToStatus().message(), "reshard: 1 tensor(s) of 'x.h5' differ from the source: 'b'");
-  EXPECT_NE(rep.Table().find("MISMATCH (output 00000000000000010000000000000003)"), std::string::npos)
+  EXPECT_NE(rep.Table().find("MISMATCH (output 00000000000000010000000000000003)"),
+            std::string::npos)
       << rep.Table();
   EXPECT_NE(rep.Table().find("2 tensors: 1 proven equal to the source, 1 mismatch(es)"),
             std::string::npos);
@@ -99,7 +101,8 @@ TEST(ReshardRaw, RankFilesHoldPiecesWhoseFingerprintsSumToTheTensor) {
         ASSERT_TRUE(pr.piece.has_value());
         EXPECT_TRUE(SameRegion(*pr.piece, (*d)->pieces(i)[p].stored))
             << DescribeRegion(*pr.piece) << " vs " << DescribeRegion((*d)->pieces(i)[p].stored);
-        EXPECT_EQ(sk->first->chunk_info(sk->second).size(), sk->first->stored(sk->second).num_chunks);
+        EXPECT_EQ(sk->first->chunk_info(sk->second).size(),
+                  sk->first->stored(sk->second).num_chunks);
         auto proven = sk->first->ProveStored(sk->second, CpuOptions{1});
         ASSERT_TRUE(proven.ok()) << proven.status().ToString();
         EXPECT_EQ(*proven, *pr.fingerprint);
@@ -135,7 +138,8 @@ TEST(ReshardRaw, RankFilesHoldPiecesWhoseFingerprintsSumToTheTensor) {
   // The CLI's JSON says which proof ran.
   if (!Bin().empty()) {
     for (const char* flag : {"", " --full-proof"}) {
-      Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rr_cli_proof.h5 --json" + flag);
+      Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() +
+                                     "/rr_cli_proof.h5 --json" + flag);
       ASSERT_EQ(p.code, 0) << p.out << p.err;
       auto j = nlohmann::json::parse(p.out);
       EXPECT_EQ(j["proof"], *flag ? "decoded" : "stored-chunks");

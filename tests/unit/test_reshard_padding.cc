@@ -48,13 +48,15 @@ TEST(ReshardPadded, MaxPaddingBoundsThePadding) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
   if (!Bin().empty()) {
-    Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rp_max_cli.h5 --max-padding 0.5 --json");
+    Proc p = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() +
+                                   "/rp_max_cli.h5 --max-padding 0.5 --json");
     ASSERT_EQ(p.code, 0) << p.out << p.err;
     auto j = nlohmann::json::parse(p.out);
     EXPECT_EQ(j["tensors"][1]["name"], "b");
     EXPECT_EQ(j["tensors"][1]["chunks_copied"], 20);
     EXPECT_EQ(j["tensors"][1]["chunks_encoded"], 0);
-    Proc neg = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() + "/rp_max_cli2.h5 --max-padding -1");
+    Proc neg = Reshard(f.source, "--layout " + RowsLayout(2) + " -o " + TempDir() +
+                                     "/rp_max_cli2.h5 --max-padding -1");
     EXPECT_NE(neg.code, 0);
     EXPECT_NE((neg.out + neg.err).find("max-padding"), std::string::npos) << neg.out << neg.err;
   }
@@ -79,7 +81,8 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
     const std::vector<uint64_t>& c = (*src)->stored(i).chunk;
     const TensorRecord& t = (*d)->tensors()[i];
     for (const auto& p : (*d)->pieces(i)) {
-      SCOPED_TRACE(t.name + " piece " + DescribeRegion(p.region) + " stored " + DescribeRegion(p.stored));
+      SCOPED_TRACE(t.name + " piece " + DescribeRegion(p.region) + " stored " +
+                   DescribeRegion(p.stored));
       uint64_t n = 1;
       int dims_padded = 0;
       for (int k = 0; k < p.region.rank; ++k) {
@@ -146,7 +149,8 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
       ASSERT_EQ(got, want) << t.name << " " << DescribeRegion(box);
       auto fp = (*d)->FingerprintRegion(i, box, CpuOptions{2});
       ASSERT_TRUE(fp.ok()) << fp.status().ToString();
-      ASSERT_EQ(*fp, FingerprintOf(t, box, got.data())) << t.name << " " << DescribeRegion(box);  // padding never counted
+      ASSERT_EQ(*fp, FingerprintOf(t, box, got.data()))
+          << t.name << " " << DescribeRegion(box);  // padding never counted
     }
   }
   // verify: every rank file, and the pieces' fingerprints (padding taken out) add up.
@@ -180,15 +184,16 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   // not store.
   const std::string t1 = TempDir() + "/rp_tamper.h5";
   ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
-  ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [](nlohmann::json& j) {
-    j["tensors"][0]["pieces"][3]["stored"]["start"][0] = 81;
-  }));
+  ASSERT_NO_FATAL_FAILURE(EditIndex(
+      t1, [](nlohmann::json& j) { j["tensors"][0]["pieces"][3]["stored"]["start"][0] = 81; }));
   auto bad = DistCatalog::Open(t1);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kCorrupt);
-  EXPECT_NE(bad.status().message().find("bad-index: distributed save '" + t1 + "'"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("bad-index: distributed save '" + t1 + "'"),
+            std::string::npos)
       << bad.status().ToString();
-  EXPECT_NE(bad.status().message().find("stored box [81:165, 63:139] does not hold the piece [80:160, 70:139]"),
+  EXPECT_NE(bad.status().message().find(
+                "stored box [81:165, 63:139] does not hold the piece [80:160, 70:139]"),
             std::string::npos)
       << bad.status().ToString();
   // A shape no tensor can have (17 dims; more elements than 2^64; a dim of 2^63), checksum
@@ -196,12 +201,15 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   for (const auto& [shape, needle] : std::vector<std::pair<nlohmann::json, std::string>>{
            {std::vector<uint64_t>(17, 1), "rank 17 exceeds 16"},
            {{uint64_t{1} << 62, uint64_t{1} << 62, 4}, "shape overflows"},
-           {{uint64_t{1} << 63, 0}, "dim 0 is 9223372036854775808, more than the limit 2^63 - 1"}}) {
+           {{uint64_t{1} << 63, 0},
+            "dim 0 is 9223372036854775808, more than the limit 2^63 - 1"}}) {
     ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
-    ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [&, s = shape](nlohmann::json& j) { j["tensors"][0]["shape"] = s; }));
+    ASSERT_NO_FATAL_FAILURE(
+        EditIndex(t1, [&, s = shape](nlohmann::json& j) { j["tensors"][0]["shape"] = s; }));
     auto odd = DistCatalog::Open(t1);
     ASSERT_FALSE(odd.ok());
-    EXPECT_NE(odd.status().message().find("bad-index: distributed save '" + t1 + "'"), std::string::npos)
+    EXPECT_NE(odd.status().message().find("bad-index: distributed save '" + t1 + "'"),
+              std::string::npos)
         << odd.status().ToString();
     EXPECT_NE(odd.status().message().find(needle), std::string::npos) << odd.status().ToString();
   }
@@ -210,31 +218,35 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   for (const auto& [edit, needle] :
        std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
            {[](nlohmann::json& j) {
-              std::swap(j["tensors"][0]["pieces"][0]["region"], j["tensors"][0]["pieces"][1]["region"]);
+              std::swap(j["tensors"][0]["pieces"][0]["region"],
+                        j["tensors"][0]["pieces"][1]["region"]);
               j["tensors"][0]["pieces"][0].erase("stored");
               j["tensors"][0]["pieces"][1].erase("stored");
             },
-            "tensor 'w' piece 0 (rank 0, [0:80, 70:139]) is not its layout's (rank 0, [0:80, 0:70])"},
-           {[](nlohmann::json& j) { j["tensors"].push_back(j["tensors"][0]); }, "tensor 'w' is listed twice"}}) {
+            "tensor 'w' piece 0 (rank 0, [0:80, 70:139]) is not its layout's (rank 0, [0:80, "
+            "0:70])"},
+           {[](nlohmann::json& j) { j["tensors"].push_back(j["tensors"][0]); },
+            "tensor 'w' is listed twice"}}) {
     ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
     ASSERT_NO_FATAL_FAILURE(EditIndex(t1, edit));
     auto odd = DistCatalog::Open(t1);
     ASSERT_FALSE(odd.ok());
-    EXPECT_NE(odd.status().message().find("bad-index: distributed save '" + t1 + "'"), std::string::npos)
+    EXPECT_NE(odd.status().message().find("bad-index: distributed save '" + t1 + "'"),
+              std::string::npos)
         << odd.status().ToString();
     EXPECT_NE(odd.status().message().find(needle), std::string::npos) << odd.status().ToString();
   }
   ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
-  ASSERT_NO_FATAL_FAILURE(EditIndex(t1, [](nlohmann::json& j) {
-    j["tensors"][0]["pieces"][3]["stored"]["start"][0] = 60;
-  }));
+  ASSERT_NO_FATAL_FAILURE(EditIndex(
+      t1, [](nlohmann::json& j) { j["tensors"][0]["pieces"][3]["stored"]["start"][0] = 60; }));
   auto other = DistCatalog::Open(t1);
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   std::vector<unsigned char> buf(2 * 239 * 139);
   Status st = (*other)->Read(0, WholeTensor({239, 139}), buf.data(), CpuOptions{1});
   EXPECT_EQ(st.code(), Code::kCorrupt) << st.ToString();
   EXPECT_NE(st.message().find("rank-file-corrupt"), std::string::npos) << st.ToString();
-  EXPECT_NE(st.message().find("piece [60:165, 63:139] is missing or has another shape"), std::string::npos)
+  EXPECT_NE(st.message().find("piece [60:165, 63:139] is missing or has another shape"),
+            std::string::npos)
       << st.ToString();
   const std::string rank3 = (*d)->rank_files()[3];
   d->reset();
@@ -247,7 +259,8 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
     std::vector<unsigned char> v;
     const std::vector<unsigned char>& all = f.values.at("w");
     for (uint64_t run = 0; run < sb.Count() / sb.RunLength(); ++run)
-      v.insert(v.end(), all.begin() + sb.RunBase(run) * 2, all.begin() + (sb.RunBase(run) + sb.RunLength()) * 2);
+      v.insert(v.end(), all.begin() + sb.RunBase(run) * 2,
+               all.begin() + (sb.RunBase(run) + sb.RunLength()) * 2);
     v[0] ^= 1;  // element [75, 63]: padding (rank 0 owns it)
     WriteOptions wo;
     wo.chunk_bytes = 512;
@@ -257,12 +270,17 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
     ch.chunk = {15, 9};
     ch.piece = sb;
     const std::vector<uint64_t> ext = LocalShape(sb);
-    ASSERT_TRUE((*w)->AddDense("w", ext, DType::kBF16, [&](const Region& b, void* out) {
-                  auto* o = static_cast<unsigned char*>(out);
-                  for (uint64_t run = 0; run < b.Count() / b.RunLength(); ++run, o += b.RunLength() * 2)
-                    std::memcpy(o, v.data() + b.RunBase(run) * 2, b.RunLength() * 2);
-                  return Status::Ok();
-                }, {}, ch).ok());
+    ASSERT_TRUE((*w)->AddDense(
+                        "w", ext, DType::kBF16,
+                        [&](const Region& b, void* out) {
+                          auto* o = static_cast<unsigned char*>(out);
+                          for (uint64_t run = 0; run < b.Count() / b.RunLength();
+                               ++run, o += b.RunLength() * 2)
+                            std::memcpy(o, v.data() + b.RunBase(run) * 2, b.RunLength() * 2);
+                          return Status::Ok();
+                        },
+                        {}, ch)
+                    .ok());
     ASSERT_TRUE((*w)->Commit().ok());
     // ... and an index that records the new piece's fingerprint (else the rank file is refused
     // at open as not this save's, before its padding is looked at).
@@ -309,13 +327,14 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   ASSERT_TRUE(dc.ok()) << dc.status().ToString();
   const auto vr = (*dc)->Verify(CpuOptions{1});
   ASSERT_FALSE(vr.problems.empty());
-  EXPECT_NE(vr.problems[0].status.message().find("chunk-corrupt: file '" + rank3 + "' tensor 'w' chunk 0"),
+  EXPECT_NE(vr.problems[0].status.message().find("chunk-corrupt: file '" + rank3 +
+                                                 "' tensor 'w' chunk 0"),
             std::string::npos)
       << vr.problems[0].status.ToString();
   std::vector<unsigned char> one(2);
   st = (*dc)->Read(0, BoxRegion({239, 139}, {85, 70}, {86, 71}), one.data(), CpuOptions{1});
-  EXPECT_NE(st.message().find("rank-file-corrupt: distributed save '" + d6 + "' rank 3 file '" + rank3 +
-                              "': chunk-corrupt"),
+  EXPECT_NE(st.message().find("rank-file-corrupt: distributed save '" + d6 + "' rank 3 file '" +
+                              rank3 + "': chunk-corrupt"),
             std::string::npos)
       << st.ToString();
   dc->reset();

@@ -11,12 +11,12 @@
 //
 // SEEDSTORE_RESHARD_CASES (default 12) and SEEDSTORE_RESHARD_SEED (default 1) widen the
 // search; a failure names the case's seed, which reproduces it alone with CASES=1.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <atomic>
 #include <random>
 #include <thread>
 
@@ -25,18 +25,18 @@
 #include "io/interop.h"
 #include "io/open.h"
 #include "store/spec.h"
-#include "tests/rank_test_util.h"
 #include "tests/random_model_test_util.h"
+#include "tests/rank_test_util.h"
 
 namespace seedstore {
 namespace {
 
+using nlohmann::json;
 using ranktest::Model;
 using ranktest::RandomLayout;
 using ranktest::RandomModel;
 using ranktest::Slice;
 using ranktest::TempDir;
-using nlohmann::json;
 
 uint64_t RandomChunkBytes(std::mt19937_64& rng) {
   static const uint64_t c[] = {16, 64, 100, 256, 1000, 4096, 1 << 20};
@@ -109,7 +109,8 @@ void ExpectHoldsModel(const std::string& path, const Model& m, std::mt19937_64& 
   for (const std::string& file : files) {
     auto s = H5Store::Open(file);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
-    for (const auto& p : (*s)->Verify(CpuOptions{2}).problems) ADD_FAILURE() << file << ": " << p.status.ToString();
+    for (const auto& p : (*s)->Verify(CpuOptions{2}).problems)
+      ADD_FAILURE() << file << ": " << p.status.ToString();
   }
 }
 
@@ -134,8 +135,9 @@ void ReshardAndProve(const std::string& src, const std::string& layout, const st
   o.max_padding = paddings[rng() % 4];
   o.cpu.threads = o.write.threads = 1 + static_cast<int>(rng() % 2);
   o.write.chunk_bytes = RandomChunkBytes(rng);
-  SCOPED_TRACE("reshard " + src + " -> " + out + " (layout " + (layout.empty() ? "consolidated" : layout) +
-               ", chunk_bytes " + std::to_string(o.write.chunk_bytes) + ", max_padding " +
+  SCOPED_TRACE("reshard " + src + " -> " + out + " (layout " +
+               (layout.empty() ? "consolidated" : layout) + ", chunk_bytes " +
+               std::to_string(o.write.chunk_bytes) + ", max_padding " +
                std::to_string(o.max_padding) + ")");
   auto rep = Reshard(*comm, **cat, l, out, o);
   ASSERT_TRUE(rep.ok()) << rep.status().ToString();
@@ -151,8 +153,8 @@ TEST(ReshardRandom, ChainsOfRandomLayoutsKeepEveryByteAndProveEveryTensor) {
   uint64_t copied = 0, encoded = 0;
   for (uint64_t c = 0; c < cases; ++c) {
     const uint64_t seed = base + c;
-    SCOPED_TRACE("case seed " + std::to_string(seed) + " (SEEDSTORE_RESHARD_SEED=" + std::to_string(seed) +
-                 " SEEDSTORE_RESHARD_CASES=1 reproduces it)");
+    SCOPED_TRACE("case seed " + std::to_string(seed) + " (SEEDSTORE_RESHARD_SEED=" +
+                 std::to_string(seed) + " SEEDSTORE_RESHARD_CASES=1 reproduces it)");
     std::mt19937_64 rng(seed);
     const Model m = RandomModel(rng, seed);
     const std::string dir = TempDir() + "/rnd" + std::to_string(seed);
@@ -170,8 +172,10 @@ TEST(ReshardRandom, ChainsOfRandomLayoutsKeepEveryByteAndProveEveryTensor) {
     const std::string l1 = RandomLayout(rng, m, "rnd" + std::to_string(seed) + "_l1.json");
     const std::string l2 = RandomLayout(rng, m, "rnd" + std::to_string(seed) + "_l2.json");
     const std::string l3 = RandomLayout(rng, m, "rnd" + std::to_string(seed) + "_l3.json");
-    const std::string s1 = dir + "/s1.h5", s2 = dir + "/s2.h5", one = dir + "/one.h5", s3 = dir + "/s3.h5";
-    for (const auto& [from, layout, to] : std::vector<std::tuple<std::string, std::string, std::string>>{
+    const std::string s1 = dir + "/s1.h5", s2 = dir + "/s2.h5", one = dir + "/one.h5",
+                      s3 = dir + "/s3.h5";
+    for (const auto& [from, layout, to] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
              {src, l1, s1}, {s1, l2, s2}, {s2, "", one}}) {
       ReshardAndProve(from, layout, to, rng, &copied, &encoded);
       if (HasFatalFailure()) return;
@@ -226,7 +230,8 @@ TEST(ConcurrentReads, SharedCatalogsReadExactlyFromFourThreads) {
     ranktest::WriteModelStore(m, src, wo);
     if (HasFatalFailure()) return;
     uint64_t copied = 0, encoded = 0;
-    ReshardAndProve(src, RandomLayout(rng, m, "cr" + std::to_string(seed) + ".json"), save, rng, &copied, &encoded);
+    ReshardAndProve(src, RandomLayout(rng, m, "cr" + std::to_string(seed) + ".json"), save, rng,
+                    &copied, &encoded);
     if (HasFatalFailure()) return;
     std::string st;
     {
@@ -249,14 +254,16 @@ TEST(ConcurrentReads, SharedCatalogsReadExactlyFromFourThreads) {
             const size_t i = r() % c.tensors().size();
             const TensorRecord& t = c.tensors()[i];
             const Region reg = RandomRegion(t.shape, r);
-            const std::vector<unsigned char> exp = Slice(m.values.at(t.name), reg, DTypeSize(t.dtype));
+            const std::vector<unsigned char> exp =
+                Slice(m.values.at(t.name), reg, DTypeSize(t.dtype));
             std::vector<unsigned char> got(exp.size(), 0x5A);
             const CpuOptions o{1 + static_cast<int>(r() % 2)};
             const Status s = c.Read(i, reg, got.data(), o);
             EXPECT_TRUE(s.ok()) << path << " " << t.name << ": " << s.ToString();
             EXPECT_TRUE(got == exp) << path << " " << t.name << " " << DescribeRegion(reg);
             auto fp = c.FingerprintRegion(i, reg, o);
-            EXPECT_TRUE(fp.ok() && *fp == FingerprintOf(t, reg, exp.data())) << path << " " << t.name;
+            EXPECT_TRUE(fp.ok() && *fp == FingerprintOf(t, reg, exp.data()))
+                << path << " " << t.name;
             ++reads;
           }
         });

@@ -20,7 +20,8 @@ TEST(ReshardVds, NamesWithSlashesAndPercentsAreMappedAsPatterns) {
      {"name": "100%", "shape": [3, 3], "dtype": "bfloat16", "init": {"dist": "normal"}},
      {"name": "..", "shape": [5], "dtype": "float32", "init": {"dist": "normal"}}]})",
                                       "rv_pct_source.h5", 64);
-  const std::string layout = Write("rv_pct_layout.json", R"({"mesh": {"axes": ["data"], "shape": [2]},
+  const std::string layout =
+      Write("rv_pct_layout.json", R"({"mesh": {"axes": ["data"], "shape": [2]},
  "placements": [{"match": "*", "spec": ["data"]}, {"match": "..", "flat": ["data"]}]})");
   for (const std::string name : {"rv_pct.h5", "rv_%b_%%.h5"}) {
     SCOPED_TRACE(name);
@@ -38,8 +39,9 @@ TEST(ReshardVds, NamesWithSlashesAndPercentsAreMappedAsPatterns) {
     }
     const std::string py = PythonWithH5py();
     if (py.empty()) {
-      std::printf("[ SKIPPED ] h5py read of %s: no python with h5py + hdf5plugin (SEEDSTORE_PYTHON)\n",
-                  name.c_str());
+      std::printf(
+          "[ SKIPPED ] h5py read of %s: no python with h5py + hdf5plugin (SEEDSTORE_PYTHON)\n",
+          name.c_str());
       continue;
     }
     Proc p = H5pyCompare(py, f.source, out);
@@ -81,7 +83,8 @@ TEST(ReshardVds, AMasterIsNotRewrittenAsAStore) {
                                        return Status::Ok();
                                      }}});
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
-  for (const std::string& f : files) EXPECT_TRUE(ranktest::ReadAll(f) == before[f]) << f << " changed";
+  for (const std::string& f : files)
+    EXPECT_TRUE(ranktest::ReadAll(f) == before[f]) << f << " changed";
   EXPECT_EQ(VerifyProblems(out), std::vector<std::string>{});
 }
 
@@ -124,8 +127,9 @@ TEST(ReshardVds, ARankFileIsNotRewrittenAsAStore) {
   ASSERT_FALSE(r.ok()) << "the rank file was rewritten";
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
   const std::string said = r.status().message();
-  EXPECT_NE(said.find("file '" + rank1 + "' is rank 1's file of the distributed save '" + out + "'"),
-            std::string::npos)
+  EXPECT_NE(
+      said.find("file '" + rank1 + "' is rank 1's file of the distributed save '" + out + "'"),
+      std::string::npos)
       << said;
   EXPECT_NE(said.find("update the save instead"), std::string::npos) << said;
   EXPECT_NE(said.find("seedstore reshard " + out + " --consolidate"), std::string::npos) << said;
@@ -134,8 +138,10 @@ TEST(ReshardVds, ARankFileIsNotRewrittenAsAStore) {
                                          return Status::Ok();
                                        }}});
   EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
-  EXPECT_NE(s.message().find("is rank 1's file of the distributed save"), std::string::npos) << s.ToString();
-  for (const std::string& f : files) EXPECT_TRUE(ranktest::ReadAll(f) == before[f]) << f << " changed";
+  EXPECT_NE(s.message().find("is rank 1's file of the distributed save"), std::string::npos)
+      << s.ToString();
+  for (const std::string& f : files)
+    EXPECT_TRUE(ranktest::ReadAll(f) == before[f]) << f << " changed";
   EXPECT_EQ(VerifyProblems(out), std::vector<std::string>{});
   // The same file, by the same name, in a folder without its master: an ordinary store.
   const std::string lone_dir = TempDir() + "/rv_rank_lone";
@@ -211,8 +217,8 @@ TEST(ReshardVds, UntouchedSavesVerifyCleanAndTheirVirtualDatasetsAreTheIndexs) {
     const hid_t lg = H5Dopen2(f, "/tensors/long", H5P_DEFAULT);  // one box per flat piece
     EXPECT_EQ(Mappings(lg).size(), 2u);
     H5Dclose(lg);
-    EXPECT_EQ(H5Lexists(f, "/tensors/e", H5P_DEFAULT), 0);     // no elements
-    EXPECT_EQ(H5Lexists(f, "/tensors/lz", H5P_DEFAULT), 0);    // lazy
+    EXPECT_EQ(H5Lexists(f, "/tensors/e", H5P_DEFAULT), 0);   // no elements
+    EXPECT_EQ(H5Lexists(f, "/tensors/lz", H5P_DEFAULT), 0);  // lazy
     const hid_t w = H5Dopen2(f, "/tensors/w", H5P_DEFAULT);
     const auto mw = Mappings(w);
     H5Dclose(w);
@@ -248,7 +254,8 @@ TEST(ReshardVds, UntouchedSavesVerifyCleanAndTheirVirtualDatasetsAreTheIndexs) {
   ASSERT_TRUE(ReshardHere(GetRaw().source, RowsLayout(2), r2).ok());
   ASSERT_TRUE(ReshardHere(GetPad().source, PadLayout(3, 2), p6).ok());
   ASSERT_TRUE(ReshardHere(Get().source, LayoutFile(2, 2), m4).ok());
-  for (const std::string& p : {r3, r2, p6, m4}) EXPECT_EQ(VerifyProblems(p), std::vector<std::string>{}) << p;
+  for (const std::string& p : {r3, r2, p6, m4})
+    EXPECT_EQ(VerifyProblems(p), std::vector<std::string>{}) << p;
   auto d2 = DistCatalog::Open(r2);
   ASSERT_TRUE(d2.ok());
   const auto& pb = (*d2)->pieces((*d2)->Find("b"));
@@ -275,7 +282,8 @@ TEST(ReshardVds, VerifyNamesEveryWayTheMasterDiffersFromTheIndex) {
   struct Case {
     std::string name;
     std::function<void(hid_t, const std::vector<std::string>&)> tamper;
-    std::vector<std::string> want;  // each problem's message, after "vds-mismatch: distributed save 'P': master "
+    std::vector<std::string>
+        want;  // each problem's message, after "vds-mismatch: distributed save 'P': master "
   };
   std::vector<Case> cases = {
       {"wrong_file",  // (a) mapping 1 of w reads rank 0's file
@@ -287,7 +295,8 @@ TEST(ReshardVds, VerifyNamesEveryWayTheMasterDiffersFromTheIndex) {
         "[5:10, 0:8] of rank 1)"}},
       {"swapped_boxes",  // (a) w's two pieces mapped to each other's rows
        [](hid_t f, const std::vector<std::string>&) {
-         RewriteVds(f, "/tensors/w", [](std::vector<TestMapping>& m) { std::swap(m[0].vstart, m[1].vstart); });
+         RewriteVds(f, "/tensors/w",
+                    [](std::vector<TestMapping>& m) { std::swap(m[0].vstart, m[1].vstart); });
        },
        {"tensor 'w' /tensors/w: mapping 0 maps [5:10, 0:8] from [0:5, 0:8] of '/tensors/w' in "
         "'F0'; the index says [0:5, 0:8] from [0:5, 0:8] of '/tensors/w' in 'F0' (piece 0, "
@@ -306,34 +315,47 @@ TEST(ReshardVds, VerifyNamesEveryWayTheMasterDiffersFromTheIndex) {
         "rank 1)"}},
       {"wrong_type",
        [](hid_t f, const std::vector<std::string>&) {
-         RewriteVds(f, "/tensors/w", [](std::vector<TestMapping>&) {}, H5T_STD_I32LE);
+         RewriteVds(
+             f, "/tensors/w", [](std::vector<TestMapping>&) {}, H5T_STD_I32LE);
        },
        {"tensor 'w' /tensors/w: its HDF5 type does not store float32"}},
       {"deleted",  // (b)
-       [](hid_t f, const std::vector<std::string>&) { ASSERT_GE(H5Ldelete(f, "/tensors/w", H5P_DEFAULT), 0); },
-       {"tensor 'w' /tensors/w: missing (the index's tensor needs a virtual dataset of its 2 pieces)"}},
+       [](hid_t f, const std::vector<std::string>&) {
+         ASSERT_GE(H5Ldelete(f, "/tensors/w", H5P_DEFAULT), 0);
+       },
+       {"tensor 'w' /tensors/w: missing (the index's tensor needs a virtual dataset of its 2 "
+        "pieces)"}},
       {"scalar_deleted",  // (b)
-       [](hid_t f, const std::vector<std::string>&) { ASSERT_GE(H5Ldelete(f, "/tensors/s", H5P_DEFAULT), 0); },
-       {"tensor 's' /tensors/s: missing (the index's tensor needs a scalar dataset holding the value)"}},
+       [](hid_t f, const std::vector<std::string>&) {
+         ASSERT_GE(H5Ldelete(f, "/tensors/s", H5P_DEFAULT), 0);
+       },
+       {"tensor 's' /tensors/s: missing (the index's tensor needs a scalar dataset holding the "
+        "value)"}},
       {"extra",  // (c)
        [](hid_t f, const std::vector<std::string>&) { AddPlainDataset(f, "/tensors/ghost"); },
        {"/tensors/ghost: no dense tensor of the index has this name"}},
       {"extra_empty",  // (c) a dataset for the tensor without elements
        [](hid_t f, const std::vector<std::string>&) { AddPlainDataset(f, "/tensors/e"); },
-       {"tensor 'e' /tensors/e: exists, but the master holds no dataset for this tensor: it has no elements"}},
+       {"tensor 'e' /tensors/e: exists, but the master holds no dataset for this tensor: it has no "
+        "elements"}},
       {"extra_lazy",  // (c)
        [](hid_t f, const std::vector<std::string>&) { AddPlainDataset(f, "/tensors/lz"); },
-       {"tensor 'lz' /tensors/lz: exists, but the master holds no dataset for this tensor: it is lazy"}},
+       {"tensor 'lz' /tensors/lz: exists, but the master holds no dataset for this tensor: it is "
+        "lazy"}},
       {"long_deleted",  // (b) a flat tensor of 70,000 rows: 2 mappings (one box per piece)
-       [](hid_t f, const std::vector<std::string>&) { ASSERT_GE(H5Ldelete(f, "/tensors/long", H5P_DEFAULT), 0); },
-       {"tensor 'long' /tensors/long: missing (the index's tensor needs a virtual dataset of its 2 pieces)"}},
+       [](hid_t f, const std::vector<std::string>&) {
+         ASSERT_GE(H5Ldelete(f, "/tensors/long", H5P_DEFAULT), 0);
+       },
+       {"tensor 'long' /tensors/long: missing (the index's tensor needs a virtual dataset of its 2 "
+        "pieces)"}},
       {"plain_instead_of_virtual",
        [](hid_t f, const std::vector<std::string>&) {
          const hid_t d = H5Dopen2(f, "/tensors/w", H5P_DEFAULT);
          std::vector<float> v(80);
          ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
          const hid_t sp = H5Dget_space(d);
-         const hid_t nd = H5Dcreate2(f, "/tensors/plain", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+         const hid_t nd = H5Dcreate2(f, "/tensors/plain", H5T_IEEE_F32LE, sp, H5P_DEFAULT,
+                                     H5P_DEFAULT, H5P_DEFAULT);
          H5Dwrite(nd, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
          CopyAttrs(d, nd);
          H5Dclose(nd);
@@ -352,7 +374,8 @@ TEST(ReshardVds, VerifyNamesEveryWayTheMasterDiffersFromTheIndex) {
          H5Aclose(a);
          H5Dclose(d);
        },
-       {"tensor 'w' /tensors/w: seedstore.fingerprint is 00000000000000010000000000000002, the index says FP_w"}},
+       {"tensor 'w' /tensors/w: seedstore.fingerprint is 00000000000000010000000000000002, the "
+        "index says FP_w"}},
       {"scalar_value",  // (e)
        [](hid_t f, const std::vector<std::string>&) {
          const hid_t d = H5Dopen2(f, "/tensors/s", H5P_DEFAULT);
@@ -360,7 +383,8 @@ TEST(ReshardVds, VerifyNamesEveryWayTheMasterDiffersFromTheIndex) {
          ASSERT_GE(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v), 0);
          H5Dclose(d);
        },
-       {"tensor 's' /tensors/s: its value differs from the one its piece holds (rank 0 file 'F0')"}},
+       {"tensor 's' /tensors/s: its value differs from the one its piece holds (rank 0 file "
+        "'F0')"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -410,14 +434,17 @@ TEST(ReshardVds, FlatPiecesAreMappedByBoxesAndH5pyReadsThem) {
     j.erase("flat_mappings");
   }));
   const std::string old = ::testing::PrintToString(VerifyProblems(v2));
-  EXPECT_NE(old.find("tensor 'fl' /tensors/fl: has 4 mappings, the index's pieces give 6"), std::string::npos)
-      << old;
-  EXPECT_NE(old.find("tensor 'long' /tensors/long: exists, but the master holds no dataset for this "
-                     "tensor: its flat pieces would need more than 65536 mappings"),
+  EXPECT_NE(old.find("tensor 'fl' /tensors/fl: has 4 mappings, the index's pieces give 6"),
             std::string::npos)
       << old;
+  EXPECT_NE(
+      old.find("tensor 'long' /tensors/long: exists, but the master holds no dataset for this "
+               "tensor: its flat pieces would need more than 65536 mappings"),
+      std::string::npos)
+      << old;
   EXPECT_EQ(old.find("tensor 'w'"), std::string::npos) << old;  // box pieces map as before
-  ASSERT_NO_FATAL_FAILURE(EditIndex(v2, [](nlohmann::json& j) { j["flat_mappings"] = "diagonal"; }));
+  ASSERT_NO_FATAL_FAILURE(
+      EditIndex(v2, [](nlohmann::json& j) { j["flat_mappings"] = "diagonal"; }));
   auto bad = DistCatalog::Open(v2);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("field 'flat_mappings' is \"diagonal\""), std::string::npos)
@@ -442,7 +469,8 @@ TEST(ReshardVds, AnIndexOmittingADenseTensorFailsVerify) {
   const std::vector<std::string> problems = VerifyProblems(v2);
   ASSERT_EQ(problems.size(), 1u) << ::testing::PrintToString(problems);
   EXPECT_NE(problems[0].find("vds-mismatch"), std::string::npos) << problems[0];
-  EXPECT_NE(problems[0].find("/tensors/w: no dense tensor of the index has this name"), std::string::npos)
+  EXPECT_NE(problems[0].find("/tensors/w: no dense tensor of the index has this name"),
+            std::string::npos)
       << problems[0];
 }
 
@@ -469,7 +497,8 @@ TEST(ReshardVds, VerifyContinuesPastProblemsOfTheMasterAndOfTheRankFiles) {
   ASSERT_EQ(got.size(), 4u) << ::testing::PrintToString(got);
   EXPECT_EQ(got[0].find("chunk-corrupt: file '" + rank1 + "' tensor 'w' chunk 0"), 0u) << got[0];
   EXPECT_NE(got[1].find("master tensor 'fl' /tensors/fl: missing"), std::string::npos) << got[1];
-  EXPECT_NE(got[2].find("master tensor 's' /tensors/s: its value differs"), std::string::npos) << got[2];
+  EXPECT_NE(got[2].find("master tensor 's' /tensors/s: its value differs"), std::string::npos)
+      << got[2];
   EXPECT_NE(got[3].find("master /tensors/ghost: no dense tensor"), std::string::npos) << got[3];
 }
 
@@ -489,14 +518,16 @@ TEST(ReshardVds, DamagedMappingsAreNamedNotDecoded) {
   // The master's seal refuses it at open (docs/FORMAT.md 10) ...
   const std::vector<std::string> sealed = VerifyProblems(p);
   ASSERT_EQ(sealed.size(), 1u) << ::testing::PrintToString(sealed);
-  EXPECT_NE(sealed[0].find("master-corrupt: distributed save '" + p + "': its bytes do not match its seal"),
+  EXPECT_NE(sealed[0].find("master-corrupt: distributed save '" + p +
+                           "': its bytes do not match its seal"),
             std::string::npos)
       << sealed[0];
   // ... and sealed anew (a master an unsealed writer wrote so), verify names the damage.
   ranktest::ResealMaster(p);
-  EXPECT_EQ(VerifyProblems(p), std::vector<std::string>{"vds-mismatch: distributed save '" + p +
-                                                        "': master tensor 'w' /tensors/w: cannot be opened safely: "
-                                                        "its mappings' checksum differs (damaged)"});
+  EXPECT_EQ(VerifyProblems(p),
+            std::vector<std::string>{"vds-mismatch: distributed save '" + p +
+                                     "': master tensor 'w' /tensors/w: cannot be opened safely: "
+                                     "its mappings' checksum differs (damaged)"});
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
-#include "io/interop.h"
 #include "io/h5store.h"
+#include "io/interop.h"
 #include "io/open.h"
 #include "tests/store_test_util.h"
 
@@ -35,7 +35,8 @@ void WriteFile(const std::string& path, const std::vector<Item>& items) {
   SafetensorsWriter w;
   for (const Item& it : items)
     w.Add(it.name, it.dtype, it.shape, [&it](void* dst) {
-      if (!it.bytes.empty()) std::memcpy(dst, it.bytes.data(), it.bytes.size());  // empty: dst may be null
+      if (!it.bytes.empty())
+        std::memcpy(dst, it.bytes.data(), it.bytes.size());  // empty: dst may be null
       return Status::Ok();
     });
   ASSERT_TRUE(w.Write(path, {}).ok());
@@ -45,7 +46,8 @@ void WriteFile(const std::string& path, const std::vector<Item>& items) {
 // `data`, as another writer (or a corrupter) would make it.
 void WriteRawFile(const std::string& path, const std::string& header, const std::string& data) {
   std::string len(8, '\0');
-  for (int k = 0; k < 8; ++k) len[k] = static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * k));
+  for (int k = 0; k < 8; ++k)
+    len[k] = static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * k));
   std::ofstream(path, std::ios::binary) << len << header << data;
 }
 
@@ -76,8 +78,8 @@ TEST(SafetensorsCatalog, BoxesAndFlatRangesReadExactlyAcrossAnIndex) {
   testutil::TempDir dir("seedstore-stcat");
   std::mt19937_64 g(3);
   const std::vector<std::pair<Shape, DType>> kinds = {
-      {{}, DType::kBF16},        {{0}, DType::kF32},       {{1}, DType::kU8},
-      {{3, 0, 2}, DType::kF16},  {{997}, DType::kI64},     {{31, 67}, DType::kF32},
+      {{}, DType::kBF16},           {{0}, DType::kF32},      {{1}, DType::kU8},
+      {{3, 0, 2}, DType::kF16},     {{997}, DType::kI64},    {{31, 67}, DType::kF32},
       {{5, 6, 7, 3}, DType::kBF16}, {{2, 257}, DType::kBool}};
   std::vector<Item> items;
   for (size_t k = 0; k < kinds.size(); ++k) {
@@ -88,7 +90,8 @@ TEST(SafetensorsCatalog, BoxesAndFlatRangesReadExactlyAcrossAnIndex) {
     items.push_back({"t" + std::to_string(k), shape, dt, std::move(b)});
   }
   // Two files and the index that maps each tensor to its file.
-  const std::vector<Item> first(items.begin(), items.begin() + 3), second(items.begin() + 3, items.end());
+  const std::vector<Item> first(items.begin(), items.begin() + 3),
+      second(items.begin() + 3, items.end());
   WriteFile(dir / "m-00001-of-00002.safetensors", first);
   WriteFile(dir / "m-00002-of-00002.safetensors", second);
   nlohmann::json map = nlohmann::json::object();
@@ -172,19 +175,25 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
   };
   const std::vector<Case> cases = {
       {index("dup.index.json", {{"a", "x.safetensors"}, {"b", "y.safetensors"}}),
-       "index file '" + (dir / "dup.index.json") + "': safetensors tensor 'b' is held by both", Code::kInvalidArgument},
-      {index("lacks.index.json", {{"a", "y.safetensors"}}), "tensor 'a' is mapped to", Code::kNotFound},
-      {index("far.index.json", {{"a", "../x.safetensors"}}), "must be a file in the index's folder", Code::kInvalidArgument},
+       "index file '" + (dir / "dup.index.json") + "': safetensors tensor 'b' is held by both",
+       Code::kInvalidArgument},
+      {index("lacks.index.json", {{"a", "y.safetensors"}}), "tensor 'a' is mapped to",
+       Code::kNotFound},
+      {index("far.index.json", {{"a", "../x.safetensors"}}), "must be a file in the index's folder",
+       Code::kInvalidArgument},
       // A file that cannot be opened: the index and a tensor mapped to it named too.
       {index("gone.index.json", {{"a", "z.safetensors"}}),
-       "index file '" + (dir / "gone.index.json") + "': tensor 'a' is mapped to '" + (dir / "z.safetensors") +
-           "': safetensors file '" + (dir / "z.safetensors") + "': cannot open",
+       "index file '" + (dir / "gone.index.json") + "': tensor 'a' is mapped to '" +
+           (dir / "z.safetensors") + "': safetensors file '" + (dir / "z.safetensors") +
+           "': cannot open",
        Code::kNotFound},
       // Any JSON object with a weight_map is an index, and a weight_map must be an object.
       {index("list.index.json", nlohmann::json::array({"x.safetensors"})),
-       "index file '" + (dir / "list.index.json") + "': weight_map is not an object ([\"x.safetensors\"])",
+       "index file '" + (dir / "list.index.json") +
+           "': weight_map is not an object ([\"x.safetensors\"])",
        Code::kInvalidArgument},
-      {index("null.index.json", nullptr), "weight_map is not an object (null)", Code::kInvalidArgument},
+      {index("null.index.json", nullptr), "weight_map is not an object (null)",
+       Code::kInvalidArgument},
   };
   for (const Case& k : cases) {
     EXPECT_TRUE(IsSafetensorsSource(k.path)) << k.path;
@@ -205,12 +214,15 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
     return dir / name;
   };
   {
-    auto ok = SafetensorsCatalog::Open(shard_file("s0.safetensors", R"({"a": {"global_shape": [10], "flat": [2, 6]}})"));
+    auto ok = SafetensorsCatalog::Open(
+        shard_file("s0.safetensors", R"({"a": {"global_shape": [10], "flat": [2, 6]}})"));
     ASSERT_TRUE(ok.ok()) << ok.status().ToString();
     ASSERT_TRUE((*ok)->tensors()[0].piece.has_value());
     EXPECT_EQ((*ok)->tensors()[0].piece->begin, 2u);
     EXPECT_EQ((*ok)->tensors()[0].piece->shape[0], 10u);
-    auto box = SafetensorsCatalog::Open(shard_file("s1.safetensors", R"({"a": {"global_shape": [3, 8], "start": [1, 4], "stop": [2, 8]}})", {1, 4}));
+    auto box = SafetensorsCatalog::Open(
+        shard_file("s1.safetensors",
+                   R"({"a": {"global_shape": [3, 8], "start": [1, 4], "stop": [2, 8]}})", {1, 4}));
     ASSERT_TRUE(box.ok()) << box.status().ToString();
     EXPECT_EQ((*box)->tensors()[0].piece->stop[1], 8u);
   }
@@ -219,33 +231,44 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
       {R"({"a": {"global_shape": [3], "flat": [0, 4]}})", "tensor 'a'"},
       {R"({"b": {"global_shape": [4], "flat": [0, 4]}})", "names tensor 'b'"},
       {R"({"a": {"flat": [0, 4]}})", "no global_shape"},
-      {R"({"a": {"global_shape": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4], "flat": [0, 4]}})", "rank 17 exceeds 16"},
+      {R"({"a": {"global_shape": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4], "flat": [0, 4]}})",
+       "rank 17 exceeds 16"},
       {R"({"a": {"global_shape": [4611686018427387904, 4], "flat": [0, 4]}})", "shape overflows"},
       {R"([1, 2])", "not a JSON object"},
       // A key repeated in the metadata's JSON is named (it said only "not a JSON object").
       {R"({"a": {"global_shape": [4], "flat": [0, 4]}, "a": {"global_shape": [8], "flat": [0, 4]}})",
        "is not a JSON object: malformed JSON: duplicate key \"a\" in the top-level object"}};
   for (size_t k = 0; k < bad_shards.size(); ++k) {
-    auto c = SafetensorsCatalog::Open(shard_file("bad" + std::to_string(k) + ".safetensors", bad_shards[k].first));
+    auto c = SafetensorsCatalog::Open(
+        shard_file("bad" + std::to_string(k) + ".safetensors", bad_shards[k].first));
     ASSERT_FALSE(c.ok()) << bad_shards[k].first;
     EXPECT_EQ(c.status().code(), Code::kCorrupt) << c.status().ToString();
-    EXPECT_NE(c.status().message().find(bad_shards[k].second), std::string::npos) << c.status().ToString();
-    EXPECT_NE(c.status().message().find("bad" + std::to_string(k) + ".safetensors"), std::string::npos);
+    EXPECT_NE(c.status().message().find(bad_shards[k].second), std::string::npos)
+        << c.status().ToString();
+    EXPECT_NE(c.status().message().find("bad" + std::to_string(k) + ".safetensors"),
+              std::string::npos);
   }
   // Headers whose shapes no tensor can have: an element count past 2^64 that wraps to the
   // (zero) bytes given -- corrupt; or more dims than seedstore's regions hold (kMaxRank): a
   // valid file seedstore cannot read, UNSUPPORTED (it said CORRUPT) -- refused, never read.
-  auto raw_header = [&](const std::string& name, const nlohmann::json& header, const std::string& data) {
+  auto raw_header = [&](const std::string& name, const nlohmann::json& header,
+                        const std::string& data) {
     WriteRawFile(dir / name, Header(header), data);
     return dir / name;
   };
   const std::vector<std::tuple<std::string, std::string, Code>> bad_headers = {
       {raw_header("rank17.safetensors",
-                  {{"x", {{"dtype", "F32"}, {"shape", std::vector<uint64_t>(17, 1)}, {"data_offsets", {0, 4}}}}},
+                  {{"x",
+                    {{"dtype", "F32"},
+                     {"shape", std::vector<uint64_t>(17, 1)},
+                     {"data_offsets", {0, 4}}}}},
                   std::string(4, '\0')),
        "shape has 17 dims; seedstore reads at most 16", Code::kUnsupported},
       {raw_header("wrap.safetensors",
-                  {{"x", {{"dtype", "U8"}, {"shape", {uint64_t{1} << 62, uint64_t{1} << 62, 4}}, {"data_offsets", {0, 0}}}}},
+                  {{"x",
+                    {{"dtype", "U8"},
+                     {"shape", {uint64_t{1} << 62, uint64_t{1} << 62, 4}},
+                     {"data_offsets", {0, 0}}}}},
                   ""),
        "shape overflows", Code::kCorrupt}};
   for (const auto& [path, needle, code] : bad_headers) {
@@ -258,7 +281,9 @@ TEST(SafetensorsCatalog, MalformedIndexesAreNamed) {
   // A JSON spec is not an index; a good index opens.
   std::ofstream(dir / "spec.json") << R"({"seedstore": 1, "tensors": []})";
   EXPECT_FALSE(IsSafetensorsSource(dir / "spec.json"));
-  EXPECT_TRUE(SafetensorsCatalog::Open(index("ok.index.json", {{"a", "x.safetensors"}, {"b", "x.safetensors"}})).ok());
+  EXPECT_TRUE(SafetensorsCatalog::Open(
+                  index("ok.index.json", {{"a", "x.safetensors"}, {"b", "x.safetensors"}}))
+                  .ok());
 }
 
 // Tensors' bytes must not overlap: each tensor, in offset order, starts at or after the end of
@@ -272,16 +297,24 @@ TEST(SafetensorsFile, OverlapsAreRefusedEvenBehindAnEmptyTensor) {
     std::string overlap;  // "" when the file is valid
   };
   const std::vector<Case> cases = {
-      {{{"A", Entry("U8", {100}, 0, 100)}, {"E", Entry("U8", {0}, 50, 50)}, {"C", Entry("U8", {10}, 60, 70)}},
+      {{{"A", Entry("U8", {100}, 0, 100)},
+        {"E", Entry("U8", {0}, 50, 50)},
+        {"C", Entry("U8", {10}, 60, 70)}},
        "tensors 'A' [0, 100) and 'E' [50, 50) overlap"},
-      {{{"A", Entry("U8", {100}, 0, 100)}, {"C", Entry("U8", {10}, 60, 70)}}, "tensors 'A' [0, 100) and 'C' [60, 70) overlap"},
-      {{{"A", Entry("U8", {50}, 0, 50)}, {"B", Entry("U8", {10}, 10, 20)}, {"C", Entry("U8", {10}, 40, 50)}},
+      {{{"A", Entry("U8", {100}, 0, 100)}, {"C", Entry("U8", {10}, 60, 70)}},
+       "tensors 'A' [0, 100) and 'C' [60, 70) overlap"},
+      {{{"A", Entry("U8", {50}, 0, 50)},
+        {"B", Entry("U8", {10}, 10, 20)},
+        {"C", Entry("U8", {10}, 40, 50)}},
        "tensors 'A' [0, 50) and 'B' [10, 20) overlap"},
       {{{"A", Entry("U8", {10}, 0, 10)}, {"B", Entry("U8", {10}, 0, 10)}}, "overlap"},
       // Valid: a gap, empty tensors at the ends of others and at the same offset.
       {{{"A", Entry("U8", {10}, 0, 10)}, {"G", Entry("U8", {10}, 20, 30)}}, ""},
-      {{{"E0", Entry("U8", {0}, 0, 0)}, {"A", Entry("U8", {10}, 0, 10)}, {"E1", Entry("U8", {0}, 10, 10)},
-        {"E2", Entry("U8", {0, 3}, 10, 10)}, {"B", Entry("U8", {90}, 10, 100)}},
+      {{{"E0", Entry("U8", {0}, 0, 0)},
+        {"A", Entry("U8", {10}, 0, 10)},
+        {"E1", Entry("U8", {0}, 10, 10)},
+        {"E2", Entry("U8", {0, 3}, 10, 10)},
+        {"B", Entry("U8", {90}, 10, 100)}},
        ""},
   };
   for (size_t k = 0; k < cases.size(); ++k) {
@@ -295,7 +328,8 @@ TEST(SafetensorsFile, OverlapsAreRefusedEvenBehindAnEmptyTensor) {
     ASSERT_FALSE(f.ok()) << cases[k].header.dump();
     EXPECT_EQ(f.status().code(), Code::kCorrupt) << f.status().ToString();
     EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status().ToString();
-    EXPECT_NE(f.status().message().find(cases[k].overlap), std::string::npos) << f.status().ToString();
+    EXPECT_NE(f.status().message().find(cases[k].overlap), std::string::npos)
+        << f.status().ToString();
   }
 }
 
@@ -312,7 +346,8 @@ TEST(SafetensorsWriter, TheMetadataNameIsRefusedBeforeAnythingIsWritten) {
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   auto model = SpecCatalog::Create(*spec, "spec.json");
   ASSERT_TRUE(model.ok());
-  auto layout = Layout::Parse(R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})", "lay.json");
+  auto layout =
+      Layout::Parse(R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})", "lay.json");
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
   const std::string existing = dir / "existing.safetensors";
   std::ofstream(existing) << "previous";
@@ -327,7 +362,8 @@ TEST(SafetensorsWriter, TheMetadataNameIsRefusedBeforeAnythingIsWritten) {
     ExportOptions rank0;
     rank0.layout = &*layout;
     expect_refused(ExportSafetensors(**model, out, rank0).status(), out);
-    expect_refused(ExportSafetensorsFiles(**model, out, whole, 1).status(), out);  // "w" would go first
+    expect_refused(ExportSafetensorsFiles(**model, out, whole, 1).status(),
+                   out);  // "w" would go first
     SafetensorsWriter w;
     w.Add("__metadata__", DType::kU8, {1}, [](void* d) {
       *static_cast<uint8_t*>(d) = 0;
@@ -338,7 +374,8 @@ TEST(SafetensorsWriter, TheMetadataNameIsRefusedBeforeAnythingIsWritten) {
   std::ifstream in(existing);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "previous");
   std::vector<std::string> left;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename());
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    left.push_back(e.path().filename());
   EXPECT_EQ(left, std::vector<std::string>{"existing.safetensors"});
 }
 
@@ -348,12 +385,17 @@ TEST(SafetensorsWriter, TheMetadataNameIsRefusedBeforeAnythingIsWritten) {
 TEST(SafetensorsFile, NamesHoldingANulByteAreRefusedAndShownEscaped) {
   testutil::TempDir dir("seedstore-stnul");
   const std::string path = dir / "nul.safetensors";
-  WriteRawFile(path, Header({{"x", Entry("F32", {1}, 0, 4)}, {std::string("x\0b", 3), Entry("F32", {1}, 4, 8)}}),
-               std::string(8, '\0'));
-  for (const Status& s : {SafetensorsFile::Open(path).status(), SafetensorsCatalog::Open(path).status()}) {
+  WriteRawFile(
+      path,
+      Header({{"x", Entry("F32", {1}, 0, 4)}, {std::string("x\0b", 3), Entry("F32", {1}, 4, 8)}}),
+      std::string(8, '\0'));
+  for (const Status& s :
+       {SafetensorsFile::Open(path).status(), SafetensorsCatalog::Open(path).status()}) {
     EXPECT_EQ(s.code(), Code::kUnsupported) << s.ToString();
-    EXPECT_NE(s.message().find("safetensors file '" + path + "' tensor 'x\\0b': a tensor name holding a NUL byte"),
-              std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("safetensors file '" + path +
+                               "' tensor 'x\\0b': a tensor name holding a NUL byte"),
+              std::string::npos)
+        << s.ToString();
     EXPECT_EQ(s.message().find('\0'), std::string::npos);
   }
   SafetensorsWriter w;
@@ -407,7 +449,8 @@ TEST(SafetensorsCatalog, ARanksShardFileHoldsPiecesInTheGlobalFrame) {
   auto model = SpecCatalog::Create(*spec, "spec.json");
   ASSERT_TRUE(model.ok());
   auto layout = Layout::Parse(R"({"mesh": {"axes": ["d"], "shape": [3]}, "placements": [
-      {"match": "w", "spec": ["d", null]}, {"match": "f", "flat": ["d"]}]})", "lay.json");
+      {"match": "w", "spec": ["d", null]}, {"match": "f", "flat": ["d"]}]})",
+                              "lay.json");
   ASSERT_TRUE(layout.ok()) << layout.status().ToString();
   for (int rank = 0; rank < 3; ++rank) {
     const std::string file = dir / ("rank" + std::to_string(rank) + ".safetensors");
@@ -432,7 +475,8 @@ TEST(SafetensorsCatalog, ARanksShardFileHoldsPiecesInTheGlobalFrame) {
         auto shard = layout->ShardOf(t.name, (*model)->tensors()[g].shape, rank);
         ASSERT_TRUE(shard.ok());
         ASSERT_TRUE(t.piece.has_value()) << path << " " << t.name;
-        EXPECT_TRUE(SameRegion(*t.piece, shard->region)) << path << " " << t.name << " " << DescribeRegion(*t.piece);
+        EXPECT_TRUE(SameRegion(*t.piece, shard->region))
+            << path << " " << t.name << " " << DescribeRegion(*t.piece);
         EXPECT_EQ(t.shape, LocalShape(shard->region)) << path << " " << t.name;
         auto got = (*c)->FingerprintRegion(k, WholeTensor(t.shape));
         auto want = (*model)->FingerprintRegion(g, shard->region);
@@ -465,11 +509,22 @@ TEST(SafetensorsCatalog, ARanksShardFileHoldsPiecesInTheGlobalFrame) {
 // and an optional unit, or it is refused naming the text ("1.5.5" is not 1.5, though
 // std::stod stops early there, and "1e3" is a number, not the unit 'e3').
 TEST(ParseByteSize, TheWholeTextIsANumberAndAnOptionalUnit) {
-  const std::pair<const char*, uint64_t> good[] = {
-      {"1", 1},         {"1048576", 1048576},        {"5GB", 5000000000},   {"5gb", 5000000000},
-      {"2GiB", 2147483648}, {"1.5KB", 1500},        {".5KB", 500},          {"5.", 5},
-      {"1e3", 1000},    {"1E3", 1000},               {"1.5e3", 1500},       {"1e+3KB", 1000000},
-      {"2e-3MB", 2000}, {"1.9", 1},                  {"500B", 500},         {"1TiB", 1099511627776}};
+  const std::pair<const char*, uint64_t> good[] = {{"1", 1},
+                                                   {"1048576", 1048576},
+                                                   {"5GB", 5000000000},
+                                                   {"5gb", 5000000000},
+                                                   {"2GiB", 2147483648},
+                                                   {"1.5KB", 1500},
+                                                   {".5KB", 500},
+                                                   {"5.", 5},
+                                                   {"1e3", 1000},
+                                                   {"1E3", 1000},
+                                                   {"1.5e3", 1500},
+                                                   {"1e+3KB", 1000000},
+                                                   {"2e-3MB", 2000},
+                                                   {"1.9", 1},
+                                                   {"500B", 500},
+                                                   {"1TiB", 1099511627776}};
   for (const auto& [text, bytes] : good) {
     auto r = ParseByteSize(text);
     ASSERT_TRUE(r.ok()) << text << ": " << r.status().ToString();
@@ -479,7 +534,7 @@ TEST(ParseByteSize, TheWholeTextIsANumberAndAnOptionalUnit) {
       {"1.5.5", "expected a number"}, {"5 GB", "expected a number"}, {" 5", "expected a number"},
       {"5GB ", "expected a number"},  {"-1", "expected a number"},   {"+1", "expected a number"},
       {"", "expected a number"},      {".", "expected a number"},    {"e3", "expected a number"},
-      {"0x10", "expected a number"},    {"5GB!", "expected a number"}, {"1e", "unknown unit 'e'"},
+      {"0x10", "expected a number"},  {"5GB!", "expected a number"}, {"1e", "unknown unit 'e'"},
       {"1EB", "unknown unit 'EB'"},   {"5XB", "unknown unit 'XB'"},  {"nan", "expected a number"},
       {"inf", "expected a number"},   {"0", "out of range"},         {"0.5", "out of range"},
       {"1e-3", "out of range"},       {"1e999", "out of range"},     {"10000PB", "unknown unit"},
@@ -490,7 +545,8 @@ TEST(ParseByteSize, TheWholeTextIsANumberAndAnOptionalUnit) {
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << text;
     EXPECT_NE(r.status().message().find("size '" + std::string(text) + "'"), std::string::npos)
         << r.status().message();
-    EXPECT_NE(r.status().message().find(needle), std::string::npos) << text << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find(needle), std::string::npos)
+        << text << ": " << r.status().message();
   }
 }
 

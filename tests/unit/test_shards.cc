@@ -40,7 +40,8 @@ class Rng {
 SamplerParams RandomSampler(Rng& rng) {
   SamplerParams p;
   p.generator = rng.Coin() ? Generator::kThreefry : Generator::kPhilox;
-  p.key = Key{static_cast<uint32_t>(rng.Below(1ull << 32)), static_cast<uint32_t>(rng.Below(1ull << 32))};
+  p.key = Key{static_cast<uint32_t>(rng.Below(1ull << 32)),
+              static_cast<uint32_t>(rng.Below(1ull << 32))};
   static const DType kFloat[] = {DType::kBF16, DType::kF32, DType::kF64};
   switch (rng.Below(3)) {
     case 0:
@@ -274,9 +275,9 @@ TEST(ShardProperties, UnionOfDistinctShardsIsTheWholeTensor) {
   EXPECT_GT(empty_seen, 100);
   EXPECT_GT(replicas_checked, 1000);
   EXPECT_GT(elements, 300000u);
-  std::printf("kinds %d/%d/%d/%d, uneven %d, empty %d, replicas %d, elements %llu\n",
-              kinds_seen[0], kinds_seen[1], kinds_seen[2], kinds_seen[3], uneven_seen,
-              empty_seen, replicas_checked, static_cast<unsigned long long>(elements));
+  std::printf("kinds %d/%d/%d/%d, uneven %d, empty %d, replicas %d, elements %llu\n", kinds_seen[0],
+              kinds_seen[1], kinds_seen[2], kinds_seen[3], uneven_seen, empty_seen,
+              replicas_checked, static_cast<unsigned long long>(elements));
 }
 
 TEST(ShardProperties, StrictAcceptsExactlyTheDivisibleShapes) {
@@ -332,8 +333,8 @@ TEST(ShardProperties, FarShardOfHugeTensorIsCheap) {
   ASSERT_EQ(s->region.end, 12 * (n / 16));
   ASSERT_GT(s->region.begin, 1ull << 33);
   // A small piece in the middle and one at the very end of the rank's range.
-  for (uint64_t at : {s->region.begin + (s->region.end - s->region.begin) / 2,
-                      s->region.end - 4000}) {
+  for (uint64_t at :
+       {s->region.begin + (s->region.end - s->region.begin) / 2, s->region.end - 4000}) {
     Region piece = s->region;
     piece.begin = at;
     piece.end = at + 4000;
@@ -375,8 +376,7 @@ TEST(ShardProperties, FarShardOfHugeTensorIsCheap) {
   p.dtype = DType::kU8;
   CheckAgainstSampleElement<Generator::kThreefry, Dist::kBits, DType::kU8>(p, sub);
 
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(secs, 2.0) << "generating a few thousand elements must not touch the whole tensor";
 }
 
@@ -475,7 +475,8 @@ TEST(GridTiles, CoverTheBoxOnceOneCellEach) {
       for (int d = 0; d < rank; ++d) {
         ASSERT_GE(t.start[d], r.start[d]);
         ASSERT_LE(t.stop[d], r.stop[d]);
-        ASSERT_EQ((t.start[d] - anchor[d]) / chunk[d], (t.stop[d] - 1 - anchor[d]) / chunk[d]);  // one cell
+        ASSERT_EQ((t.start[d] - anchor[d]) / chunk[d],
+                  (t.stop[d] - 1 - anchor[d]) / chunk[d]);  // one cell
       }
       for (uint64_t e = 0; e < t.Count(); ++e) {  // mark each element in r's row-major order
         uint64_t x = e, idx = 0, stride = 1;

@@ -51,33 +51,48 @@ TEST(Spec, BadInputNamesFieldAndValue) {
               Code::kInvalidArgument, "unknown distribution 'cauchy'");
   ExpectError(Tensor(R"("shape": [-2], "dtype": "float32", "init": {"dist": "zeros"})"),
               Code::kInvalidArgument, "shape[0]");
-  ExpectError(Tensor(R"("shape": [4294967296, 4294967296], "dtype": "float32", "init": {"dist": "zeros"})"),
-              Code::kInvalidArgument, "overflows");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "truncated_normal", "lower": 1, "upper": 1})"),
-              Code::kInvalidArgument, "lower (1");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "uniform", "minval": 2, "maxval": 1})"),
-              Code::kInvalidArgument, "minval (2");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "scale": "x"})"),
-              Code::kInvalidArgument, "scale: expected a number");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "minval": 0})"),
-              Code::kInvalidArgument, "unknown field 'minval'");
+  ExpectError(
+      Tensor(R"("shape": [4294967296, 4294967296], "dtype": "float32", "init": {"dist": "zeros"})"),
+      Code::kInvalidArgument, "overflows");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "float32", "init": {"dist": "truncated_normal", "lower": 1, "upper": 1})"),
+      Code::kInvalidArgument, "lower (1");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "float32", "init": {"dist": "uniform", "minval": 2, "maxval": 1})"),
+      Code::kInvalidArgument, "minval (2");
+  ExpectError(
+      Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "scale": "x"})"),
+      Code::kInvalidArgument, "scale: expected a number");
+  ExpectError(
+      Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "minval": 0})"),
+      Code::kInvalidArgument, "unknown field 'minval'");
   ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "bits"})"),
               Code::kInvalidArgument, "bits needs uint8..uint64");
   ExpectError(Tensor(R"("shape": [2], "dtype": "int32", "init": {"dist": "normal"})"),
               Code::kInvalidArgument, "needs a float dtype");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "key": {"seed": 1, "raw": [1, 2]})"),
-              Code::kInvalidArgument, "exactly one");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "key": {"raw": [1, 4294967296]})"),
-              Code::kInvalidArgument, "two uint32 words");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "generator": "mt19937")"),
-              Code::kInvalidArgument, "unknown generator 'mt19937'");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "key": {"seed": 1, "raw": [1, 2]})"),
+      Code::kInvalidArgument, "exactly one");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "key": {"raw": [1, 4294967296]})"),
+      Code::kInvalidArgument, "two uint32 words");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "float32", "init": {"dist": "zeros"}, "generator": "mt19937")"),
+      Code::kInvalidArgument, "unknown generator 'mt19937'");
   ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "constant"})"),
               Code::kInvalidArgument, "value: missing");
-  ExpectError(R"({"tensors": [{"name": "a", "shape": [], "dtype": "f32", "init": {"dist": "zeros"}}, {"name": "a", "shape": [], "dtype": "f32", "init": {"dist": "zeros"}}]})",
-              Code::kInvalidArgument, "duplicate tensor name 'a'");
+  ExpectError(
+      R"({"tensors": [{"name": "a", "shape": [], "dtype": "f32", "init": {"dist": "zeros"}}, {"name": "a", "shape": [], "dtype": "f32", "init": {"dist": "zeros"}}]})",
+      Code::kInvalidArgument, "duplicate tensor name 'a'");
   // A name with a NUL byte: HDF5 and C strings would cut it ("a\0b" stored as "a").
-  ExpectError(R"({"seedstore": 1, "tensors": [{"name": "a\u0000b", "shape": [1], "dtype": "float32", "init": {"dist": "zeros"}}]})",
-              Code::kInvalidArgument, "tensors[0].name: contains a NUL byte");
+  ExpectError(
+      R"({"seedstore": 1, "tensors": [{"name": "a\u0000b", "shape": [1], "dtype": "float32", "init": {"dist": "zeros"}}]})",
+      Code::kInvalidArgument, "tensors[0].name: contains a NUL byte");
 }
 
 TEST(Spec, ConstantRangeChecked) {
@@ -154,12 +169,17 @@ TEST(Spec, ParametersMustBeFiniteInTheDtype) {
     EXPECT_NE(st.message().find("tensor 'w'"), std::string::npos) << st.message();
   }
   // 2^53 + 1 would have been stored as 2^53; 2^62 is exact and kept.
-  ExpectError(Tensor(R"("shape": [2], "dtype": "int64", "init": {"dist": "constant", "value": 9007199254740993})"),
-              Code::kInvalidArgument, "init.value: 9007199254740993 is not exactly a float64");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "uint64", "init": {"dist": "constant", "value": 18446744073709551615})"),
-              Code::kInvalidArgument, "18446744073709551615 is not exactly a float64");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "int64", "init": {"dist": "constant", "value": 9007199254740993})"),
+      Code::kInvalidArgument, "init.value: 9007199254740993 is not exactly a float64");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "uint64", "init": {"dist": "constant", "value": 18446744073709551615})"),
+      Code::kInvalidArgument, "18446744073709551615 is not exactly a float64");
   auto exact = ModelSpec::Parse(
-      Tensor(R"("shape": [2], "dtype": "int64", "init": {"dist": "constant", "value": -4611686018427387904})"),
+      Tensor(
+          R"("shape": [2], "dtype": "int64", "init": {"dist": "constant", "value": -4611686018427387904})"),
       "spec.json");
   ASSERT_TRUE(exact.ok()) << exact.status().ToString();
   auto p = PrepareSampler(exact->tensors[0], Key{});
@@ -199,11 +219,16 @@ TEST(Spec, BoxParsing) {
   EXPECT_EQ(r->Count(), 2u * 4 * 8);
   EXPECT_TRUE(ParseBox(":,:,:", shape).ok());
   EXPECT_EQ(ParseBox(":,:,:", shape)->Count(), 32ull * 8192 * 4096);
-  EXPECT_NE(ParseBox("0:2,100:104", shape).status().message().find("has 2 dims"), std::string::npos);
-  EXPECT_NE(ParseBox("0:33,:,:", shape).status().message().find("outside the tensor"), std::string::npos);
+  EXPECT_NE(ParseBox("0:2,100:104", shape).status().message().find("has 2 dims"),
+            std::string::npos);
+  EXPECT_NE(ParseBox("0:33,:,:", shape).status().message().find("outside the tensor"),
+            std::string::npos);
   EXPECT_NE(ParseBox("a:b,:,:", shape).status().message().find("start:stop"), std::string::npos);
   EXPECT_EQ(ParseBox("5:5,:,:", shape)->Count(), 0u);  // empty box is fine
-  EXPECT_NE(ParseBox("5:3,:,:", shape).status().message().find("dim 0 5:3 is reversed (start 5 > stop 3)"),
+  EXPECT_NE(ParseBox("5:3,:,:", shape)
+                .status()
+                .message()
+                .find("dim 0 5:3 is reversed (start 5 > stop 3)"),
             std::string::npos)
       << ParseBox("5:3,:,:", shape).status().ToString();
 }
@@ -263,11 +288,12 @@ TEST(Spec, PhiloxHalfPrecisionHasFullResolution) {
 TEST(Spec, DeeplyNestedJsonIsRefusedNotACrash) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   ExpectError(deep, Code::kInvalidArgument, "spec.json: JSON nested deeper than 64 levels");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": )" + deep), Code::kInvalidArgument,
-              "nested deeper than 64 levels");
+  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": )" + deep),
+              Code::kInvalidArgument, "nested deeper than 64 levels");
   const Status l = Layout::Parse(R"({"mesh": )" + deep + "}", "l.json").status();
   EXPECT_EQ(l.code(), Code::kInvalidArgument) << l.ToString();
-  EXPECT_NE(l.message().find("l.json: layout: JSON nested deeper than 64 levels"), std::string::npos)
+  EXPECT_NE(l.message().find("l.json: layout: JSON nested deeper than 64 levels"),
+            std::string::npos)
       << l.message();
   // 64 levels parse; brackets inside strings do not count.
   std::string err;
@@ -290,11 +316,13 @@ TEST(Spec, DeeplyNestedJsonIsRefusedNotACrash) {
   EXPECT_LE(p.size(), 60u);
   EXPECT_EQ(p.substr(p.size() - 3), "...");
   EXPECT_EQ(JsonPreview(nlohmann::json{{"a", 1}}), R"({"a":1})");
-  EXPECT_EQ(JsonPreview(nlohmann::json::array({nlohmann::json::array({nlohmann::json::array(
-                {nlohmann::json::array({nlohmann::json::array({1})})})})})),
+  EXPECT_EQ(JsonPreview(nlohmann::json::array({nlohmann::json::array(
+                {nlohmann::json::array({nlohmann::json::array({nlohmann::json::array({1})})})})})),
             "[[[[[...]]]]]");
-  const Status bad = ModelSpec::Parse(Tensor(R"("shape": [2], "dtype": "float32", "init": )" +
-                                             v.dump()), "spec.json").status();
+  const Status bad =
+      ModelSpec::Parse(Tensor(R"("shape": [2], "dtype": "float32", "init": )" + v.dump()),
+                       "spec.json")
+          .status();
   EXPECT_EQ(bad.code(), Code::kInvalidArgument);
   EXPECT_LT(bad.message().size(), 200u) << bad.message();
 }
@@ -305,8 +333,13 @@ TEST(Text, TableNamesShowControlBytesEscaped) {
   EXPECT_EQ(ShownText("plain.w"), "plain.w");
   EXPECT_EQ(ShownText("a\nidentical  b"), "a\\nidentical  b");
   EXPECT_EQ(ShownText(std::string("t\tr\rz\x01\x7f\0", 8)), "t\\tr\\rz\\x01\\x7F\\x00");
-  EXPECT_EQ(ShownText("gr\xc3\xb6\xc3\x9f" "e"), "gr\xc3\xb6\xc3\x9f" "e");
-  EXPECT_EQ(TextWidth("gr\xc3\xb6\xc3\x9f" "e"), 5u);
+  EXPECT_EQ(ShownText("gr\xc3\xb6\xc3\x9f"
+                      "e"),
+            "gr\xc3\xb6\xc3\x9f"
+            "e");
+  EXPECT_EQ(TextWidth("gr\xc3\xb6\xc3\x9f"
+                      "e"),
+            5u);
   EXPECT_EQ(TextWidth("a\nb"), 4u);
   EXPECT_EQ(PadRight("a\nb", 6), "a\\nb  ");
   EXPECT_EQ(PadRight("longer", 3), "longer");
@@ -318,20 +351,27 @@ TEST(Text, TableNamesShowControlBytesEscaped) {
 TEST(Spec, ARepeatedKeyIsRefusedNamingItAndWhere) {
   ExpectError(R"({"seedstore": 1, "seed": 1, "seed": 2, "tensors": []})", Code::kInvalidArgument,
               "spec.json: malformed JSON: duplicate key \"seed\" in the top-level object");
-  ExpectError(R"({"seedstore": 1, "tensors": [{"name": "a", "shape": [2], "dtype": "float32", "init": {"dist": "ones"}},
+  ExpectError(
+      R"({"seedstore": 1, "tensors": [{"name": "a", "shape": [2], "dtype": "float32", "init": {"dist": "ones"}},
                  {"name": "w", "shape": [2], "dtype": "float32", "dtype": "bfloat16", "init": {"dist": "ones"}}]})",
-              Code::kInvalidArgument, "duplicate key \"dtype\" in the object at /tensors/1");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "scale": 1, "scale": 2})"),
-              Code::kInvalidArgument, "duplicate key \"scale\" in the object at /tensors/0/init");
-  const Status l = Layout::Parse(R"({"mesh": {"dp": 2, "dp": 4}, "placements": {}})", "l.json").status();
+      Code::kInvalidArgument, "duplicate key \"dtype\" in the object at /tensors/1");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "float32", "init": {"dist": "normal", "scale": 1, "scale": 2})"),
+      Code::kInvalidArgument, "duplicate key \"scale\" in the object at /tensors/0/init");
+  const Status l =
+      Layout::Parse(R"({"mesh": {"dp": 2, "dp": 4}, "placements": {}})", "l.json").status();
   EXPECT_EQ(l.code(), Code::kInvalidArgument) << l.ToString();
-  EXPECT_NE(l.message().find("duplicate key \"dp\" in the object at /mesh"), std::string::npos) << l.message();
+  EXPECT_NE(l.message().find("duplicate key \"dp\" in the object at /mesh"), std::string::npos)
+      << l.message();
   std::string err;
   // Pointers escape '~' and '/'; array positions count every kind of element before them.
-  EXPECT_TRUE(ParseJson(R"({"a/b~": [1, [2], {"x": 0}, "s", null, {"k": 1, "k": 1}]})", &err).is_discarded());
+  EXPECT_TRUE(ParseJson(R"({"a/b~": [1, [2], {"x": 0}, "s", null, {"k": 1, "k": 1}]})", &err)
+                  .is_discarded());
   EXPECT_EQ(err, "malformed JSON: duplicate key \"k\" in the object at /a~1b~0/5");
   // The same key in different objects, or nested at another level, is no repeat.
-  EXPECT_FALSE(ParseJson(R"({"k": {"k": 1}, "j": [{"k": 1}, {"k": 2}]})", &err).is_discarded()) << err;
+  EXPECT_FALSE(ParseJson(R"({"k": {"k": 1}, "j": [{"k": 1}, {"k": 2}]})", &err).is_discarded())
+      << err;
   EXPECT_FALSE(ParseJson(R"([{"a": 1}, {"a": 1}])", &err).is_discarded()) << err;
   // Keys that differ only after an escape are different keys; escaped spellings of one key are one.
   EXPECT_FALSE(ParseJson(R"({"a": 1, "A": 1, "a\u0000": 1})", &err).is_discarded()) << err;
@@ -348,19 +388,24 @@ namespace {
 // A spec built as JSON in code holds its integers as signed; a shape of non-negative signed
 // integers is the same spec as the one parsed from text, and a negative extent is named.
 TEST(Spec, ShapeBuiltInCodeWithSignedIntegers) {
-  nlohmann::json t = {{"name", "w"}, {"shape", {int64_t{3}, int64_t{5}}}, {"dtype", "float32"},
+  nlohmann::json t = {{"name", "w"},
+                      {"shape", {int64_t{3}, int64_t{5}}},
+                      {"dtype", "float32"},
                       {"init", {{"dist", "normal"}}}};
   nlohmann::json j = {{"seedstore", 1}, {"seed", 2}, {"tensors", {t}}};
   auto a = ModelSpec::FromJson(j, "<code>");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  auto b = ModelSpec::Parse(R"({"seedstore": 1, "seed": 2, "tensors": [{"name": "w", "shape": [3, 5],
-      "dtype": "float32", "init": {"dist": "normal"}}]})", "<text>");
+  auto b =
+      ModelSpec::Parse(R"({"seedstore": 1, "seed": 2, "tensors": [{"name": "w", "shape": [3, 5],
+      "dtype": "float32", "init": {"dist": "normal"}}]})",
+                       "<text>");
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(a->tensors[0].shape, b->tensors[0].shape);
   j["tensors"][0]["shape"][1] = int64_t{-5};
   auto bad = ModelSpec::FromJson(j, "<code>");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("shape[1]: expected a non-negative integer, got -5"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("shape[1]: expected a non-negative integer, got -5"),
+            std::string::npos)
       << bad.status().ToString();
 }
 
@@ -391,12 +436,17 @@ TEST(Flavour, ParsedDefaultedAndWritten) {
 }
 
 TEST(Flavour, BadInputNamesField) {
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "flavour": "xla")"),
-              Code::kInvalidArgument, "tensors[0] ('w').flavour: unknown flavour 'xla' (expected jit or eager)");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "flavour": 1)"),
-              Code::kInvalidArgument, "flavour: expected a string");
-  ExpectError(Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "generator": "philox", "flavour": "jit")"),
-              Code::kInvalidArgument, "only the threefry generator has flavours");
+  ExpectError(
+      Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "flavour": "xla")"),
+      Code::kInvalidArgument,
+      "tensors[0] ('w').flavour: unknown flavour 'xla' (expected jit or eager)");
+  ExpectError(
+      Tensor(R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "flavour": 1)"),
+      Code::kInvalidArgument, "flavour: expected a string");
+  ExpectError(
+      Tensor(
+          R"("shape": [2], "dtype": "float32", "init": {"dist": "normal"}, "generator": "philox", "flavour": "jit")"),
+      Code::kInvalidArgument, "only the threefry generator has flavours");
   ExpectError(R"({"flavour": "fast", "tensors": []})", Code::kInvalidArgument,
               "spec.json.flavour: unknown flavour 'fast'");
 }
@@ -414,9 +464,10 @@ std::vector<uint32_t> F32Bits(const std::string& init, Flavour f, int64_t seed, 
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   std::vector<uint32_t> out;
   for (int i = 0; i < n; ++i) {
-    const float v = p->dist == Dist::kNormal
-                        ? SampleElement<Generator::kThreefry, Dist::kNormal, DType::kF32>(*p, i)
-                        : SampleElement<Generator::kThreefry, Dist::kTruncatedNormal, DType::kF32>(*p, i);
+    const float v =
+        p->dist == Dist::kNormal
+            ? SampleElement<Generator::kThreefry, Dist::kNormal, DType::kF32>(*p, i)
+            : SampleElement<Generator::kThreefry, Dist::kTruncatedNormal, DType::kF32>(*p, i);
     out.push_back(FloatBits(v));
   }
   return out;
@@ -432,8 +483,8 @@ TEST(Flavour, KnownAnswersOfBothFlavours) {
   for (const auto& e : v["samples"]) {
     ASSERT_EQ(e["dtype"], "float32");
     const Flavour f = e["flavour"] == "jit" ? Flavour::kJit : Flavour::kEager;
-    const std::vector<uint32_t> got = F32Bits(e["init"].dump(), f, e["seed"].get<int64_t>(),
-                                              static_cast<int>(e["bits"].size()));
+    const std::vector<uint32_t> got =
+        F32Bits(e["init"].dump(), f, e["seed"].get<int64_t>(), static_cast<int>(e["bits"].size()));
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_EQ(got[i], testutil::HexValue(e["bits"][i])) << e["name"] << " element " << i;
   }

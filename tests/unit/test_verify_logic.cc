@@ -104,7 +104,8 @@ TEST(VerifyDecide, RecordedReference) {
 }
 
 TEST(VerifyDecide, FailedRankIsReportedNotBlamedForDisagreement) {
-  const VerifyReport r = DecideOne({5, 5, 5}, {kFlagHasActual, FailureFlags(Code::kCorrupt), kFlagHasActual});
+  const VerifyReport r =
+      DecideOne({5, 5, 5}, {kFlagHasActual, FailureFlags(Code::kCorrupt), kFlagHasActual});
   ASSERT_EQ(r.tensors.size(), 1u);
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.tensors[0].problems[0].failed, std::vector<int>{1});
@@ -129,8 +130,8 @@ TEST(VerifyDecide, FailedRankIsReportedNotBlamedForDisagreement) {
 }
 
 TEST(VerifyDecide, DisagreementOutranksAFailureInTheStatus) {
-  const VerifyReport r =
-      DecideOne({5, 5, 5, 9}, {FailureFlags(Code::kNotFound), kFlagHasActual, kFlagHasActual, kFlagHasActual});
+  const VerifyReport r = DecideOne({5, 5, 5, 9}, {FailureFlags(Code::kNotFound), kFlagHasActual,
+                                                  kFlagHasActual, kFlagHasActual});
   ASSERT_EQ(r.tensors.size(), 1u);
   EXPECT_EQ(r.tensors[0].replicas, ReplicaVerdict::kMismatch);
   EXPECT_EQ(r.tensors[0].problems[0].deviating, std::vector<int>{3});
@@ -149,7 +150,8 @@ TEST(VerifyDecide, AnUnknownFailureCodeReadsAsInternal) {
 }
 
 TEST(VerifyDecide, EveryReplicaFailedLeavesCompositionUndetermined) {
-  const VerifyReport r = DecideOne({0, 0}, {FailureFlags(Code::kIo), FailureFlags(Code::kIo)}, Fp(5));
+  const VerifyReport r =
+      DecideOne({0, 0}, {FailureFlags(Code::kIo), FailureFlags(Code::kIo)}, Fp(5));
   ASSERT_EQ(r.tensors.size(), 1u);
   EXPECT_EQ(r.tensors[0].replicas, ReplicaVerdict::kIncomplete);
   EXPECT_EQ(r.tensors[0].composition, CompositionVerdict::kUndetermined);
@@ -197,7 +199,8 @@ TEST(VerifyLive, SeededJobAgreesAndComposesAtEveryWorldSize) {
         EXPECT_TRUE(rep.ok()) << "world " << world << "\n" << rep.Table();
         for (size_t i = 0; i < rep.tensors.size(); ++i) {
           // I4: the composed fingerprint is the whole tensor's, whatever the world size.
-          EXPECT_EQ(rep.tensors[i].composed, *(*ref)->FingerprintRegion(i, WholeTensor(spec->tensors[i].shape)))
+          EXPECT_EQ(rep.tensors[i].composed,
+                    *(*ref)->FingerprintRegion(i, WholeTensor(spec->tensors[i].shape)))
               << rep.tensors[i].name << " world " << world;
           EXPECT_EQ(rep.tensors[i].composition,
                     with_ref ? CompositionVerdict::kOk : CompositionVerdict::kNotChecked);
@@ -282,7 +285,8 @@ TEST(VerifyLive, RanksWithDifferentInputsAreNamed) {
   });
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(st[r].code(), Code::kInvalidArgument);
-    EXPECT_NE(st[r].message().find("rank 2 passed a different"), std::string::npos) << st[r].message();
+    EXPECT_NE(st[r].message().find("rank 2 passed a different"), std::string::npos)
+        << st[r].message();
   }
 }
 
@@ -353,7 +357,8 @@ std::vector<Result<VerifyReport>> RunHosted(int procs, bool with_reference, int 
     std::vector<ranktest::JobShards> jobs;
     std::vector<std::vector<ParamBuffer>> hosted;
     for (int j = 0; j < k; ++j)
-      jobs.push_back(BuildJob(*spec, *layout, ex.rank() * k + j, Init::kSeeded, flip_rank, flip_tensor));
+      jobs.push_back(
+          BuildJob(*spec, *layout, ex.rank() * k + j, Init::kSeeded, flip_rank, flip_tensor));
     for (const auto& job : jobs) hosted.push_back(job.params);
     VerifyOptions o;
     o.cpu.threads = 1;
@@ -417,7 +422,8 @@ TEST(VerifyHosted, WorldIsProcessesTimesHostedRanks) {
   });
   EXPECT_EQ(st[0].code(), Code::kInvalidArgument);
   EXPECT_NE(st[0].message().find("the mesh has 8 ranks but the job has 6 (2 processes x 3)"),
-            std::string::npos) << st[0].message();
+            std::string::npos)
+      << st[0].message();
   Status empty = Status::Ok();
   ThreadWorld one(1);
   one.Run([&](Exchange& ex) { empty = VerifyHostedBuffers(ex, {}, layout).status(); });

@@ -1,6 +1,6 @@
 // Randomized live-job verification (invariants I1, I4): random models and
-// layouts (tests/random_model_test_util.h) over an in-process world of the layout's ranks. Each rank
-// passes its shard of every tensor, sliced from the whole values, to VerifyBuffers with the
+// layouts (tests/random_model_test_util.h) over an in-process world of the layout's ranks. Each
+// rank passes its shard of every tensor, sliced from the whole values, to VerifyBuffers with the
 // model's store as reference:
 //   * untouched, every tensor agrees and composes, to the store's recorded fingerprint and to
 //     the whole tensor's, on every rank (I4: whatever the layout);
@@ -16,8 +16,8 @@
 
 #include "io/collective.h"
 #include "io/h5store.h"
-#include "tests/rank_test_util.h"
 #include "tests/random_model_test_util.h"
+#include "tests/rank_test_util.h"
 
 namespace seedstore {
 namespace {
@@ -52,7 +52,8 @@ std::vector<Result<VerifyReport>> RunWorld(const Model& m, const Layout& layout,
       EXPECT_TRUE(sh.ok()) << sh.status().ToString();
       const size_t es = DTypeSize(m.dtypes.at(name));
       storage.push_back(ranktest::Slice(m.values.at(name), sh->region, es));
-      if (flip.rank == ex.rank() && flip.tensor == name) storage.back()[flip.byte] ^= 1u << flip.bit;
+      if (flip.rank == ex.rank() && flip.tensor == name)
+        storage.back()[flip.byte] ^= 1u << flip.bit;
       ParamBuffer p;
       p.name = name;
       p.shape = shape;
@@ -76,8 +77,8 @@ TEST(VerifyRandom, OneFlippedBitNamesExactlyItsTensorAndRankUnderRandomLayouts) 
   std::map<std::string, int> seen;  // how many flips gave each verdict
   for (uint64_t c = 0; c < cases; ++c) {
     const uint64_t seed = base + c;
-    SCOPED_TRACE("case seed " + std::to_string(seed) + " (SEEDSTORE_VERIFY_SEED=" + std::to_string(seed) +
-                 " SEEDSTORE_VERIFY_CASES=1 reproduces it)");
+    SCOPED_TRACE("case seed " + std::to_string(seed) + " (SEEDSTORE_VERIFY_SEED=" +
+                 std::to_string(seed) + " SEEDSTORE_VERIFY_CASES=1 reproduces it)");
     std::mt19937_64 rng(seed);
     const Model m = ranktest::RandomModel(rng, seed);
     const std::string store = TempDir() + "/vr" + std::to_string(seed) + ".h5";
@@ -102,7 +103,8 @@ TEST(VerifyRandom, OneFlippedBitNamesExactlyItsTensorAndRankUnderRandomLayouts) 
         const TensorReport& t = clean[r]->tensors[i];
         const TensorRecord& rec = (*ref)->tensors()[i];
         EXPECT_EQ(t.composition, CompositionVerdict::kOk) << t.name;
-        EXPECT_EQ(t.composed, FingerprintOf(rec, WholeTensor(rec.shape), m.values.at(t.name).data()))
+        EXPECT_EQ(t.composed,
+                  FingerprintOf(rec, WholeTensor(rec.shape), m.values.at(t.name).data()))
             << t.name;
       }
     }
@@ -117,16 +119,19 @@ TEST(VerifyRandom, OneFlippedBitNamesExactlyItsTensorAndRankUnderRandomLayouts) 
     const auto& [tensor, rank] = candidates[rng() % candidates.size()];
     const Shard sh = *layout->ShardOf(tensor, m.shapes.at(tensor), rank);
     const size_t bytes = sh.region.Count() * DTypeSize(m.dtypes.at(tensor));
-    Flip flip{rank, tensor, rng() % 3 == 0 ? bytes - 1 : rng() % bytes, static_cast<int>(rng() % 8)};
-    SCOPED_TRACE("flipped bit " + std::to_string(flip.bit) + " of byte " + std::to_string(flip.byte) +
-                 " of rank " + std::to_string(rank) + "'s shard of " + tensor + " " +
-                 DescribeRegion(sh.region) + ", " + std::to_string(sh.replicas.size()) + " replicas");
+    Flip flip{rank, tensor, rng() % 3 == 0 ? bytes - 1 : rng() % bytes,
+              static_cast<int>(rng() % 8)};
+    SCOPED_TRACE("flipped bit " + std::to_string(flip.bit) + " of byte " +
+                 std::to_string(flip.byte) + " of rank " + std::to_string(rank) + "'s shard of " +
+                 tensor + " " + DescribeRegion(sh.region) + ", " +
+                 std::to_string(sh.replicas.size()) + " replicas");
     auto bad = RunWorld(m, *layout, **ref, flip, rng);
     for (int r = 0; r < layout->world_size(); ++r) {
       ASSERT_TRUE(bad[r].ok()) << bad[r].status().ToString();
       const VerifyReport& rep = *bad[r];
       EXPECT_FALSE(rep.ok());
-      EXPECT_EQ(rep.ToStatus().message(), bad[0]->ToStatus().message()) << "rank " << r << " vs rank 0";
+      EXPECT_EQ(rep.ToStatus().message(), bad[0]->ToStatus().message())
+          << "rank " << r << " vs rank 0";
       for (const TensorReport& t : rep.tensors) {
         if (t.name != tensor) {
           EXPECT_TRUE(t.ok()) << t.name << "\n" << rep.Table();
@@ -155,8 +160,7 @@ TEST(VerifyRandom, OneFlippedBitNamesExactlyItsTensorAndRankUnderRandomLayouts) 
       }
     }
   }
-  std::printf("[ verify   ] %llu cases; flips by verdict:",
-              static_cast<unsigned long long>(cases));
+  std::printf("[ verify   ] %llu cases; flips by verdict:", static_cast<unsigned long long>(cases));
   for (const auto& [k, n] : seen) std::printf(" %s %d", k.c_str(), n);
   std::printf("\n");
   if (cases >= 20) {
