@@ -31,10 +31,10 @@ TEST(LibraryExample, TheWalkThroughRuns) {
 
   // --- docs/LIBRARY.md: begin ---
   // A model, described lazily: seed, init rule, shape, dtype. (`ckpt`, `single`: file paths.)
-  auto spec = ModelSpec::Parse(R"({"seedstore": 1, "seed": 0, "tensors": [
+  const char* json = R"({"seedstore": 1, "seed": 0, "tensors": [
       {"name": "w", "shape": [64, 48], "dtype": "bfloat16",
-       "init": {"dist": "normal", "scale": 0.02}}]})",
-                               "<example>");
+       "init": {"dist": "normal", "scale": 0.02}}]})";
+  auto spec = ModelSpec::Parse(json, "<example>");
   auto model = SpecCatalog::Create(*spec, "<example>");
   auto layout = Layout::Parse(R"({"mesh": {"axes": ["data"], "shape": [1]},
       "placements": [{"match": "*", "spec": ["data", null]}]})");
