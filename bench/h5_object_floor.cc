@@ -7,6 +7,11 @@
 // this takes is what one process spends in HDF5 whatever seedstore does around it.
 //
 // Usage: h5_object_floor [FILES (256)] [PIECES_PER_FILE (148)] [PIECE_BYTES (3400)] [DIR (/tmp)]
+//                        [LAYOUT: v1 (default) | packed]
+// `packed` is the same pieces as docs/FORMAT.md's version 2 draft lays them out: one dataset per
+// (dtype, chunk shape) of shape [cells, chunk...], chunked one cell per chunk, every piece's
+// chunk one cell (H5Dwrite_chunk at [cell, 0]), one checksum and one chunk-info table per packed
+// dataset, and the pieces' records in the index only.
 // Prints the wall time, the time per piece, and `cp` + `sync` of the bytes written for scale.
 #include <fcntl.h>
 #include <hdf5.h>
@@ -71,9 +76,12 @@ int main(int argc, char** argv) {
   const size_t bytes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 3400;
   const std::string dir =
       std::string(argc > 4 ? argv[4] : "/tmp") + "/h5floor." + std::to_string(getpid());
-  if (files < 1 || pieces < 1 || bytes < 4 || std::system(("mkdir -p " + dir).c_str()) != 0) {
+  const std::string layout = argc > 5 ? argv[5] : "v1";
+  if (files < 1 || pieces < 1 || bytes < 4 || (layout != "v1" && layout != "packed") ||
+      std::system(("mkdir -p " + dir).c_str()) != 0) {
     std::fprintf(stderr,
-                 "usage: h5_object_floor [FILES] [PIECES_PER_FILE] [PIECE_BYTES >= 4] [DIR]\n");
+                 "usage: h5_object_floor [FILES] [PIECES_PER_FILE] [PIECE_BYTES >= 4] [DIR] "
+                 "[v1|packed]\n");
     return 2;
   }
   const H5Z_class2_t cls = {H5Z_CLASS_T_VERS, 32015,   1,       1,
@@ -98,7 +106,33 @@ int main(int argc, char** argv) {
     const char* names[4] = {"tensors", "checksums", "chunkinfo", "seedstore"};
     for (int g = 0; g < 4; ++g)
       groups[g] = H5Gcreate2(h5, names[g], H5P_DEFAULT, gcpl, H5P_DEFAULT);
-    for (int p = 0; p < pieces; ++p) {
+    if (layout == "packed") {
+      // Every piece one cell of /tensors/float32.<n>: [pieces, n], chunked [1, n].
+      const std::string name = "float32." + std::to_string(bytes / 4);
+      const hsize_t dims[2] = {static_cast<hsize_t>(pieces), bytes / 4}, cell[2] = {1, bytes / 4};
+      const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+      H5Pset_obj_track_times(dcpl, false);
+      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+      H5Pset_chunk(dcpl, 2, cell);
+      H5Pset_shuffle(dcpl);
+      const unsigned level = 1;
+      H5Pset_filter(dcpl, 32015, H5Z_FLAG_MANDATORY, 1, &level);
+      const hid_t space = H5Screate_simple(2, dims, nullptr);
+      const hid_t d = H5Dcreate2(groups[0], name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl,
+                                 H5P_DEFAULT);
+      for (int p = 0; p < pieces; ++p) {
+        const hsize_t off[2] = {static_cast<hsize_t>(p), 0};
+        H5Dwrite_chunk(d, H5P_DEFAULT, 0, off, bytes, chunk.data());
+      }
+      const hsize_t rows = pieces, info[2] = {static_cast<hsize_t>(pieces), 3};
+      H5Dclose(Table(groups[1], name, 1, &rows, std::vector<uint64_t>(pieces, 42), untimed));
+      H5Dclose(Table(groups[2], name, 2, info, std::vector<uint64_t>(3 * pieces, 42), untimed));
+      StringAttr(d, "seedstore.dtype", "float32");
+      H5Dclose(d);
+      H5Sclose(space);
+      H5Pclose(dcpl);
+    }
+    for (int p = 0; layout == "v1" && p < pieces; ++p) {
       const std::string name = "h." + std::to_string(p) + ".mlp.c_fc.weight";
       const hsize_t n = bytes / 4, off = 0, one = 1, info[2] = {1, 3};
       const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -147,10 +181,11 @@ int main(int argc, char** argv) {
   const int rc = std::system(cp.c_str());
   const double t3 = Now();
   std::printf(
-      "%d files x %d pieces of %zu bytes: HDF5 objects written in %.3f s (%.1f us per piece); "
-      "cp + sync of the same files %.3f s%s\n",
-      files, pieces, bytes, t1 - t0, 1e6 * (t1 - t0) / (static_cast<double>(files) * pieces),
-      t3 - t2, rc == 0 ? "" : " (cp failed)");
+      "%s: %d files x %d pieces of %zu bytes: HDF5 objects written in %.3f s (%.1f us per "
+      "piece); cp + sync of the same files %.3f s%s\n",
+      layout.c_str(), files, pieces, bytes, t1 - t0,
+      1e6 * (t1 - t0) / (static_cast<double>(files) * pieces), t3 - t2,
+      rc == 0 ? "" : " (cp failed)");
   if (std::system(("rm -rf " + dir + " " + dir + ".cp").c_str()) != 0) return 1;
   return 0;
 }
