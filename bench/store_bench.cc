@@ -8,6 +8,7 @@
 //                         [--profile-reads N (N extra hot reads per rep, untimed: for perf)]
 //                         [--chunk-kib 1024 (WriteOptions::chunk_bytes)]
 //                         [--fresh 1 (remove both files, untimed, before each write)]
+//                         [--codec zstd|none (none: WriteOptions::uncompressed = {"*"})]
 //
 // By default each write replaces the previous rep's file, as a job re-saving a checkpoint
 // does: the raw write's open(O_TRUNC) frees the old file's blocks and pages inside its timing;
@@ -16,7 +17,8 @@
 // --fresh 1 neither write has an old file to free.
 //
 // zstd_decode_floor_gbs is zstd alone decoding the file's chunks from memory on the same
-// threads: the most any zstd-encoded store can read hot, whatever else it does.
+// threads: the most any zstd-encoded store can read hot, whatever else it does (0 with
+// --codec none: nothing to decode).
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
@@ -185,7 +187,7 @@ int main(int argc, char** argv) {
   int threads = 2, level = 1, reps = 3, profile_reads = 0;
   bool fresh = false;
   uint64_t chunk_kib = 1024;
-  std::string dir = "/tmp";
+  std::string dir = "/tmp", codec = "zstd";
   std::vector<std::string> kinds = {"bf16-normal", "bf16-init", "f32-normal", "bf16-trained"};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -198,6 +200,7 @@ int main(int argc, char** argv) {
     else if (a == "--profile-reads") profile_reads = std::stoi(v);
     else if (a == "--chunk-kib") chunk_kib = std::stoull(v);
     else if (a == "--fresh") fresh = std::stoi(v) != 0;
+    else if (a == "--codec") codec = v;
   }
   nlohmann::json results = nlohmann::json::array();
   const std::string raw_path = dir + "/store_bench.raw", h5_path = dir + "/store_bench.h5";
@@ -232,6 +235,7 @@ int main(int argc, char** argv) {
       wo.threads = threads;
       wo.zstd_level = level;
       wo.chunk_bytes = chunk_kib << 10;
+      if (codec == "none") wo.uncompressed = {"*"};
       if (fresh) ::unlink(h5_path.c_str());
       t0 = Now();
       c0 = Cpu();
@@ -284,7 +288,7 @@ int main(int argc, char** argv) {
     }
     const double gb = total / 1e9;
     // The file of the last rep is still there (each rep rewrites it).
-    const double decode_floor = ZstdDecodeFloorGbs(h5_path, threads);
+    const double decode_floor = codec == "none" ? 0 : ZstdDecodeFloorGbs(h5_path, threads);
     nlohmann::json r = {{"kind", kind},
                         {"bytes", total},
                         {"tensors", data.size()},
@@ -307,7 +311,8 @@ int main(int argc, char** argv) {
   ::unlink(raw_path.c_str());
   ::unlink(h5_path.c_str());
   nlohmann::json out = {{"threads", threads}, {"level", level}, {"chunk_kib", chunk_kib},
-                        {"mib", mib},         {"reps", reps},   {"results", results}};
+                        {"mib", mib},         {"reps", reps},   {"codec", codec},
+                        {"results", results}};
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

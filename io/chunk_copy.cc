@@ -60,7 +60,7 @@ Result<const ChunkMatcher::Stored*> ChunkMatcher::Holding(const uint64_t* at) {
       const H5Store* store = sk.first.get();
       s.k = sk.second;
       const StoredTensor& st = store->stored(s.k);
-      if (StoreWriter::CopiesChunksOf(st, t.dtype, w_)) s.chunk = st.chunk;
+      if (StoreWriter::CopiesChunksOf(st, t.name, t.dtype, w_)) s.chunk = st.chunk;
       const TensorRecord& sr = store->tensors()[s.k];
       s.global_frame =
           sr.fp_seed() == t.fp_seed() && (sr.piece ? SameRegion(*sr.piece, p.stored) : p.piece < 0);

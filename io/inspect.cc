@@ -51,6 +51,7 @@ nlohmann::json InspectReport::ToJson() const {
       j["chunk"] = row.chunk;
       j["chunks"] = row.chunks;
       j["chunk_info"] = row.chunk_info;
+      j["codec"] = row.codec;
       if (t.piece)
         j["piece"] = {
             {"shape", std::vector<uint64_t>(t.piece->shape, t.piece->shape + t.piece->rank)},

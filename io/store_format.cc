@@ -4,6 +4,15 @@
 
 namespace seedstore {
 
+std::vector<int> FilterPipeline(const WriteOptions& o, const std::string& name, DType dtype) {
+  for (const std::string& glob : o.uncompressed)
+    if (GlobMatch(glob, name)) return {};
+  std::vector<int> f;
+  if (o.shuffle && DTypeSize(dtype) > 1) f.push_back(kH5FilterShuffle);
+  f.push_back(kH5FilterZstd);
+  return f;
+}
+
 const char* StoreErrorName(StoreError e) {
   switch (e) {
     case StoreError::kNotHdf5:

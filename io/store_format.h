@@ -53,6 +53,10 @@ struct WriteOptions {
   uint64_t chunk_bytes = 1u << 20;  // target uncompressed chunk size
   int threads = 0;                  // compression threads (0 = all cores)
   bool shuffle = true;              // byte-shuffle (HDF5 filter 2) before zstd
+  /// Codec none (`--codec none`, docs/FORMAT.md 4.2): dense tensors whose names match one of
+  /// these globs (GlobMatch; a distributed save's pieces by their tensor's name) are chunked
+  /// with no filters -- bigger files, page-cache reads at copy speed. Others get shuffle + zstd.
+  std::vector<std::string> uncompressed;
   /// Permissions of a new file (-1: 0644 less the umask); a replaced file keeps its own
   /// (AtomicFile::Create).
   int file_mode = -1;
@@ -61,6 +65,11 @@ struct WriteOptions {
   /// there (docs/FORMAT.md 10).
   uint64_t user_block = 0;
 };
+
+/// The HDF5 filter ids, in pipeline order, of chunked dense tensor `name` of dtype `dtype`
+/// written with `o` (docs/FORMAT.md 4.2): shuffle (when o.shuffle and the elements have more
+/// than one byte), then zstd; none when `name` is one of o.uncompressed.
+std::vector<int> FilterPipeline(const WriteOptions& o, const std::string& name, DType dtype);
 
 /// Where a dense tensor's elements come from while writing: fills `out` with the elements of
 /// `box` (row-major). Called concurrently from several threads with disjoint boxes.

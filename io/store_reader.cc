@@ -602,6 +602,16 @@ Result<StorageSummary> H5Store::Storage(const std::vector<size_t>& listed) const
       t.chunks = st.num_chunks;
       t.chunk = st.chunk;
       t.chunk_info = !chunk_info(i).empty();
+      for (int id : st.filters) {
+        if (!t.codec.empty()) t.codec += '+';
+        if (id == kH5FilterZstd) {
+          t.codec += "zstd-";
+          t.codec += std::to_string(st.zstd_level);
+        } else {
+          t.codec += "shuffle";
+        }
+      }
+      if (t.codec.empty()) t.codec = "none";
     }
     s.tensors.push_back(std::move(t));
   }

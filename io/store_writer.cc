@@ -268,12 +268,11 @@ Result<TensorRecord> FrameOf(const std::string& name, const std::vector<uint64_t
 }
 
 // Creates dataset `esc` in group `group` for a dense tensor of dtype `dtype` on grid `g`:
-// chunked with the writer's pipeline (shuffle when options.shuffle and the elements have more
-// than one byte, zstd at its level), never filled, no times. *dset: the dataset, *type: its
-// file type.
+// chunked with the filter pipeline `filters` (FilterPipeline; zstd at options.zstd_level),
+// never filled, no times. *dset: the dataset, *type: its file type.
 Status CreateDenseDataset(hid_t group, const std::string& esc, DType dtype, const Grid& g,
-                          const WriteOptions& options, const std::string& tw, Hid* dset,
-                          Hid* type) {
+                          const std::vector<int>& filters, const WriteOptions& options,
+                          const std::string& tw, Hid* dset, Hid* type) {
   H5Guard gl;
   const int rank = g.rank;
   *type = StorageType(dtype);
@@ -285,10 +284,15 @@ Status CreateDenseDataset(hid_t group, const std::string& esc, DType dtype, cons
   if (g.chunked()) {
     std::vector<hsize_t> cd(g.chunk.begin(), g.chunk.end());
     H5Pset_chunk(dcpl.get(), rank, cd.data());
-    if (options.shuffle && DTypeSize(dtype) > 1) H5Pset_shuffle(dcpl.get());
-    const unsigned level = static_cast<unsigned>(options.zstd_level);
-    if (H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level) < 0)
-      return SEEDSTORE_H5_ERROR(tw + ": adding the zstd filter");
+    for (int id : filters) {
+      if (id == kH5FilterShuffle) {
+        H5Pset_shuffle(dcpl.get());
+        continue;
+      }
+      const unsigned level = static_cast<unsigned>(options.zstd_level);
+      if (H5Pset_filter(dcpl.get(), kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level) < 0)
+        return SEEDSTORE_H5_ERROR(tw + ": adding the zstd filter");
+    }
   }
   *dset = Hid(H5Dcreate2(group, esc.c_str(), type->get(), space.get(), H5P_DEFAULT, dcpl.get(),
                          H5P_DEFAULT),
@@ -308,8 +312,9 @@ struct Pending {
 
 // Chunk j's elements `elems` (the chunk's box `box` clipped to the tensor, row-major) as the
 // bytes to store, in `s`'s buffers: zero-padded to a full chunk at an edge, *checksum the
-// XXH3-64 of that full chunk; chunked, shuffled (`shuffle`) and compressed at `level`, else
-// stored as is; *stored_hash the XXH3-64 of the bytes stored.
+// XXH3-64 of that full chunk; chunked, shuffled (`shuffle`) and compressed at `level` (0: not
+// compressed: codec none, stored as is), else stored as is; *stored_hash the XXH3-64 of the
+// bytes stored.
 Result<Pending> EncodeChunk(const uint8_t* elems, const Region& box, const Grid& g, size_t es,
                             bool shuffle, int level, const std::string& tw, WriteScratch& s,
                             uint64_t* checksum, uint64_t* stored_hash) {
@@ -325,7 +330,7 @@ Result<Pending> EncodeChunk(const uint8_t* elems, const Region& box, const Grid&
   }
   *checksum = Checksum64(chunk, chunk_bytes);
   *stored_hash = *checksum;  // contiguous data is stored as is
-  if (!g.chunked()) return Pending{chunk, chunk_bytes, 0, false};
+  if (!g.chunked() || level == 0) return Pending{chunk, chunk_bytes, 0, false};
   const uint8_t* src = chunk;
   if (shuffle) {
     s.shuf.resize(chunk_bytes);
@@ -409,20 +414,22 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   SEEDSTORE_ASSIGN_OR_RETURN(const std::vector<uint64_t> chunk_shape,
                              ChunkShapeFor(shape, es, m.opt.chunk_bytes, chunking.chunk, tw));
   const Grid g = Grid::Make(shape, chunk_shape);
+  const std::vector<int> filters = FilterPipeline(m.opt, name, dtype);
   const std::string esc = EscapeH5Name(name);
   // The record as readers will see it: its fingerprints are taken in its frame.
   SEEDSTORE_ASSIGN_OR_RETURN(const TensorRecord frame,
                              FrameOf(name, shape, dtype, chunking.piece, tw));
   Hid dset, type;
   SEEDSTORE_RETURN_IF_ERROR(
-      CreateDenseDataset(m.g_tensors, esc, dtype, g, m.opt, tw, &dset, &type));
+      CreateDenseDataset(m.g_tensors, esc, dtype, g, filters, m.opt, tw, &dset, &type));
   std::vector<uint64_t> sums(g.num);
   std::vector<ChunkInfo> infos(g.num);
   std::atomic<uint64_t> stored{0}, copied{0};
   const int threads = ThreadCount(m.opt.threads, g.num);
   const int slots = InOrderSlots(threads);
   std::vector<Fingerprint> parts(slots);
-  const bool do_shuffle = m.opt.shuffle && es > 1;
+  const bool compress = !filters.empty();
+  const bool do_shuffle = compress && filters.front() == kH5FilterShuffle;
   std::vector<std::unique_ptr<WriteScratch>> scratch = WriteScratchPool().Take(slots);
   std::vector<Pending> pending(slots);
   auto work = [&](uint64_t j, int th) -> Status {
@@ -464,8 +471,9 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
     if (dtype == DType::kBool) SEEDSTORE_RETURN_IF_ERROR(CheckBoolBytes(elems, box, tw));
     infos[j].fingerprint = FingerprintOf(frame, box, elems, CpuOptions{1});
     parts[th].Add(infos[j].fingerprint);
-    SEEDSTORE_ASSIGN_OR_RETURN(out, EncodeChunk(elems, box, g, es, do_shuffle, m.opt.zstd_level, tw,
-                                                *scratch[th], &sums[j], &infos[j].stored_hash));
+    SEEDSTORE_ASSIGN_OR_RETURN(
+        out, EncodeChunk(elems, box, g, es, do_shuffle, compress ? m.opt.zstd_level : 0, tw,
+                         *scratch[th], &sums[j], &infos[j].stored_hash));
     return Status::Ok();
   };
   auto commit = [&](uint64_t j, int th) -> Status {
@@ -542,17 +550,17 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
   return Status::Ok();
 }
 
-bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype, const WriteOptions& o) {
-  std::vector<int> mine;
-  if (o.shuffle && DTypeSize(dtype) > 1) mine.push_back(kH5FilterShuffle);
-  mine.push_back(kH5FilterZstd);
+bool StoreWriter::CopiesChunksOf(const StoredTensor& s, const std::string& name, DType dtype,
+                                 const WriteOptions& o) {
+  const std::vector<int> mine = FilterPipeline(o, name, dtype);
   return s.dense && !s.chunk.empty() && s.filters == mine &&
          // as Create clamps it
-         s.zstd_level == std::clamp(o.zstd_level, kMinZstdLevel, kMaxZstdLevel);
+         (mine.empty() || s.zstd_level == std::clamp(o.zstd_level, kMinZstdLevel, kMaxZstdLevel));
 }
 
-bool StoreWriter::CopiesChunksOf(const StoredTensor& s, DType dtype) const {
-  return CopiesChunksOf(s, dtype, impl_->opt);
+bool StoreWriter::CopiesChunksOf(const StoredTensor& s, const std::string& name,
+                                 DType dtype) const {
+  return CopiesChunksOf(s, name, dtype, impl_->opt);
 }
 
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }

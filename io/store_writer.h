@@ -75,12 +75,13 @@ class StoreWriter {
   Status AddDense(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
                   const void* data, std::function<void(uint64_t)> progress = {},
                   const DenseChunking& chunking = {});
-  /// Whether chunks of a tensor stored as `s` can be copied as stored into a tensor of `dtype`
-  /// this writer adds: chunked, with the filter pipeline (shuffle or not, zstd) and zstd level
-  /// this writer uses for `dtype`.
-  bool CopiesChunksOf(const StoredTensor& s, DType dtype) const;
+  /// Whether chunks of a tensor stored as `s` can be copied as stored into tensor `name` of
+  /// `dtype` this writer adds: chunked, with the filter pipeline (FilterPipeline) and zstd
+  /// level this writer uses for it.
+  bool CopiesChunksOf(const StoredTensor& s, const std::string& name, DType dtype) const;
   /// The same for a writer that would be created with `options`.
-  static bool CopiesChunksOf(const StoredTensor& s, DType dtype, const WriteOptions& options);
+  static bool CopiesChunksOf(const StoredTensor& s, const std::string& name, DType dtype,
+                             const WriteOptions& options);
   /// Chunks written so far: copied as stored (AddDense raw chunks, CopyFrom) or encoded, and
   /// the dense tensors' bytes on disk (each record's stored_bytes, docs/FORMAT.md 4.1).
   struct ChunkCounts {

@@ -287,7 +287,8 @@ bool GlobMatch(const std::string& pattern, const std::string& name) {
   return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
 
-Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Catalog*> cats) {
+Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Catalog*> cats,
+                        const std::string& flag) {
   if (glob == "*") return Status::Ok();
   std::string where;
   for (const Catalog* c : cats) {
@@ -295,7 +296,7 @@ Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Cat
       if (GlobMatch(glob, t.name)) return Status::Ok();
     where += (where.empty() ? "'" : " or '") + c->origin() + "'";
   }
-  return InvalidArgument("--tensors '" + glob + "' matches no tensor of " + where);
+  return InvalidArgument(flag + " '" + glob + "' matches no tensor of " + where);
 }
 
 }  // namespace seedstore

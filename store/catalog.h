@@ -80,6 +80,8 @@ struct TensorStorage {
   uint64_t chunks = 0;          // dense in a store or distributed save: chunks on disk
   std::vector<uint64_t> chunk;  // dense in a store: the chunk shape ([] = contiguous)
   bool chunk_info = false;      // dense in a store: it records per-chunk info
+  std::string codec;            // dense in a store: its filter pipeline, "shuffle+zstd-1",
+                                // "zstd-3" or "none" (docs/FORMAT.md 4.2)
   size_t pieces = 0;            // dense in a distributed save: its pieces over the rank files
 };
 
@@ -180,9 +182,11 @@ class SpecCatalog : public Catalog {
 /// Matches a tensor name against a glob (fnmatch, no special treatment of '.' or '/').
 bool GlobMatch(const std::string& pattern, const std::string& name);
 
-/// A tensor-name glob (`--tensors GLOB`): kInvalidArgument when a glob other than "*" matches
-/// no tensor of any of `cats` (a typo would otherwise write an empty file, or print nothing,
+/// A tensor-name glob (`--tensors GLOB`, or the option `flag` names): kInvalidArgument when a
+/// glob other than "*" matches no tensor of any of `cats` (a typo would otherwise write an
+/// empty file, or print nothing,
 /// and succeed). The message names the glob and the catalogs' origins.
-Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Catalog*> cats);
+Status CheckGlobMatches(const std::string& glob, std::initializer_list<const Catalog*> cats,
+                        const std::string& flag = "--tensors");
 
 }  // namespace seedstore

@@ -265,9 +265,10 @@ struct RawFixture {
 };
 
 // A dense store at TempDir()/<file> of the spec's tensors (RawValues; "lz" stays lazy),
-// chunked by `chunk_bytes`.
+// chunked by `chunk_bytes`, the tensors matching `uncompressed` with codec none.
 inline RawFixture MakeRawSource(const char* spec_text, const std::string& file,
-                                uint64_t chunk_bytes) {
+                                uint64_t chunk_bytes,
+                                const std::vector<std::string>& uncompressed = {}) {
   RawFixture x;
   auto spec = ModelSpec::Parse(spec_text, file);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
@@ -276,6 +277,7 @@ inline RawFixture MakeRawSource(const char* spec_text, const std::string& file,
   WriteOptions wo;
   wo.chunk_bytes = chunk_bytes;
   wo.threads = 2;
+  wo.uncompressed = uncompressed;
   auto w = StoreWriter::Create(x.source, x.spec.seed, x.spec.generator, wo);
   EXPECT_TRUE(w.ok());
   for (const TensorSpec& t : x.spec.tensors) {
@@ -311,10 +313,12 @@ inline const RawFixture& GetRaw() {
   return f;
 }
 
-// Reshards `src` in process (one writer process, 2 threads).
+// Reshards `src` in process (one writer process, 2 threads), writing the tensors matching
+// `uncompressed` with codec none.
 inline Result<ReshardReport> ReshardHere(const std::string& src, const std::string& layout,
                                          const std::string& out, bool consolidate = false,
-                                         bool full_proof = false) {
+                                         bool full_proof = false,
+                                         const std::vector<std::string>& uncompressed = {}) {
   auto comm = CreateSelfCollective();
   SEEDSTORE_ASSIGN_OR_RETURN(auto cat, OpenCatalog(src));
   Layout l;
@@ -325,6 +329,7 @@ inline Result<ReshardReport> ReshardHere(const std::string& src, const std::stri
   o.consolidate = consolidate;
   o.full_proof = full_proof;
   o.cpu.threads = o.write.threads = 2;
+  o.write.uncompressed = uncompressed;
   return Reshard(*comm, *cat, l, out, o);
 }
 

@@ -138,6 +138,30 @@ void AddThreadsOption(CLI::App& app, int* threads, const std::string& what,
              kMaxCpuThreads);
 }
 
+void AddCodecOption(CLI::App& app, std::vector<std::string>* codecs) {
+  app.add_option("--codec", *codecs,
+                 "zstd (default: shuffle + zstd), none (dense tensors stored uncompressed: "
+                 "page-cache reads at copy speed, bigger files) or none:GLOB (only the tensors "
+                 "whose names match GLOB); repeatable")
+      ->type_name("CODEC");
+}
+
+Status ApplyCodecs(const std::vector<std::string>& codecs, const Catalog& source, WriteOptions* w) {
+  for (const std::string& c : codecs) {
+    if (c == "zstd") continue;
+    if (c == "none") {
+      w->uncompressed.push_back("*");
+      continue;
+    }
+    if (c.rfind("none:", 0) != 0 || c.size() == 5)
+      return InvalidArgument("--codec '" + c + "': expected zstd, none or none:GLOB");
+    const std::string glob = c.substr(5);
+    SEEDSTORE_RETURN_IF_ERROR(CheckGlobMatches(glob, {&source}, "--codec none:"));
+    w->uncompressed.push_back(glob);
+  }
+  return Status::Ok();
+}
+
 void AddThreadsAndDeviceOptions(CLI::App& app, int* threads, std::string* device) {
   AddThreadsOption(app, threads, "CPU threads", "all cores");
   app.add_option("--device", *device, "auto (CUDA when a GPU is present), cpu or cuda");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/collective.h"
+#include "io/store_format.h"
 #include "store/catalog.h"
 #include "store/integer_text.h"
 #include "store/layout.h"
@@ -132,6 +133,16 @@ void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank
 /// --backend auto|mpi|nccl|self, --timeout SECONDS and --threads N of the multi-rank commands
 /// (verify-ranks, save-ranks, reshard); see OpenCollective in io/collective.h.
 void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, int* threads);
+
+/// --codec CODEC of the commands that write dense tensors (import, save-ranks, reshard),
+/// repeatable: "zstd" (the default: shuffle + zstd), "none" (every dense tensor stored with
+/// no filters: docs/FORMAT.md 4.2) or "none:GLOB" (only the tensors whose names match GLOB).
+void AddCodecOption(CLI::App& app, std::vector<std::string>* codecs);
+
+/// The --codec values into w->uncompressed, each GLOB checked to match a tensor of `source`
+/// (CheckGlobMatches). Errors (kInvalidArgument): "--codec 'x': expected zstd, none or
+/// none:GLOB"; "--codec none: 'GLOB' matches no tensor of '<source>'".
+Status ApplyCodecs(const std::vector<std::string>& codecs, const Catalog& source, WriteOptions* w);
 
 /// --threads N: CPU threads, 0..kMaxCpuThreads; help "<what>, 0..256 (0 = <zero>)".
 void AddThreadsOption(CLI::App& app, int* threads, const std::string& what,

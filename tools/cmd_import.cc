@@ -19,6 +19,7 @@ struct Options {
   int level = 1, threads = 0;
   uint64_t chunk_bytes = 1u << 20, seed = 0;
   bool update = false, json = false;
+  std::vector<std::string> codecs;
 };
 
 int Run(const Options& o) {
@@ -35,6 +36,12 @@ int Run(const Options& o) {
   io.write.zstd_level = o.level;
   io.write.threads = o.threads;
   io.write.chunk_bytes = o.chunk_bytes;
+  if (!o.codecs.empty()) {
+    auto src = OpenCatalog(o.source);  // one that does not open is reported by the import
+    if (src.ok()) {
+      if (Status st = ApplyCodecs(o.codecs, **src, &io.write); !st.ok()) return Fail(st);
+    }
+  }
   io.update = o.update;
   io.seed = o.seed;
   // Progress total: the data bytes (file size, or the index's metadata.total_size).
@@ -92,6 +99,7 @@ Register reg(
            app, "--chunk-bytes", &o->chunk_bytes,
            "Target uncompressed chunk size in bytes, 1..2147483648 (default 1 MiB)", 1,
            uint64_t{1} << 31);
+       AddCodecOption(app, &o->codecs);
        AddThreadsOption(app, &o->threads, "Compression threads", "all cores");
        app.add_flag("--json", o->json, "JSON output");
        return [o] { return Run(*o); };

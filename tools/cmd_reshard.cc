@@ -19,6 +19,7 @@ struct ReshardOptions {
   bool consolidate = false, json = false, quiet = false, full_proof = false;
   double timeout = 600, max_padding = 0.25;
   int threads = 0, zstd_level = 1, simulate_rank = 1;
+  std::vector<std::string> codecs;
 };
 
 int RunOn(Collective& c, const ReshardOptions& o, std::string* outcome) {
@@ -44,6 +45,7 @@ int RunOn(Collective& c, const ReshardOptions& o, std::string* outcome) {
   so.cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();
   so.write.threads = so.cpu.threads;
   so.write.zstd_level = o.zstd_level;
+  if (Status st = ApplyCodecs(o.codecs, **cat, &so.write); !st.ok()) return finish(st);
   auto sim = ParseSimulate(o.simulate);
   if (!sim.ok()) return finish(sim.status());
   so.simulate = *sim;
@@ -121,6 +123,7 @@ Register reg(
        AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
        AddInteger(app, "--zstd-level", &o->zstd_level,
                   "zstd level 1..22 of encoded chunks (default 1)", kMinZstdLevel, kMaxZstdLevel);
+       AddCodecOption(app, &o->codecs);
        AddNumber(app, "--max-padding", &o->max_padding,
                  "Store a piece off the source's chunk grid padded to it (its chunks then copied, "
                  "not re-encoded) when that adds at most this fraction of its elements; 0: never "

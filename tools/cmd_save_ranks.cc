@@ -17,6 +17,7 @@ struct SaveRanksOptions {
   bool quiet = false, full_proof = false;
   double timeout = 600;
   int threads = 0, simulate_rank = 1;
+  std::vector<std::string> codecs;
 };
 
 int RunOn(Collective& c, const SaveRanksOptions& o, std::string* outcome) {
@@ -53,6 +54,7 @@ int RunOn(Collective& c, const SaveRanksOptions& o, std::string* outcome) {
   DistSaveOptions so;
   so.cpu = cpu;
   so.write.threads = cpu.threads;
+  if (Status st = ApplyCodecs(o.codecs, **cat, &so.write); !st.ok()) return finish(st);
   so.simulate = *sim;
   so.simulate_rank = o.simulate_rank;
   so.full_proof = o.full_proof;
@@ -89,6 +91,7 @@ Register reg(
            ->required()
            ->check(FileOutput("distributed save"));
        app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
+       AddCodecOption(app, &o->codecs);
        app.add_flag("--full-proof", o->full_proof,
                     "Prove by decoding and fingerprinting every written chunk (default: check its "
                     "stored bytes against the chunk-info table and sum the recorded fingerprints)");

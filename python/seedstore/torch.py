@@ -521,13 +521,27 @@ class Writer(_StorageWriter):
     checks it and Reader (or any seedstore command) reads it under any layout. The state dict's
     DTensor placements become the save's layout. Tensors in host memory only; an entry that is
     not a tensor is refused by name. DCP's own .metadata file is not written: the save's
-    master file is its index."""
+    master file is its index.
 
-    def __init__(self, path: Any, *, group=None, threads: int = 0):
+    `codec`: "zstd" (default: shuffle + zstd), "none" (every tensor stored uncompressed: page-cache
+    reads at copy speed, bigger files) or a list of tensor-name globs to store uncompressed
+    (`seedstore save-ranks --codec none:GLOB`; docs/FORMAT.md 4.2)."""
+
+    def __init__(self, path: Any, *, group=None, threads: int = 0, codec: Any = "zstd"):
         super().__init__()
         self.path = str(path)
         self.group = group
         self.threads = threads
+        if codec == "zstd":
+            self.uncompressed = []
+        elif codec == "none":
+            self.uncompressed = ["*"]
+        elif not isinstance(codec, str) and all(isinstance(g, str) and g for g in codec):
+            self.uncompressed = list(codec)
+        else:
+            raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                       f"seedstore.torch.Writer: codec {codec!r}: expected 'zstd', 'none' or a "
+                       "list of tensor-name globs to store uncompressed")
         self.table = ""
 
     def reset(self, checkpoint_id=None) -> None:
@@ -566,7 +580,8 @@ class Writer(_StorageWriter):
                        "seedstore.torch.Writer: the state dict's DTensors nest the same mesh axes in "
                        "opposite orders, which one layout cannot place")
         layout, params = groups[0]
-        self.table = _core.save_buffers(ex, params, layout._l, self.path, self.threads)
+        self.table = _core.save_buffers(ex, params, layout._l, self.path, self.threads,
+                                        self.uncompressed)
         results = [WriteResult(index=item.index, size_in_bytes=0, storage_data=None) for item in plan.items]
         fut = Future()
         fut.set_result(results)

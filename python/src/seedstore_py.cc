@@ -867,7 +867,7 @@ NB_MODULE(_seedstore, m) {
   m.def(
       "save_buffers",
       [](nb::object exchange, const ParamList& params, const Layout& layout,
-         const std::string& path, int threads) {
+         const std::string& path, int threads, const std::vector<std::string>& uncompressed) {
         const std::vector<ParamBuffer> bufs = ToParamBuffers(params, "save");
         for (const ParamBuffer& p : bufs)
           if (p.on_device)
@@ -877,6 +877,7 @@ NB_MODULE(_seedstore, m) {
         ExchangeArg ex(exchange);
         DistSaveOptions o;
         o.cpu.threads = threads;
+        o.write.uncompressed = uncompressed;
         Result<ReshardReport> rep = ReshardReport{};
         {
           nb::gil_scoped_release rel;
@@ -886,7 +887,8 @@ NB_MODULE(_seedstore, m) {
         Check(r.ToStatus());
         return r.Table();
       },
-      "exchange"_a, "params"_a, "layout"_a, "path"_a, "threads"_a = 0);
+      "exchange"_a, "params"_a, "layout"_a, "path"_a, "threads"_a = 0,
+      "uncompressed"_a = std::vector<std::string>{});
 
   m.attr("nccl_built") = NcclBuilt();
   m.def("nccl_version", &NcclVersionString);

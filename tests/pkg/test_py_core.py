@@ -373,6 +373,19 @@ def test_dcp_writer_and_reader_in_a_world_of_one(tmp_path):
         ren = {"weight": torch.zeros(23, 16)}
         dcp.load(ren, storage_reader=sst.Reader(str(ckpt), name_map={"weight": "w"}))
         assert torch.equal(ren["weight"], sd["w"])
+        # codec none for the tensors a glob names: stored without filters, read back equal
+        dcp.save(sd, storage_writer=sst.Writer(tmp_path / "raw.h5", codec=["w"]))
+        assert cli("verify", tmp_path / "raw.h5").returncode == 0
+        back = {"w": torch.zeros(23, 16), "n": torch.zeros(16)}
+        dcp.load(back, storage_reader=sst.Reader(str(tmp_path / "raw.h5")))
+        assert torch.equal(back["w"], sd["w"]) and torch.equal(back["n"], sd["n"])
+        import h5py
+        (rank0,) = tmp_path.glob("raw.h5.*.rank0.h5")
+        with h5py.File(rank0, "r") as f:
+            pipelines = {k: f["tensors"][k].id.get_create_plist().get_nfilters() for k in ("w", "n")}
+        assert pipelines == {"w": 0, "n": 2}, pipelines
+        with pytest.raises(seedstore.InvalidArgumentError, match="codec 'lz4'"):
+            sst.Writer(tmp_path / "x.h5", codec="lz4")
         # a state dict entry that is not a tensor is refused by name, nothing written
         with pytest.raises(BaseException) as e:  # DCP wraps each rank's exception (a BaseException)
             dcp.save({"w": sd["w"], "step": 3}, storage_writer=sst.Writer(tmp_path / "bad.h5"))

@@ -8,9 +8,11 @@
   seedstore.shards metadata reassembles the whole tensors.
 Runs the shipped CLI ($SEEDSTORE_BIN).
 """
+import hashlib
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -181,6 +183,95 @@ def test_h5py_sees_documented_pipeline(dense_store):
         # Written fixed-length, in the object header (checksummed), not the global heap.
         assert b.attrs.get_id("seedstore.dtype").get_type().is_variable_str() is False
         assert f.attrs.get_id("seedstore.format").get_type().is_variable_str() is False
+
+
+def test_codec_none_is_read_by_plain_h5py_bit_exact(source_file, tmp_path):
+    """--codec none:GLOB stores the matching tensors with no filters: h5py reads them without
+    hdf5plugin (a fresh interpreter that never imports it); the others keep shuffle + zstd."""
+    path, arrays = source_file
+    store = tmp_path / "none.h5"
+    run("import", path, "-o", store, "--chunk-bytes", 4096, "--codec", "none:f32/*",
+        "--codec", "none:bf16/*")
+    assert run("verify", store).returncode == 0
+    got, _ = read_h5(store)
+    for name, want in arrays.items():
+        assert same_bytes(got[name], want), name
+    with h5py.File(store, "r") as f:
+        for name in arrays:
+            d = f["tensors"][escape(name)]
+            if d.chunks is None:
+                continue  # scalars and empty tensors are contiguous, never filtered
+            pl = d.id.get_create_plist()
+            ids = [pl.get_filter(i)[0] for i in range(pl.get_nfilters())]
+            if name.startswith(("f32/", "bf16/")):
+                assert ids == [], name
+            else:
+                assert ids[-1] == 32015, name
+    info = {t["name"]: t for t in json.loads(run("inspect", store, "--json").stdout)["tensors"]}
+    assert info["f32/t6.weight"]["codec"] == "none"
+    assert info["i32/t6.weight"]["codec"] == "shuffle+zstd-1"
+    assert info["u8/t6.weight"]["codec"] == "zstd-1"
+    plain = subprocess.run(
+        [sys.executable, "-c", """
+import hashlib, json, sys, h5py
+assert "hdf5plugin" not in sys.modules
+out = {}
+with h5py.File(sys.argv[1], "r") as f:
+    for k in f["tensors"]:
+        if k.startswith(("f32", "bf16")):
+            out[k] = hashlib.sha256(f["tensors"][k][()].tobytes()).hexdigest()
+print(json.dumps(out))
+""", str(store)], capture_output=True, text=True, env={**os.environ, "HDF5_PLUGIN_PATH": "/nonexistent"})
+    assert plain.returncode == 0, plain.stderr
+    hashes = json.loads(plain.stdout)
+    want = {escape(n): hashlib.sha256(a.tobytes()).hexdigest()
+            for n, a in arrays.items() if n.startswith(("f32/", "bf16/"))}
+    assert hashes == want and len(want) == 16
+
+
+def test_reshard_and_save_ranks_take_codec_none(dense_store, tmp_path):
+    """reshard --codec none:GLOB and save-ranks --codec none: the rank files' pieces of the
+    matching tensors have no filters, and h5py reads every global tensor through the master."""
+    store, arrays = dense_store
+    layout = tmp_path / "l2.json"
+    layout.write_text(json.dumps({"mesh": {"axes": ["data"], "shape": [2]},
+                                  "placements": [{"match": "*", "flat": ["data"]}]}))
+    one = tmp_path / "l1.json"
+    one.write_text(json.dumps({"mesh": {"axes": ["data"], "shape": [1]},
+                               "placements": [{"match": "*", "flat": ["data"]}]}))
+    for out, args, raw in [
+            (tmp_path / "r.h5", ["reshard", store, "--layout", layout, "--codec", "none:f64/*"],
+             lambda n: n.startswith("f64/")),
+            (tmp_path / "s.h5", ["save-ranks", store, "--layout", one, "--codec", "none",
+                                 "--backend", "self"], lambda n: True)]:
+        run(*args, "-o", out, "-q")
+        assert run("verify", out).returncode == 0
+        seen = 0
+        for rank_file in tmp_path.glob(out.name + ".*.rank*.h5"):
+            with h5py.File(rank_file, "r") as f:
+                for k in f["tensors"]:
+                    d = f["tensors"][k]
+                    if d.chunks is None:
+                        continue
+                    name = text(d.attrs["seedstore.name"])
+                    assert (d.id.get_create_plist().get_nfilters() == 0) == raw(name), (out, name)
+                    seen += raw(name)
+        assert seen > 0
+        with h5py.File(out, "r") as f:
+            for name, want in arrays.items():
+                if want.size == 0 or want.ndim == 0:
+                    continue
+                got = np.asarray(f["tensors"][escape(name)][()])
+                assert got.tobytes() == want.tobytes(), (out, name)
+
+
+def test_codec_flag_errors_name_the_value(source_file, tmp_path):
+    path, _ = source_file
+    p = run("import", path, "-o", tmp_path / "x.h5", "--codec", "lz4", ok=False)
+    assert p.returncode == 2 and "--codec 'lz4': expected zstd, none or none:GLOB" in p.stderr
+    p = run("import", path, "-o", tmp_path / "x.h5", "--codec", "none:nope*", ok=False)
+    assert p.returncode == 2 and "--codec none: 'nope*' matches no tensor" in p.stderr
+    assert not (tmp_path / "x.h5").exists()
 
 
 def test_verify_and_inspect_dense(dense_store):

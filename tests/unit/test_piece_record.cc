@@ -257,7 +257,7 @@ TEST(PieceRecord, CopiesKeepThePieceAndItsTable) {
     {
       auto w = StoreWriter::Create(raw_path, 1234, Generator::kThreefry, wo);
       ASSERT_TRUE(w.ok());
-      ASSERT_TRUE((*w)->CopiesChunksOf(src->stored(0), DType::kBF16));
+      ASSERT_TRUE((*w)->CopiesChunksOf(src->stored(0), name, DType::kBF16));
       DenseChunking ch;
       ch.piece = p;
       ch.chunk = src->stored(0).chunk;
