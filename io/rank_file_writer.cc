@@ -3,12 +3,105 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "io/chunk_copy.h"
 #include "io/chunk_grid.h"
 #include "io/store_writer.h"
 
 namespace seedstore {
+
+namespace {
+
+// The most bytes of the source read at once for one piece, or for pieces that share it.
+constexpr uint64_t kWindowBytes = uint64_t{32} << 20;
+
+// The source of a large piece `g` of tensor i (local coordinates), read a band at a time:
+// band k is rows [k * rows, (k + 1) * rows) of the piece's local shape along dim 0 with all of
+// its other dims, `rows` a multiple of the piece's chunk rows so that no chunk straddles two
+// bands. The writer's threads ask for the piece's chunks about in order; each band is read
+// from the source once and kept while the next is read. So a source chunk that many of the
+// piece's chunks cut -- a flat piece's chunks of whole rows across 2-d source chunks -- is
+// decoded once per band, not once per chunk of the piece.
+class BandSource {
+ public:
+  BandSource(const Catalog& src, size_t i, const Region& g, uint64_t rows)
+      : src_(src), i_(i), g_(g), local_(LocalShape(g)), rows_(rows) {
+    es_ = DTypeSize(src.tensors()[i].dtype);
+    row_elems_ = 1;
+    for (size_t d = 1; d < local_.size(); ++d) row_elems_ *= local_[d];
+  }
+
+  Status Read(const Region& local, void* out) {
+    if (local.Count() == 0) return Status::Ok();
+    const uint64_t k = local.start[0] / rows_;
+    if ((local.stop[0] - 1) / rows_ != k) return Direct(local, out);  // not on the band grid
+    std::lock_guard<std::mutex> l(mu_);
+    Band* b = bands_[0].k == k ? &bands_[0] : bands_[1].k == k ? &bands_[1] : nullptr;
+    if (!b) {  // replace the band read longest ago
+      b = bands_[0].used <= bands_[1].used ? &bands_[0] : &bands_[1];
+      SEEDSTORE_RETURN_IF_ERROR(Load(k, b));
+    }
+    b->used = ++clock_;
+    uint64_t bext[kMaxRank], off[kMaxRank], ext[kMaxRank];
+    for (int d = 0; d < local.rank; ++d) {
+      bext[d] = d == 0 ? b->rows : local_[d];
+      off[d] = local.start[d] - (d == 0 ? k * rows_ : 0);
+      ext[d] = local.stop[d] - local.start[d];
+    }
+    CopyBox(b->bytes.data(), bext, off, static_cast<unsigned char*>(out), ext, nullptr, ext,
+            local.rank, es_);
+    return Status::Ok();
+  }
+
+ private:
+  struct Band {
+    uint64_t k = ~uint64_t{0}, rows = 0, used = 0;
+    std::vector<unsigned char> bytes;
+  };
+
+  // The global region of local rows [r0, r1).
+  Region Rows(uint64_t r0, uint64_t r1) const {
+    if (g_.flat) return FlatRegion(src_.tensors()[i_].shape, g_.begin + r0, g_.begin + r1);
+    Region r = g_;
+    r.start[0] = g_.start[0] + r0;
+    r.stop[0] = g_.start[0] + r1;
+    return r;
+  }
+
+  Status Load(uint64_t k, Band* b) {
+    const uint64_t r0 = k * rows_, r1 = std::min(local_[0], r0 + rows_);
+    b->k = ~uint64_t{0};
+    b->rows = r1 - r0;
+    b->bytes.resize(b->rows * row_elems_ * es_);
+    SEEDSTORE_RETURN_IF_ERROR(src_.Read(i_, Rows(r0, r1), b->bytes.data(), CpuOptions{1}));
+    b->k = k;
+    return Status::Ok();
+  }
+
+  // A box off the band grid: read from the source as it is.
+  Status Direct(const Region& local, void* out) const {
+    if (g_.flat) return src_.Read(i_, Rows(local.start[0], local.stop[0]), out, CpuOptions{1});
+    Region glob = g_;
+    for (int d = 0; d < g_.rank; ++d) {
+      glob.start[d] = g_.start[d] + local.start[d];
+      glob.stop[d] = g_.start[d] + local.stop[d];
+    }
+    return src_.Read(i_, glob, out, CpuOptions{1});
+  }
+
+  const Catalog& src_;
+  const size_t i_;
+  const Region g_;
+  const std::vector<uint64_t> local_;
+  const uint64_t rows_;
+  size_t es_ = 1;
+  uint64_t row_elems_ = 1, clock_ = 0;
+  std::mutex mu_;
+  Band bands_[2];
+};
+
+}  // namespace
 
 Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g,
                 DenseChunking chunking, bool as_piece, const void* data, uint64_t* counts,
@@ -30,8 +123,21 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g,
   if (as_piece) chunking.piece = g;
   const StoreWriter::ChunkCounts before = w.chunk_counts();
   if (!data) data = src.HostData(i, g);  // a live job's own shard buffer
+  const size_t es = DTypeSize(t.dtype);
   if (data) {
     SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, data, {}, chunking));
+  } else if (!chunking.raw && g.rank > 0 && g.Count() * es > kWindowBytes) {
+    // Large and encoded: read in bands of whole chunk rows (BandSource), the chunk shape fixed
+    // here so that the bands follow it.
+    const std::vector<uint64_t> local = LocalShape(g);
+    if (chunking.chunk.empty()) chunking.chunk = ChooseChunk(local, es, w.options().chunk_bytes);
+    uint64_t row_bytes = es;
+    for (size_t d = 1; d < local.size(); ++d) row_bytes *= local[d];
+    const uint64_t c0 = chunking.chunk.empty() ? local[0] : chunking.chunk[0];
+    const uint64_t rows = std::max<uint64_t>(1, kWindowBytes / (row_bytes * c0)) * c0;
+    auto band = std::make_shared<BandSource>(src, i, g, rows);
+    BoxSource banded = [band](const Region& local, void* out) { return band->Read(local, out); };
+    SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, local, t.dtype, banded, {}, chunking));
   } else {
     SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
   }
@@ -44,10 +150,6 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g,
 }
 
 namespace {
-
-// The most bytes of the source WriteRankFiles reads at once for pieces that share it, and
-// the most rank files one call keeps open.
-constexpr uint64_t kWindowBytes = uint64_t{32} << 20;
 
 // The smallest box (or flat range) holding boxes (or flat ranges) a and b of one tensor.
 Region Cover(const Region& a, const Region& b) {

@@ -565,6 +565,7 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, const std::string& name,
 
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }
 Fingerprint StoreWriter::last_dense_fingerprint() const { return impl_->last_dense; }
+const WriteOptions& StoreWriter::options() const { return impl_->opt; }
 
 void StoreWriter::SetShardRank(std::optional<int> rank) { impl_->rank = rank; }
 

@@ -90,6 +90,8 @@ class StoreWriter {
   ChunkCounts chunk_counts() const;
   /// The fingerprint recorded for the last dense tensor added (zero before the first).
   Fingerprint last_dense_fingerprint() const;
+  /// The options this writer was created with (zstd_level clamped as it writes).
+  const WriteOptions& options() const;
   /// Records the layout rank whose shards the store's pieces are (the index's "rank",
   /// Catalog::shard_rank); none by default.
   void SetShardRank(std::optional<int> rank);
