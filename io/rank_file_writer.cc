@@ -1,5 +1,7 @@
 #include "io/rank_file_writer.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -102,6 +104,14 @@ class BandSource {
 };
 
 }  // namespace
+
+size_t MaxOpenRankFiles(int threads) {
+  struct rlimit lim;
+  size_t most = 64;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    most = std::min<size_t>(most, lim.rlim_cur / 4 / std::max(1, threads));
+  return std::max<size_t>(most, 8);
+}
 
 Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g,
                 DenseChunking chunking, bool as_piece, const void* data, uint64_t* counts,

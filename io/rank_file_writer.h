@@ -12,8 +12,12 @@
 
 namespace seedstore {
 
-/// The most rank files one WriteRankFiles call keeps open.
-constexpr size_t kMaxOpenRankFiles = 8;
+/// The most rank files one WriteRankFiles call keeps open, with `threads` such calls at once:
+/// 64, fewer under a low open-file limit (a quarter of it shared by the calls), at least 8.
+/// The more a call holds, the more of a flat tensor's neighbouring pieces it writes from one
+/// read of the source: pieces over 1,024 ranks are a few rows each, and a source chunk's rows
+/// span dozens of ranks' pieces.
+size_t MaxOpenRankFiles(int threads);
 
 /// Adds dense tensor i of `src`, restricted to the global box or flat range `g`, to `w` as a
 /// tensor of g's local shape (the whole tensor when g is), chunked as `chunking` says (from

@@ -316,9 +316,9 @@ Status SaveJob::WriteDistributed() {
   // time: their chunk reads, hashing and fsyncs overlap (HDF5 calls themselves take turns
   // under the store's lock).
   const int threads = ThreadCount(o_.cpu.threads, mine_.size());
-  const size_t groups = std::min(
-      mine_.size(),
-      std::max<size_t>(threads, (mine_.size() + kMaxOpenRankFiles - 1) / kMaxOpenRankFiles));
+  const size_t most = MaxOpenRankFiles(threads);
+  const size_t groups =
+      std::min(mine_.size(), std::max<size_t>(threads, (mine_.size() + most - 1) / most));
   std::vector<uint64_t> file_bytes(groups, 0);
   std::vector<std::vector<uint64_t>> file_counts(groups, std::vector<uint64_t>(kCounts * n_, 0));
   // Each piece's recorded fingerprint, from the process that wrote it (zero elsewhere; the

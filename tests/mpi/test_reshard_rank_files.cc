@@ -62,7 +62,8 @@ TEST(Reshard, ReadsKeepAtMostTheCapOfRankFilesOpen) {
 }
 
 // A save of more ranks than the process may open files: under `ulimit -n 100` (soft and
-// hard, so seedstore cannot raise it) a 120-rank save is consolidated, verified and diffed.
+// hard, so seedstore cannot raise it) a 120-rank save is written, consolidated, verified and
+// diffed.
 // Before the cap, every rank file read stayed open and the 90th or so failed (EMFILE).
 TEST(Reshard, ASaveOfMoreRanksThanTheOpenFileLimitIsRead) {
   SEEDSTORE_NEED_BIN();
@@ -74,6 +75,10 @@ TEST(Reshard, ASaveOfMoreRanksThanTheOpenFileLimitIsRead) {
   Proc w = Reshard(f.source, "--layout " + layout + " -o " + d120 + " -q");
   ASSERT_EQ(w.code, 0) << w.out << w.err;
   const std::string limited = "ulimit -n 100 && ";
+  // Written under the limit too: the writer keeps fewer rank files open at once.
+  Proc wl = Shell(limited + Bin() + " reshard " + f.source + " --layout " + layout + " -o " +
+                  TempDir() + "/rs_d120_limited.h5 -q");
+  ASSERT_EQ(wl.code, 0) << wl.out << wl.err;
   Proc r =
       Shell(limited + Bin() + " reshard " + d120 + " --threads 1 --consolidate -o " + c + " -q");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
