@@ -494,6 +494,8 @@ Key TensorKey(uint64_t root_seed, const TensorSpec& t) {
   return FoldIn(FoldIn(root, static_cast<uint32_t>(h >> 32)), static_cast<uint32_t>(h));
 }
 
+// Long by design: one case per distribution, so that each one's parameter rules (and their
+// error messages) read side by side with the others'.
 Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
   const std::string w = "tensor '" + t.name + "'";
   if (!Supported(t.init.dist, t.dtype))
