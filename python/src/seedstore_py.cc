@@ -42,8 +42,8 @@ using namespace seedstore;
 using namespace seedstore::py;
 
 // The module: one short definition per function and class, in the order of the package's
-// layers (errors, catalogs and boxes, fingerprints, verification, saves, communicators). Long
-// because it is the list of bindings; each entry's work is the library's.
+// layers (errors; fingerprints and boxes; specs and layouts; catalogs; verification and saves;
+// communicators). Long because it is the list of bindings; each entry's work is the library's.
 NB_MODULE(_seedstore, m) {
   m.doc() = "seedstore's C++ library (store/, io/) bound for Python; use the seedstore package.";
   RegisterErrors(m);
