@@ -138,16 +138,21 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g,
     SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, data, {}, chunking));
   } else if (!chunking.raw && g.rank > 0 && g.Count() * es > kWindowBytes) {
     // Large and encoded: read in bands of whole chunk rows (BandSource), the chunk shape fixed
-    // here so that the bands follow it.
+    // here so that the bands follow it -- unless one row of chunks is itself over the window
+    // (very wide rows), which is then read chunk by chunk as below.
     const std::vector<uint64_t> local = LocalShape(g);
     if (chunking.chunk.empty()) chunking.chunk = ChooseChunk(local, es, w.options().chunk_bytes);
     uint64_t row_bytes = es;
     for (size_t d = 1; d < local.size(); ++d) row_bytes *= local[d];
     const uint64_t c0 = chunking.chunk.empty() ? local[0] : chunking.chunk[0];
-    const uint64_t rows = std::max<uint64_t>(1, kWindowBytes / (row_bytes * c0)) * c0;
-    auto band = std::make_shared<BandSource>(src, i, g, rows);
-    BoxSource banded = [band](const Region& local, void* out) { return band->Read(local, out); };
-    SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, local, t.dtype, banded, {}, chunking));
+    if (row_bytes * c0 <= kWindowBytes) {
+      const uint64_t rows = kWindowBytes / (row_bytes * c0) * c0;
+      auto band = std::make_shared<BandSource>(src, i, g, rows);
+      BoxSource banded = [band](const Region& l, void* out) { return band->Read(l, out); };
+      SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, local, t.dtype, banded, {}, chunking));
+    } else {
+      SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, local, t.dtype, source, {}, chunking));
+    }
   } else {
     SEEDSTORE_RETURN_IF_ERROR(w.AddDense(t.name, LocalShape(g), t.dtype, source, {}, chunking));
   }
