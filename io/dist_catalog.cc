@@ -86,7 +86,8 @@ Result<std::string> ReadDistIndexText(hid_t file, const std::string& path) {
 // piece's rank, region, stored box (holding the region) and recorded fingerprint; together they
 // must cover the tensor (bad-index otherwise). Throws what json::at throws on a missing field.
 Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const TensorRecord& rec,
-                                                    int world, const std::string& path) {
+                                                    int world, int version,
+                                                    const std::string& path) {
   using Piece = DistCatalog::Piece;
   auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
   const std::string& name = rec.name;
@@ -116,6 +117,30 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
                    ": fingerprint: " + f.status().message());
       piece.fingerprint = *f;
     }
+    if (p.contains("cells")) {  // docs/FORMAT.md 11
+      const json& c = p["cells"];
+      const size_t crank = piece.stored.flat ? 1 : static_cast<size_t>(piece.stored.rank);
+      bool ok = version == kCellsFormatVersion && c.is_object() && c.contains("set") &&
+                c["set"].is_number_unsigned() && c["set"].get<uint64_t>() <= 1u << 30 &&
+                c.contains("first") && c["first"].is_number_unsigned() && c.contains("chunk") &&
+                c["chunk"].is_array() && c["chunk"].size() == crank;
+      PieceCells pc;
+      if (ok) {
+        pc.set = c["set"].get<int>();
+        pc.first = c["first"].get<uint64_t>();
+        const std::vector<uint64_t> local = LocalShape(piece.stored);
+        for (size_t d = 0; ok && d < crank; ++d) {
+          ok = c["chunk"][d].is_number_unsigned() && c["chunk"][d].get<uint64_t>() >= 1 &&
+               c["chunk"][d].get<uint64_t>() <= local[d];
+          if (ok) pc.chunk.push_back(c["chunk"][d].get<uint64_t>());
+        }
+      }
+      if (!ok)
+        return bad("tensor '" + name + "' piece " + std::to_string(ps.size()) +
+                   ": 'cells' needs a version " + std::to_string(kCellsFormatVersion) +
+                   " index and 'set', 'first' and a 'chunk' shape that fits the piece");
+      piece.cells = std::move(pc);
+    }
     covered += piece.region.Count();
     ps.push_back(piece);
   }
@@ -142,8 +167,11 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
     std::string err;
     const json j = ParseJson(text, &err);
     if (j.is_discarded()) return bad(err);
-    if (j.at("format") != "seedstore-distributed" || j.at("version") != 1)
-      return bad("not a version 1 distributed index");
+    if (j.at("format") != "seedstore-distributed" ||
+        (j.at("version") != kStoreFormatVersion && j.at("version") != kCellsFormatVersion))
+      return bad("not a version " + std::to_string(kStoreFormatVersion) + " or " +
+                 std::to_string(kCellsFormatVersion) + " distributed index");
+    c->version_ = j.at("version").get<int>();
     SEEDSTORE_ASSIGN_OR_RETURN(c->layout_, Layout::FromJson(j.at("layout")));
     // Rank files lie next to the master itself, wherever symbolic links to it are.
     SEEDSTORE_ASSIGN_OR_RETURN(const std::string master_file, ResolveSymlinks(path));
@@ -191,7 +219,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
                                  ParseFingerprintHex(t.at("fingerprint").get<std::string>()));
       rec.fingerprint = fp;
       SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Piece> ps,
-                                 ParsePieces(t.at("pieces"), rec, c->world(), path));
+                                 ParsePieces(t.at("pieces"), rec, c->world(), c->version_, path));
       // The pieces are the layout's distinct shards, in order (as Reshard writes them): so they
       // are disjoint and cover the tensor, and every reader agrees on who holds what.
       SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> want,
@@ -444,6 +472,11 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
   if (!s.ok())  // an I/O failure (e.g. too many open files) is not the file's fault
     return DistError(s.status().code() == Code::kIo ? "rank-file-unreadable" : "rank-file-corrupt",
                      s.status().code(), path_, rank, f, reading + s.status().message());
+  // Its format version is the save's (docs/FORMAT.md 11).
+  if ((*s)->format_version() != version_)
+    return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                     reading + "rank file version " + std::to_string((*s)->format_version()) +
+                         " in a version " + std::to_string(version_) + " save");
   // Every piece this rank holds must be there with its local shape and dtype.
   for (size_t i = 0; i < records_.size(); ++i)
     for (const Piece& p : pieces_[i]) {
@@ -472,6 +505,20 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
                 " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
                 ", the index says " + FingerprintHex(*p.fingerprint) +
                 ": the file is not this save's (another save's rank file, or changed since)");
+      // Its cells are where the index maps them from (a damaged record fails its reads).
+      const StoredTensor& st = (*s)->stored(k);
+      std::optional<PieceCells> held;
+      if (st.cell_set >= 0) held = PieceCells{st.cell_set, st.first_cell, st.chunk};
+      auto cells_text = [](const std::optional<PieceCells>& c) {
+        return c ? "cells " + std::to_string(c->first) + ".. of set " + std::to_string(c->set) +
+                       " (chunks " + ShapeText(c->chunk) + ")"
+                 : std::string("no cells");
+      };
+      if ((*s)->Damage(k).ok() && held != p.cells)
+        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                         reading + "tensor '" + records_[i].name + "' piece " +
+                             DescribeRegion(p.stored) + " is stored in " + cells_text(held) +
+                             ", the index says " + cells_text(p.cells));
     }
   return std::move(*s);
 }

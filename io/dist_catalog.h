@@ -41,6 +41,9 @@ class DistCatalog : public Catalog, public StoredChunks {
     /// when the index gives one (docs/FORMAT.md 9): a rank file whose
     /// record differs is not this save's (rank-file-corrupt at open).
     std::optional<Fingerprint> fingerprint;
+    /// In a version 2 save, where the piece's chunks lie in its rank file when they are cells
+    /// (docs/FORMAT.md 11): the rank file's record must say the same.
+    std::optional<PieceCells> cells;
   };
   /// Opens the save at `path` (its master). With `check_rank_files`, every rank file the index
   /// names must be reachable (rank-file-missing / rank-file-unreadable otherwise); without,
@@ -174,6 +177,7 @@ class DistCatalog : public Catalog, public StoredChunks {
   std::vector<TensorRecord> records_;
   std::vector<std::vector<Piece>> pieces_;
   std::vector<std::optional<StoredTotals>> storage_;
+  int version_ = kStoreFormatVersion;  // the index's "version" (docs/FORMAT.md 9, 11)
   bool flat_boxes_ = false;  // the index's flat_mappings: "boxes" (else "runs", docs/FORMAT.md 10)
                              // // per tensor, from the index (none: not recorded)
   std::vector<std::string> rank_files_;

@@ -261,14 +261,13 @@ std::vector<std::string> AttributeProblems(hid_t d, const TensorRecord& t,
   return out;
 }
 
-// How the mappings of the virtual dataset `dset` (creation list `dcpl`) differ, in order, from
+// How the mappings of a virtual dataset (creation list `dcpl`) differ, in order, from
 // those the writer makes (`w`, from the tensor's `pieces`; rank r's source file is the base
 // name of rank_files[r]): none when they agree; else their count, when it differs, and what
 // differs first and how many more do.
 std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w,
                                          const std::vector<DistCatalog::Piece>& pieces,
-                                         const std::vector<std::string>& rank_files,
-                                         const std::string& dset) {
+                                         const std::vector<std::string>& rank_files) {
   size_t n = 0;
   if (H5Pget_virtual_count(dcpl, &n) < 0) return {"its mappings cannot be read"};
   std::vector<std::string> out;
@@ -286,7 +285,7 @@ std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w,
     const std::string src = VirtualString(H5Pget_virtual_dsetname, dcpl, k);
     // Compared (and shown) as the patterns HDF5 keeps: a lone `%b` must not pass for `%%b`.
     const std::string want_file = VdsSourceName(BaseName(rank_files[m.rank])),
-                      want_src = VdsSourceName(dset);
+                      want_src = VdsSourceName(m.source);
     if (vs.get() >= 0 && ss.get() >= 0 && to.is_box && from.is_box && SameBox(to.box, m.to) &&
         SameBox(from.box, m.from) && file == want_file && src == want_src)
       continue;
@@ -428,7 +427,7 @@ void DistCatalog::VerifyMasterDatasets(const std::vector<bool>& bad,
       continue;
     }
     // The mappings, in order, against those the writer makes from the index's pieces.
-    for (const std::string& m : MappingProblems(dcpl.get(), w, pieces_[i], rank_files_, dset))
+    for (const std::string& m : MappingProblems(dcpl.get(), w, pieces_[i], rank_files_))
       problem(t.name, where + m);
   }
   // Every dataset under /tensors must be one of those above.

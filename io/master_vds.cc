@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gen/checksum.h"
+#include "io/chunk_grid.h"
 #include "io/h5_handle.h"
 #include "io/path.h"
 #include "io/rank_files.h"
@@ -39,6 +40,58 @@ hid_t BoxSpace(const Region& b) {
     return -1;
   }
   return s;
+}
+
+// The mappings of piece `p` (index k) of tensor `t`, whose chunks are cells (docs/FORMAT.md
+// 11, item 5): per chunk of its stored box, in chunk-grid order, the chunk's part of the
+// piece's region from the same elements of its cell -- one block (a box piece), or per box of
+// the cell's flat range, in row-major order, one run of the cell (a flat piece).
+void AddCellMappings(const TensorRecord& t, const DistCatalog::Piece& p, size_t k,
+                     std::vector<VdsMapping>* out) {
+  const int rank = static_cast<int>(t.shape.size());
+  const uint64_t* gshape = t.shape.data();
+  const PieceCells& c = *p.cells;
+  const std::string source = std::string(kCellsGroup) + "/" + std::to_string(c.set);
+  const Region& g = p.region;
+  const Region& sb = p.stored;
+  const Grid grid = Grid::Make(LocalShape(sb), c.chunk);
+  const int crank = grid.rank;
+  uint64_t sdims[kMaxRank + 1], sst[kMaxRank + 1], cnt[kMaxRank + 1];
+  for (uint64_t j = 0; j < grid.num; ++j) {
+    const Region box = grid.Box(j);  // local to the stored box, clipped to it
+    sdims[0] = c.first + j + 1;
+    sst[0] = c.first + j;
+    cnt[0] = 1;
+    for (int d = 0; d < crank; ++d) sdims[d + 1] = c.chunk[d];
+    if (g.flat) {
+      const uint64_t b0 = g.begin + box.start[0], b1 = g.begin + box.stop[0];
+      uint64_t ls = 0;
+      for (const Region& b : FlatRangeToBoxes(t.shape, b0, b1)) {
+        uint64_t bc[kMaxRank];
+        for (int d = 0; d < rank; ++d) bc[d] = b.stop[d] - b.start[d];
+        sst[1] = ls;
+        cnt[1] = b.Count();
+        out->push_back({p.rank, k, BoxOf(rank, gshape, b.start, bc), BoxOf(2, sdims, sst, cnt),
+                        source});
+        ls += b.Count();
+      }
+      continue;
+    }
+    uint64_t to_start[kMaxRank], to_cnt[kMaxRank];
+    bool empty = false;
+    for (int d = 0; d < rank; ++d) {
+      const uint64_t lo = std::max(sb.start[d] + box.start[d], g.start[d]);
+      const uint64_t hi = std::min(sb.start[d] + box.stop[d], g.stop[d]);
+      empty |= lo >= hi;
+      to_start[d] = lo;
+      to_cnt[d] = hi > lo ? hi - lo : 0;
+      sst[d + 1] = lo - sb.start[d] - box.start[d];
+      cnt[d + 1] = to_cnt[d];
+    }
+    if (empty) continue;  // padding only
+    out->push_back({p.rank, k, BoxOf(rank, gshape, to_start, to_cnt),
+                    BoxOf(rank + 1, sdims, sst, cnt), source});
+  }
 }
 
 }  // namespace
@@ -88,9 +141,14 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
   m.kind = MasterDataset::kVirtual;
   if (!with_mappings) return m;
   const uint64_t* gshape = t.shape.data();
+  const std::string own = "/tensors/" + EscapeH5Name(t.name);
   for (size_t k = 0; k < pieces.size(); ++k) {
     const DistCatalog::Piece& p = pieces[k];
     const Region& g = p.region;
+    if (p.cells) {
+      AddCellMappings(t, p, k, &m.mappings);
+      continue;
+    }
     if (!g.flat) {
       const Region& sb = p.stored;
       uint64_t cnt[kMaxRank], sdims[kMaxRank], sst[kMaxRank];
@@ -100,7 +158,7 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
         sst[d] = g.start[d] - sb.start[d];
       }
       m.mappings.push_back(
-          {p.rank, k, BoxOf(rank, gshape, g.start, cnt), BoxOf(rank, sdims, sst, cnt)});
+          {p.rank, k, BoxOf(rank, gshape, g.start, cnt), BoxOf(rank, sdims, sst, cnt), own});
       continue;
     }
     const uint64_t local_n = g.end - g.begin;
@@ -111,7 +169,7 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
         for (int d = 0; d < rank; ++d) cnt[d] = b.stop[d] - b.start[d];
         const uint64_t lc = b.Count();
         m.mappings.push_back(
-            {p.rank, k, BoxOf(rank, gshape, b.start, cnt), BoxOf(1, &local_n, &ls, &lc)});
+            {p.rank, k, BoxOf(rank, gshape, b.start, cnt), BoxOf(1, &local_n, &ls, &lc), own});
         ls += lc;
       }
       continue;
@@ -128,7 +186,8 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
       }
       cnt[rank - 1] = g1 - g0;
       const uint64_t ls = g0 - g.begin, lc = g1 - g0;
-      m.mappings.push_back({p.rank, k, BoxOf(rank, gshape, st, cnt), BoxOf(1, &local_n, &ls, &lc)});
+      m.mappings.push_back(
+          {p.rank, k, BoxOf(rank, gshape, st, cnt), BoxOf(1, &local_n, &ls, &lc), own});
       g0 = g1;
     }
   }
@@ -143,8 +202,8 @@ namespace {
 // byte counts and its pieces (rank, region, stored box when padded, recorded fingerprint).
 std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& layout, uint32_t id,
                             const std::string& path, const std::vector<Fingerprint>& fps,
-                            const std::vector<uint64_t>& counts,
-                            const std::vector<uint64_t>& piece_fps) {
+                            const std::vector<uint64_t>& counts, const PieceReports& reports,
+                            int version) {
   const auto& ts = src.tensors();
   json tensors = json::array();
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -159,7 +218,10 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
       if (!SameRegion(plan.stored[i][k], s.region))
         piece["stored"] = RegionToJson(plan.stored[i][k]);
       const size_t q = plan.first_piece[i] + k;
-      piece["fingerprint"] = FingerprintHex(Fingerprint{piece_fps[2 * q], piece_fps[2 * q + 1]});
+      piece["fingerprint"] = FingerprintHex(reports.fingerprint(q));
+      if (const std::optional<PieceCells> c = reports.cells(q)) {
+        piece["cells"] = {{"set", c->set}, {"first", c->first}, {"chunk", c->chunk}};
+      }
       pieces.push_back(std::move(piece));
     }
     tensors.push_back(json{{"name", ts[i].name},
@@ -177,7 +239,7 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
   char idhex[16];
   std::snprintf(idhex, sizeof idhex, "%08x", id);
   const json index = {{"format", "seedstore-distributed"},
-                      {"version", 1},
+                      {"version", version},
                       {"save_id", idhex},
                       {"world", layout.world_size()},
                       {"layout", layout.ToJson()},
@@ -192,10 +254,11 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
 Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
                              const Layout& layout, uint32_t id, const std::string& path,
                              const std::vector<Fingerprint>& fps,
-                             const std::vector<uint64_t>& counts,
-                             const std::vector<uint64_t>& piece_fps) {
+                             const std::vector<uint64_t>& counts, const PieceReports& reports,
+                             int version) {
   const auto& ts = src.tensors();
-  const std::string text = MasterIndexText(src, plan, layout, id, path, fps, counts, piece_fps);
+  const std::string text =
+      MasterIndexText(src, plan, layout, id, path, fps, counts, reports, version);
 
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST);
@@ -233,16 +296,13 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
     // /tensors/<escaped> of each dense tensor, as MasterDatasetOf says.
     for (size_t i = 0; i < ts.size(); ++i) {
       const TensorRecord& t = ts[i];
-      const MasterDataset want = MasterDatasetOf(t, PlannedPieces(plan, i), FlatMappings::kBoxes);
+      const MasterDataset want =
+          MasterDatasetOf(t, PlannedPieces(plan, i, &reports), FlatMappings::kBoxes);
       if (want.kind == MasterDataset::kNone) continue;
       const int rank = static_cast<int>(t.shape.size());
       const std::string dset = "/tensors/" + EscapeH5Name(t.name);
-      // File type: the one the rank file holding the first piece uses.
-      const std::string f0 = RankFileName(path, id, plan.shards[i].at(0).replicas[0]);
-      Hid rf(H5Fopen(f0.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-      Hid rd(rf.get() >= 0 ? H5Dopen2(rf.get(), dset.c_str(), H5P_DEFAULT) : -1, H5Dclose);
-      if (rd.get() < 0) return IoError("cannot open '" + f0 + "' " + dset + " for its type");
-      Hid ftype(H5Dget_type(rd.get()), H5Tclose);
+      // File type: the one the rank files store the dtype as.
+      Hid ftype = StorageType(t.dtype);
       auto add_attrs = [&](hid_t d) -> Status {
         SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.name", t.name));
         SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(d, "seedstore.dtype", DTypeName(t.dtype)));
@@ -277,7 +337,7 @@ Status AddDistributedObjects(const std::string& file, const Catalog& src, const 
         Hid ss(BoxSpace(mp.from), H5Sclose);
         failed |= vs.get() < 0 || ss.get() < 0 ||
                   H5Pset_virtual(dcpl.get(), vs.get(), VdsSourceName(src_file).c_str(),
-                                 VdsSourceName(dset).c_str(), ss.get()) < 0;
+                                 VdsSourceName(mp.source).c_str(), ss.get()) < 0;
       }
       if (failed) return IoError("cannot map the pieces of '" + t.name + "' (H5Pset_virtual)");
       std::vector<hsize_t> gdims(t.shape.begin(), t.shape.end());

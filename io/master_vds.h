@@ -25,13 +25,16 @@ enum class FlatMappings { kRuns, kBoxes };
 constexpr uint64_t kMaxFlatRuns = 65536;
 
 // One mapping of a virtual dataset: the box `to` of the global tensor (to.shape: the tensor's
-// shape) is the box `from` of /tensors/<escaped name> in the rank file of `rank` (from.shape:
-// that dataset's shape, the local shape of the piece's stored box; [end - begin] for a flat
-// piece). `piece` is the index of the piece in the tensor's pieces.
+// shape) is the box `from` of dataset `source` in the rank file of `rank`. A version 1 piece's
+// source is /tensors/<escaped name> (from.shape: that dataset's shape, the local shape of the
+// piece's stored box; [end - begin] for a flat piece); a cell's is /cells/<k> (from: a block of
+// one cell, [1, extents...] at [cell, offsets...]; from.shape: [cell + 1, chunk shape], the
+// least extent holding it). `piece` is the index of the piece in the tensor's pieces.
 struct VdsMapping {
   int rank = 0;
   size_t piece = 0;
   Region to, from;
+  std::string source;
 };
 
 struct MasterDataset {
@@ -60,12 +63,12 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
 /// Adds the index and the virtual datasets to the (closed, committed) master file at `file`
 /// of save `id` at `path`: the plan's pieces of `src` under `layout`, the tensors'
 /// fingerprints `fps`, the counts per tensor (kCounts) and each piece's recorded fingerprint
-/// (`piece_fps`, two words per piece). kIo naming the master when HDF5 fails; on failure
+/// and cells (`reports`); the distributed index is version `version`, its rank files'. kIo naming the master when HDF5 fails; on failure
 /// the master is abandoned (AbandonH5File), never left half-closed.
 Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
                              const Layout& layout, uint32_t id, const std::string& path,
                              const std::vector<Fingerprint>& fps,
-                             const std::vector<uint64_t>& counts,
-                             const std::vector<uint64_t>& piece_fps);
+                             const std::vector<uint64_t>& counts, const PieceReports& reports,
+                             int version);
 
 }  // namespace seedstore

@@ -194,20 +194,19 @@ Region Cover(const Region& a, const Region& b) {
 // plan.first_piece[i] + k (two words each; other entries are left as they are).
 Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<int>& ranks,
                       const std::vector<std::string>& files, const DistSaveOptions& o,
-                      uint64_t* bytes, std::vector<uint64_t>& counts,
-                      std::vector<uint64_t>& piece_fps) {
-  auto record = [&](size_t i, size_t k, const Fingerprint& f) {
-    const size_t p = plan.first_piece[i] + k;
-    piece_fps[2 * p] = f.lane0;
-    piece_fps[2 * p + 1] = f.lane1;
+                      uint64_t* bytes, std::vector<uint64_t>& counts, PieceReports& reports) {
+  std::vector<std::unique_ptr<StoreWriter>> w(ranks.size());
+  auto record = [&](size_t i, size_t k, StoreWriter& sw, const Fingerprint& f) {
+    reports.Set(plan.first_piece[i] + k, f, sw.last_dense_cells());
   };
   uint64_t seed;
   Generator gen;
   RootSeedOf(src, &seed, &gen);
   std::map<int, size_t> slot;
-  std::vector<std::unique_ptr<StoreWriter>> w(ranks.size());
+  WriteOptions wo = o.write;
+  wo.cells = o.rank_file_version == kCellsFormatVersion;
   for (size_t k = 0; k < ranks.size(); ++k) {
-    SEEDSTORE_ASSIGN_OR_RETURN(w[k], StoreWriter::Create(files[k], seed, gen, o.write));
+    SEEDSTORE_ASSIGN_OR_RETURN(w[k], StoreWriter::Create(files[k], seed, gen, wo));
     slot[ranks[k]] = k;
   }
   const auto& ts = src.tensors();
@@ -250,7 +249,7 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
         SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
                                            items[a].chunking, true, nullptr, &counts[kCounts * i],
                                            &f));
-        record(i, items[a].k, f);
+        record(i, items[a].k, *items[a].w, f);
         ++a;
         continue;
       }
@@ -276,7 +275,7 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
         Fingerprint f;
         SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, g, items[a].chunking, true, data,
                                            &counts[kCounts * i], &f));
-        record(i, items[a].k, f);
+        record(i, items[a].k, *items[a].w, f);
       }
     }
   }

@@ -37,12 +37,11 @@ Status AddPiece(StoreWriter& w, const Catalog& src, size_t i, const Region& g,
 /// in runs of neighbours read from the source as one covering box of at most 32 MiB (and
 /// at most twice the runs' own elements): so a source chunk that many small pieces share --
 /// flat pieces over hundreds of ranks -- is read and decoded once per run, not once per piece.
-/// The fingerprint each piece k of tensor i is recorded with goes to piece_fps[p], p =
-/// plan.first_piece[i] + k (two words each; other entries are left as they are). *bytes grows
-/// by the data bytes of the pieces written.
+/// The files are version o.rank_file_version. What each piece k of tensor i is recorded with
+/// (fingerprint, cells) goes to reports, piece p = plan.first_piece[i] + k (other pieces' are
+/// left as they are). *bytes grows by the data bytes of the pieces written.
 Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<int>& ranks,
                       const std::vector<std::string>& files, const DistSaveOptions& o,
-                      uint64_t* bytes, std::vector<uint64_t>& counts,
-                      std::vector<uint64_t>& piece_fps);
+                      uint64_t* bytes, std::vector<uint64_t>& counts, PieceReports& reports);
 
 }  // namespace seedstore

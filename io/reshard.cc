@@ -177,7 +177,7 @@ class SaveJob {
   Status st_;
   uint64_t bytes_ = 0;
   std::vector<uint64_t> counts_;     // per tensor: chunks copied, encoded; bytes stored
-  std::vector<uint64_t> piece_fps_;  // per piece: lane0, lane1 (distributed saves)
+  PieceReports reports_;  // per piece: fingerprint and cells (distributed saves)
   std::string staged_, gate_;
   std::vector<int> mine_;  // the layout ranks whose files this process writes
   // Rank 0 knows when its commit happens: until then a signal removes its files (after that
@@ -213,6 +213,11 @@ Status SaveJob::MakeAgreedPlan() {
     if (ps.ok() && !(o_.max_padding >= 0))
       ps = InvalidArgument("reshard: max padding must be >= 0, not " +
                            std::to_string(o_.max_padding));
+    if (ps.ok() && o_.rank_file_version != kStoreFormatVersion &&
+        o_.rank_file_version != kCellsFormatVersion)
+      ps = InvalidArgument("reshard: rank file version " + std::to_string(o_.rank_file_version) +
+                           " (versions " + std::to_string(kStoreFormatVersion) + " and " +
+                           std::to_string(kCellsFormatVersion) + " are written)");
     if (ps.ok()) ps = PadPieces(src_, o_.write, o_.max_padding, &*p);
     SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, ps, "plan"));
     plan_ = std::move(*p);
@@ -323,14 +328,14 @@ Status SaveJob::WriteDistributed() {
   std::vector<std::vector<uint64_t>> file_counts(groups, std::vector<uint64_t>(kCounts * n_, 0));
   // Each piece's recorded fingerprint, from the process that wrote it (zero elsewhere; the
   // groups write disjoint pieces), all-reduced for the master's index.
-  piece_fps_.assign(2 * plan_.first_piece.back(), 0);
+  reports_ = PieceReports::For(plan_);
   st_ = ParallelFor(groups, threads, false, [&](uint64_t k, int) -> Status {
     std::vector<int> ranks(mine_.begin() + k * mine_.size() / groups,
                            mine_.begin() + (k + 1) * mine_.size() / groups);
     std::vector<std::string> files;
     for (int r : ranks) files.push_back(RankFileName(path_, id_, r));
     return WriteRankFiles(src_, plan_, ranks, files, o_, &file_bytes[k], file_counts[k],
-                          piece_fps_);
+                          reports_);
   });
   for (size_t k = 0; k < groups; ++k) {
     bytes_ += file_bytes[k];
@@ -342,7 +347,8 @@ Status SaveJob::WriteDistributed() {
   // The index records each tensor's chunks and bytes over all its pieces (inspect shows
   // them without opening a rank file).
   if (a.ok()) a = comm_.AllReduceSum(counts_.data(), counts_.size(), "chunk counts");
-  if (a.ok()) a = comm_.AllReduceSum(piece_fps_.data(), piece_fps_.size(), "piece fingerprints");
+  if (a.ok())
+    a = comm_.AllReduceSum(reports_.words.data(), reports_.words.size(), "piece reports");
   SEEDSTORE_RETURN_IF_ERROR(a);
   if (me_ == 0) {
     st_ = [&]() -> Status {
@@ -351,13 +357,15 @@ Status SaveJob::WriteDistributed() {
       // to the staged name.
       WriteOptions mo = o_.write;
       mo.user_block = kSealBytes;
+      mo.cells = false;  // the master is a version 1 store (docs/FORMAT.md 10)
       SEEDSTORE_ASSIGN_OR_RETURN(auto w, StoreWriter::Create(staged_, seed_, gen_, mo));
       for (size_t i = 0; i < n_; ++i)
         if (ts_[i].lazy)
           SEEDSTORE_RETURN_IF_ERROR(w->AddLazy(ts_[i].lazy->spec, &src_fp_[i], true, o_.cpu));
       return w->Commit([&](const std::string& temp) {
         SEEDSTORE_RETURN_IF_ERROR(AddDistributedObjects(temp, src_, plan_, layout_, id_, path_,
-                                                        src_fp_, counts_, piece_fps_));
+                                                        src_fp_, counts_, reports_,
+                                                        o_.rank_file_version));
         return SealMaster(temp);
       });
     }();

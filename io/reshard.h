@@ -40,6 +40,10 @@ struct DistSaveOptions {
   /// to it when that adds at most this fraction of its elements (then its chunks are copied,
   /// not re-encoded). 0: never pad. Must be >= 0 (kInvalidArgument).
   double max_padding = 0.25;
+  /// The rank files' format (docs/FORMAT.md 9): kCellsFormatVersion (2, pieces packed into
+  /// cell sets, section 11), or kStoreFormatVersion (1, a dataset per piece, section 10) for
+  /// readers built before version 2. Others: kInvalidArgument.
+  int rank_file_version = kCellsFormatVersion;
   /// SaveBuffers: the model's root seed and default generator, recorded in the save's files
   /// as a store records them (docs/FORMAT.md 4.1; `inspect` shows them). Reshard takes its
   /// source's (RootSeedOf) and ignores these.

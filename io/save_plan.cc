@@ -28,11 +28,46 @@ Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
   return p;
 }
 
-std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i) {
+PieceReports PieceReports::For(const Plan& plan) {
+  PieceReports r;
+  for (size_t i = 0; i < plan.stored.size(); ++i)
+    for (const Region& g : plan.stored[i]) {
+      r.at.push_back(r.words.size());
+      r.words.resize(r.words.size() + 4 + (g.flat ? 1 : g.rank), 0);
+    }
+  r.at.push_back(r.words.size());
+  return r;
+}
+
+void PieceReports::Set(size_t p, const Fingerprint& f, const std::optional<PieceCells>& cells) {
+  uint64_t* w = words.data() + at[p];
+  w[0] = f.lane0;
+  w[1] = f.lane1;
+  if (!cells || cells->chunk.size() != at[p + 1] - at[p] - 4) return;
+  w[2] = static_cast<uint64_t>(cells->set) + 1;
+  w[3] = cells->first;
+  std::copy(cells->chunk.begin(), cells->chunk.end(), w + 4);
+}
+
+Fingerprint PieceReports::fingerprint(size_t p) const {
+  return Fingerprint{words[at[p]], words[at[p] + 1]};
+}
+
+std::optional<PieceCells> PieceReports::cells(size_t p) const {
+  const uint64_t* w = words.data() + at[p];
+  if (w[2] == 0) return std::nullopt;
+  return PieceCells{static_cast<int>(w[2] - 1), w[3],
+                    std::vector<uint64_t>(w + 4, words.data() + at[p + 1])};
+}
+
+std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i,
+                                              const PieceReports* reports) {
   std::vector<DistCatalog::Piece> ps;
-  for (size_t k = 0; k < plan.shards[i].size(); ++k)
+  for (size_t k = 0; k < plan.shards[i].size(); ++k) {
     ps.push_back(
-        {plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k], std::nullopt});
+        {plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k], std::nullopt,
+         reports ? reports->cells(plan.first_piece[i] + k) : std::nullopt});
+  }
   return ps;
 }
 

@@ -30,8 +30,25 @@ Result<Plan> MakePlan(const Catalog& src, const Layout& layout);
 /// Sets p->first_piece from p->shards.
 void NumberPieces(Plan* p);
 
-/// The plan's pieces of tensor i, as the index lists them.
-std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i);
+/// What each piece's writer reports to the master's writer: the fingerprint it recorded and,
+/// for a piece packed into a version 2 rank file's cells, where they are (docs/FORMAT.md 11).
+/// The words are summed over the writing processes (AllReduceSum), each piece's being zero
+/// except in the process that wrote it.
+struct PieceReports {
+  /// Piece p's words from at[p]: fingerprint lane0, lane1; cell set + 1 (0: no cells); first
+  /// cell; chunk shape (one word per dim of the piece's local shape: 1 for a flat piece).
+  std::vector<uint64_t> words;
+  std::vector<size_t> at;
+  /// Zeroed reports for the plan's pieces (NumberPieces done).
+  static PieceReports For(const Plan& plan);
+  void Set(size_t p, const Fingerprint& f, const std::optional<PieceCells>& cells);
+  Fingerprint fingerprint(size_t p) const;
+  std::optional<PieceCells> cells(size_t p) const;
+};
+
+/// The plan's pieces of tensor i, as the index lists them (with their cells when `reports`).
+std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i,
+                                              const PieceReports* reports = nullptr);
 
 /// Per tensor, what a save counts as it writes: chunks copied, chunks encoded, bytes stored
 /// (counts[kCounts * i + 0, 1, 2]).

@@ -63,12 +63,12 @@ int H5Store::HintFd(uint64_t chunk_bytes) const {
 // are ignored.
 static void PrefetchChunk(int fd, const ChunkWhere& w, const Grid& g, uint64_t j) {
   if (fd < 0 || !g.chunked() || j >= g.num) return;
-  if (!w.located && g.num > H5Store::kAddressedChunks)
+  if (!w.located && w.stored->index_chunks() > H5Store::kAddressedChunks)
     return;  // no address: the kernel's readahead
   uint64_t c[kMaxRank];
-  hsize_t off[kMaxRank];
+  hsize_t off[kMaxRank + 1];
   g.Coords(j, c);
-  for (int d = 0; d < g.rank; ++d) off[d] = c[d] * g.chunk[d];
+  ChunkOffset(*w.stored, j, c, g.rank, off);
   const ChunkLoc loc = LocateChunk(w, j, off);
   if (loc.size > 0)
     (void)::posix_fadvise(fd, static_cast<off_t>(loc.addr), static_cast<off_t>(loc.size),
@@ -114,9 +114,10 @@ static Status ReadStoredBytes(const std::string& path, const TensorRecord& t, co
   }
   uint64_t cs[kMaxRank];
   g.Coords(j, cs);
-  hsize_t off[kMaxRank];
-  for (int d = 0; d < g.rank; ++d) off[d] = cs[d] * g.chunk[d];
-  if (!w.located && (fd < 0 || g.num > H5Store::kAddressedChunks)) {  // looked up by HDF5 directly
+  hsize_t off[kMaxRank + 1];
+  ChunkOffset(*w.stored, j, cs, g.rank, off);
+  if (!w.located &&
+      (fd < 0 || w.stored->index_chunks() > H5Store::kAddressedChunks)) {  // by HDF5 directly
     H5Guard gl;
     hsize_t n = 0;
     if (H5Dget_chunk_storage_size(w.dset(), off, &n) < 0) {

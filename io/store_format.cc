@@ -1,5 +1,9 @@
 #include "io/store_format.h"
 
+#include <hdf5.h>
+
+#include <type_traits>
+
 #include "gen/checksum.h"
 
 namespace seedstore {
@@ -72,6 +76,23 @@ uint64_t TableHash(const std::vector<uint64_t>& entries) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                 "tables are hashed as stored (little-endian)");
   return Checksum64(entries.data(), entries.size() * sizeof(uint64_t));
+}
+
+}  // namespace seedstore
+
+namespace seedstore {
+
+static_assert(std::is_same_v<hsize_t, unsigned long long>, "ChunkOffset writes hsize_t offsets");
+
+int ChunkOffset(const StoredTensor& s, uint64_t j, const uint64_t* coords, int rank,
+                unsigned long long* off) {
+  if (s.cell_set >= 0) {
+    off[0] = s.first_cell + j;
+    for (int d = 0; d < rank; ++d) off[d + 1] = 0;
+    return rank + 1;
+  }
+  for (int d = 0; d < rank; ++d) off[d] = coords[d] * s.chunk[d];
+  return rank;
 }
 
 }  // namespace seedstore

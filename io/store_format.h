@@ -14,8 +14,11 @@
 
 namespace seedstore {
 
-/// Format version written by this build, and the only one it reads.
+/// Format version of a one-file store (and of a version 1 rank file), docs/FORMAT.md 9.
 constexpr int kStoreFormatVersion = 1;
+/// Format version of a rank file whose pieces are packed into cell sets (docs/FORMAT.md 11),
+/// what distributed saves are written as. This build reads both versions.
+constexpr int kCellsFormatVersion = 2;
 /// HDF5 filter ids in a dense tensor's pipeline.
 constexpr int kH5FilterShuffle = 2;
 constexpr int kH5FilterZstd = 32015;
@@ -60,6 +63,10 @@ struct WriteOptions {
   /// Permissions of a new file (-1: 0644 less the umask); a replaced file keeps its own
   /// (AtomicFile::Create).
   int file_mode = -1;
+  /// Pack pieces into cell sets (docs/FORMAT.md 11): the file is a version 2 rank file, whose
+  /// chunked pieces (DenseChunking::piece) are cells of a few shared datasets instead of one
+  /// dataset each. Distributed saves' rank files are written so.
+  bool cells = false;
   /// Bytes reserved at the file's start for the caller: an HDF5 user block, which HDF5 and
   /// every reader skip (0, or a power of 2 >= 512). A distributed save's master keeps its seal
   /// there (docs/FORMAT.md 10).
@@ -84,7 +91,37 @@ struct StoredTensor {
   std::vector<int> filters;  // HDF5 filter ids, pipeline order
   int zstd_level = 0;        // the zstd filter's cd_values[0] (0: no zstd filter)
   std::string dataset;       // HDF5 path of the data ("" for lazy)
+  /// A piece of a version 2 rank file (docs/FORMAT.md 11): its chunk j is cell first_cell + j
+  /// of the cell set `dataset` (/cells/<cell_set>), which holds `set_cells` cells. -1: the
+  /// tensor has a dataset of its own, chunk j at its chunk-grid origin.
+  int cell_set = -1;
+  uint64_t first_cell = 0, set_cells = 0;
+  /// How many chunks the dataset's chunk index holds: num_chunks, or the set's cells.
+  uint64_t index_chunks() const { return cell_set >= 0 ? set_cells : num_chunks; }
 };
+
+/// Where chunk j of a dense tensor stored as `s` lies in its dataset, HDF5's chunk offset
+/// (`off`, one entry per dataset dim; returns their count): the chunk-grid origin of chunk j,
+/// whose grid coordinates are `coords` (chunk shape s.chunk), or [first_cell + j, 0, ..., 0]
+/// for a cell.
+int ChunkOffset(const StoredTensor& s, uint64_t j, const uint64_t* coords, int rank,
+                unsigned long long* off);
+
+/// Where a version 2 rank file's piece lies (docs/FORMAT.md 11): cells first, first + 1, ... of
+/// cell set `set` (/cells/<set>), of chunk shape `chunk`.
+struct PieceCells {
+  int set = 0;
+  uint64_t first = 0;
+  std::vector<uint64_t> chunk;
+  bool operator==(const PieceCells& o) const {
+    return set == o.set && first == o.first && chunk == o.chunk;
+  }
+};
+
+/// The HDF5 groups of a version 2 rank file's cell sets and their tables (docs/FORMAT.md 11).
+constexpr const char* kCellsGroup = "/cells";
+constexpr const char* kCellSumsGroup = "/cellsums";
+constexpr const char* kCellInfoGroup = "/cellinfo";
 
 /// What a store's chunk-info table (/chunkinfo/<escaped>, docs/FORMAT.md 4.3) says of one
 /// chunk: the XXH3-64 of its stored bytes, and its fingerprint -- the sum over the chunk's

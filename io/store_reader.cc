@@ -9,6 +9,7 @@
 #include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
 #include "gen/checksum.h"
@@ -90,6 +91,7 @@ Result<std::shared_ptr<const Hid>> H5Store::Dataset(size_t i) const {
 
 Result<ChunkWhere> H5Store::ChunksOf(size_t i) const {
   ChunkWhere w;
+  w.stored = &stored_[i];
   if (fd_ >= 0 && i < located_.size() && !located_[i].empty()) {
     w.located = &located_[i];
     return w;
@@ -121,18 +123,20 @@ Status CheckOpenable(const std::string& path, const std::string& w, struct stat*
   return Status::Ok();
 }
 
-// The root attributes: magic (bad-magic) and version (unsupported-version).
-Status CheckRootAttributes(hid_t f, const std::string& w) {
+// The root attributes: magic (bad-magic) and version (unsupported-version), *version.
+Status CheckRootAttributes(hid_t f, const std::string& w, int* version) {
   SEEDSTORE_ASSIGN_OR_RETURN(std::string magic, ReadStringAttr(f, "seedstore.format", w));
   if (magic != "seedstore")
     return StoreStatus(StoreError::kBadMagic,
                        w + ": seedstore.format is '" + magic + "', expected 'seedstore'");
   SEEDSTORE_ASSIGN_OR_RETURN(std::vector<uint64_t> ver, ReadU64Attr(f, "seedstore.version", w));
-  if (ver.size() != 1 || ver[0] != static_cast<uint64_t>(kStoreFormatVersion))
+  if (ver.size() != 1 || (ver[0] != static_cast<uint64_t>(kStoreFormatVersion) &&
+                          ver[0] != static_cast<uint64_t>(kCellsFormatVersion)))
     return StoreStatus(StoreError::kUnsupportedVersion,
                        w + ": format version " + (ver.empty() ? "?" : std::to_string(ver[0])) +
-                           " (this build reads version " + std::to_string(kStoreFormatVersion) +
-                           ")");
+                           " (this build reads versions " + std::to_string(kStoreFormatVersion) +
+                           " and " + std::to_string(kCellsFormatVersion) + ")");
+  *version = static_cast<int>(ver[0]);
   return Status::Ok();
 }
 
@@ -176,15 +180,15 @@ struct IndexHeader {
 };
 
 // The index's own fields, which must agree with the file's attributes (checked before).
-Result<IndexHeader> ParseIndexHeader(json& idx, const std::string& w) {
+Result<IndexHeader> ParseIndexHeader(json& idx, int version, const std::string& w) {
   auto bad = [&](const std::string& m) { return BadIndex(w, m); };
   IndexHeader h;
   if (idx.is_discarded() || !idx.is_object()) return bad("is not a JSON object");
   if (idx.contains("format") && idx["format"] != "seedstore")
     return bad("field 'format' is " + JsonPreview(idx["format"]) + ", not \"seedstore\"");
-  if (idx.contains("version") && idx["version"] != kStoreFormatVersion)
+  if (idx.contains("version") && idx["version"] != version)
     return bad("field 'version' is " + JsonPreview(idx["version"]) + ", the file's is " +
-               std::to_string(kStoreFormatVersion));
+               std::to_string(version));
   if (!idx.contains("seed") || !idx["seed"].is_number_unsigned())
     return bad("field 'seed' missing or not an unsigned integer");
   h.seed = idx["seed"].get<uint64_t>();
@@ -367,14 +371,16 @@ Status ReadPipeline(hid_t d, const TensorRecord& tr, const std::string& tw,
 // Where the chunks of a tensor of few chunks (H5Store::kLocatedChunks) are, so that its reads
 // open no dataset (ChunksOf); empty when it has more, or when a chunk is missing (the reads
 // find and name that).
-std::vector<ChunkLoc> LocateFewChunks(hid_t d, const Grid& grid) {
+std::vector<ChunkLoc> LocateFewChunks(hid_t d, const Grid& grid, const StoredTensor& st) {
   std::vector<ChunkLoc> located;
-  if (!grid.chunked() || grid.num > H5Store::kLocatedChunks) return located;
+  if (!grid.chunked() || grid.num > H5Store::kLocatedChunks ||
+      st.index_chunks() > H5Store::kAddressedChunks)  // a walk of the chunk index per lookup
+    return located;
   for (uint64_t j = 0; j < grid.num; ++j) {
     uint64_t c[kMaxRank];
-    hsize_t off[kMaxRank];
+    hsize_t off[kMaxRank + 1];
     grid.Coords(j, c);
-    for (int q = 0; q < grid.rank; ++q) off[q] = c[q] * grid.chunk[q];
+    ChunkOffset(st, j, c, grid.rank, off);
     located.push_back(LocateChunk(d, off));
     if (located.back().size == 0) return {};
   }
@@ -402,7 +408,7 @@ Result<std::vector<uint64_t>> ReadChecksumTable(hid_t f, const std::string& sums
 // The chunk-info table at `info_path` (optional: files written before it existed have none;
 // then empty): one row per chunk, its own hash checked, its fingerprints adding up to `fp`.
 Result<std::vector<ChunkInfo>> ReadChunkInfoTable(hid_t f, const std::string& info_path,
-                                                  const Grid& grid, const Fingerprint& fp,
+                                                  const Grid& grid, const Fingerprint* fp,
                                                   const std::string& tw) {
   std::vector<ChunkInfo> infos;
   SEEDSTORE_ASSIGN_OR_RETURN(bool has_info, LinkExists(f, info_path, tw));
@@ -429,10 +435,10 @@ Result<std::vector<ChunkInfo>> ReadChunkInfoTable(hid_t f, const std::string& in
     infos[j].fingerprint = Fingerprint{rows[3 * j + 1], rows[3 * j + 2]};
     total.Add(infos[j].fingerprint);
   }
-  if (total != fp)
+  if (fp && total != *fp)
     return StoreStatus(StoreError::kFingerprintMismatch,
                        tw + ": the chunk fingerprints of " + info_path + " add up to " +
-                           FingerprintHex(total) + ", the record says " + FingerprintHex(fp));
+                           FingerprintHex(total) + ", the record says " + FingerprintHex(*fp));
   return infos;
 }
 
@@ -463,12 +469,129 @@ Status CheckDenseObjects(hid_t f, const TensorRecord& tr, const std::optional<Fi
   const Grid grid = Grid::Make(tr.shape, chunk);
   stt.chunk = chunk;
   stt.num_chunks = grid.num;
-  out->located = LocateFewChunks(d.get(), grid);
+  out->located = LocateFewChunks(d.get(), grid, stt);
   SEEDSTORE_ASSIGN_OR_RETURN(out->checksums, ReadChecksumTable(f, sums_path, grid, tw));
-  SEEDSTORE_ASSIGN_OR_RETURN(out->info, ReadChunkInfoTable(f, "/chunkinfo/" + esc, grid, *fp, tw));
+  SEEDSTORE_ASSIGN_OR_RETURN(out->info, ReadChunkInfoTable(f, "/chunkinfo/" + esc, grid, &*fp, tw));
   return Status::Ok();
 }
 
+
+// A version 2 rank file's cell set (docs/FORMAT.md 11) as Open checked it: its dataset's
+// dtype, cell shape and pipeline, its tables, and which cells the records claimed so far.
+struct CellSetObjects {
+  Status status;  // why the set cannot be read (every tensor in it is then damaged)
+  DType dtype = DType::kF32;
+  std::vector<uint64_t> chunk;  // the cell shape: the chunk shape of its tensors
+  StoredTensor pipeline;        // filters and zstd_level
+  uint64_t cells = 0;
+  std::vector<uint64_t> sums;
+  std::vector<ChunkInfo> infos;
+  std::vector<bool> taken;
+};
+
+// Opens cell set k of file `w` and checks it: a chunked dataset [n, c0, ..., c(r-1)] of one
+// cell per chunk, its dtype attribute and HDF5 type, its pipeline, and its checksum and
+// chunk-info tables (one entry per cell, each table's own hash).
+Status LoadCellSet(hid_t f, int k, const std::string& w, CellSetObjects* out) {
+  const std::string name = std::to_string(k);
+  const std::string path = std::string(kCellsGroup) + "/" + name;
+  const std::string sw = w + " cell set " + path;
+  for (const std::string& p :
+       {path, std::string(kCellSumsGroup) + "/" + name, std::string(kCellInfoGroup) + "/" + name}) {
+    SEEDSTORE_ASSIGN_OR_RETURN(bool exists, LinkExists(f, p, sw));
+    if (!exists)
+      return StoreStatus(StoreError::kMissingObject, sw + ": dataset '" + p + "' is missing");
+    SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, sw));
+  }
+  Hid d(H5Dopen2(f, path.c_str(), NoChunkCache()), H5Dclose);
+  if (!d.ok()) return H5ReadFailure(sw + ": opening it");
+  SEEDSTORE_ASSIGN_OR_RETURN(std::string adt, ReadStringAttr(d.get(), "seedstore.dtype", sw));
+  auto dt = ParseDType(adt);
+  if (!dt.ok())
+    return StoreStatus(StoreError::kDtypeMismatch, sw + ": seedstore.dtype is '" + adt + "'");
+  out->dtype = *dt;
+  Hid ty(H5Dget_type(d.get()), H5Tclose);
+  if (!TypeMatches(ty.get(), out->dtype))
+    return StoreStatus(StoreError::kDtypeMismatch, sw + ": HDF5 type does not store " + adt);
+  Hid sp(H5Dget_space(d.get()), H5Sclose);
+  const int nd = H5Sget_simple_extent_ndims(sp.get());
+  if (nd < 2 || nd > kMaxRank + 1)
+    return StoreStatus(StoreError::kShapeMismatch, sw + ": a cell set has 2 to " +
+                                                       std::to_string(kMaxRank + 1) + " dims, not " +
+                                                       std::to_string(nd));
+  std::vector<hsize_t> dims(nd);
+  H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
+  TensorRecord whole;  // the set as a tensor, for its pipeline
+  whole.name = path;
+  whole.shape.assign(dims.begin(), dims.end());
+  whole.dtype = out->dtype;
+  std::vector<uint64_t> chunk;
+  SEEDSTORE_RETURN_IF_ERROR(ReadPipeline(d.get(), whole, sw, &chunk, &out->pipeline));
+  if (chunk.empty() || chunk[0] != 1 ||
+      !std::equal(chunk.begin() + 1, chunk.end(), whole.shape.begin() + 1))
+    return StoreStatus(StoreError::kBadLayout,
+                       sw + ": chunks " + ShapeText(chunk) + " are not one cell each (" +
+                           ShapeText(whole.shape) + ")");
+  out->chunk.assign(chunk.begin() + 1, chunk.end());
+  out->cells = dims[0];
+  const Grid cells = Grid::Make({out->cells}, {1});
+  SEEDSTORE_ASSIGN_OR_RETURN(
+      out->sums, ReadChecksumTable(f, std::string(kCellSumsGroup) + "/" + name, cells, sw));
+  SEEDSTORE_ASSIGN_OR_RETURN(
+      out->infos, ReadChunkInfoTable(f, std::string(kCellInfoGroup) + "/" + name, cells, nullptr, sw));
+  out->taken.assign(out->cells, false);
+  return Status::Ok();
+}
+
+// A record's cells -- set k from `first` -- checked against the set (its dtype, rank and
+// chunk shape, cells inside it and claimed by no other record, their chunk fingerprints adding
+// up to the record's `fp`); fills `out` (the tensor's storage and its slices of the tables).
+Status CheckCellObjects(const TensorRecord& tr, const std::optional<Fingerprint>& fp, int k,
+                        uint64_t first, const std::string& where, const std::string& w,
+                        CellSetObjects& set, DenseObjects* out) {
+  const std::string tw = w + " tensor '" + tr.name + "'";
+  const std::string sn = "cell set " + std::to_string(k);
+  if (!fp) return BadIndex(w, where + ": dense record without fingerprint");
+  if (tr.dtype != set.dtype)
+    return StoreStatus(StoreError::kDtypeMismatch, tw + ": " + sn + " holds " +
+                                                       DTypeName(set.dtype) + ", the index says " +
+                                                       DTypeName(tr.dtype));
+  bool fits = tr.shape.size() == set.chunk.size() && tr.NumElements() > 0;
+  for (size_t d = 0; fits && d < tr.shape.size(); ++d) fits = set.chunk[d] <= tr.shape[d];
+  if (!fits)
+    return StoreStatus(StoreError::kShapeMismatch, tw + ": " + sn + "'s cells " +
+                                                       ShapeText(set.chunk) +
+                                                       " are no chunk shape of its shape " +
+                                                       ShapeText(tr.shape));
+  const Grid grid = Grid::Make(tr.shape, set.chunk);
+  if (first > set.cells || grid.num > set.cells - first)
+    return StoreStatus(StoreError::kShapeMismatch,
+                       tw + ": cells " + std::to_string(first) + ".." +
+                           std::to_string(first + grid.num) + " lie beyond " + sn + "'s " +
+                           std::to_string(set.cells));
+  for (uint64_t j = first; j < first + grid.num; ++j)
+    if (set.taken[j])
+      return BadIndex(w, where + " ('" + tr.name + "'): cell " + std::to_string(j) + " of " + sn +
+                             " belongs to another tensor too");
+  Fingerprint total;
+  for (uint64_t j = first; j < first + grid.num; ++j) total.Add(set.infos[j].fingerprint);
+  if (total != *fp)
+    return StoreStatus(StoreError::kFingerprintMismatch,
+                       tw + ": the chunk fingerprints of its cells in " + sn + " add up to " +
+                           FingerprintHex(total) + ", the record says " + FingerprintHex(*fp));
+  for (uint64_t j = first; j < first + grid.num; ++j) set.taken[j] = true;
+  StoredTensor& st = out->stored;
+  st.chunk = set.chunk;
+  st.num_chunks = grid.num;
+  st.filters = set.pipeline.filters;
+  st.zstd_level = set.pipeline.zstd_level;
+  st.cell_set = k;
+  st.first_cell = first;
+  st.set_cells = set.cells;
+  out->checksums.assign(set.sums.begin() + first, set.sums.begin() + first + grid.num);
+  out->info.assign(set.infos.begin() + first, set.infos.begin() + first + grid.num);
+  return Status::Ok();
+}
 }  // namespace
 
 Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
@@ -490,10 +613,11 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
   }
   s->AttachDescriptor();
   const hid_t f = s->file_;
-  SEEDSTORE_RETURN_IF_ERROR(CheckRootAttributes(f, w));
+  SEEDSTORE_RETURN_IF_ERROR(CheckRootAttributes(f, w, &s->version_));
   SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadIndexText(f, w));
   json idx = ParseJson(text, nullptr);
-  SEEDSTORE_ASSIGN_OR_RETURN(const IndexHeader h, ParseIndexHeader(idx, w));
+  SEEDSTORE_ASSIGN_OR_RETURN(const IndexHeader h, ParseIndexHeader(idx, s->version_, w));
+  std::map<int, CellSetObjects> sets;  // a version 2 rank file's cell sets, loaded when named
   s->seed_ = h.seed;
   s->generator_ = h.generator;
   s->rank_ = h.rank;
@@ -523,10 +647,33 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       obj.stored.stored_bytes = stored_bytes;
       obj.stored.dense = true;
       obj.stored.dataset = "/tensors/" + EscapeH5Name(tr.name);
-      damage = CheckDenseObjects(f, tr, fp, where, w, &obj);
+      if (rec.contains("cells")) {  // a piece packed into a cell set (docs/FORMAT.md 11)
+        const json& c = rec["cells"];
+        if (s->version_ != kCellsFormatVersion || !tr.piece || !c.is_object() ||
+            !c.contains("set") || !c["set"].is_number_unsigned() || c["set"].get<uint64_t>() > 1u << 30 ||
+            !c.contains("first") || !c["first"].is_number_unsigned())
+          return bad(where + " ('" + tr.name + "'): 'cells' needs a piece of a version " +
+                     std::to_string(kCellsFormatVersion) +
+                     " file, 'set' and 'first' (unsigned integers)");
+        const int k = c["set"].get<int>();
+        obj.stored.dataset = std::string(kCellsGroup) + "/" + std::to_string(k);
+        auto it = sets.find(k);
+        if (it == sets.end()) {
+          CellSetObjects cs;
+          cs.status = LoadCellSet(f, k, w, &cs);
+          it = sets.emplace(k, std::move(cs)).first;
+        }
+        damage = it->second.status.ok()
+                     ? CheckCellObjects(tr, fp, k, c["first"].get<uint64_t>(), where, w, it->second, &obj)
+                     : it->second.status.WithContext("tensor '" + tr.name + "'");
+      } else {
+        damage = CheckDenseObjects(f, tr, fp, where, w, &obj);
+      }
       if (!damage.ok()) {  // the record stands; its reads fail with `damage`
-        obj = DenseObjects{
-            StoredTensor{true, stored_bytes, {}, 0, {}, 0, obj.stored.dataset}, {}, {}, {}};
+        obj = DenseObjects{StoredTensor{true, stored_bytes, {}, 0, {}, 0, obj.stored.dataset},
+                           {},
+                           {},
+                           {}};
         H5ErrorText();  // what the checks left on HDF5's error stack
       }
     } else {

@@ -48,6 +48,7 @@ class Hid;  // io/h5_handle.h
 struct ChunkWhere {
   std::shared_ptr<const Hid> dataset;              // the open dataset; null with `located`
   const std::vector<ChunkLoc>* located = nullptr;  // one per chunk
+  const StoredTensor* stored = nullptr;            // the tensor's storage (ChunkOffset)
   int64_t dset() const;                            // the dataset's HDF5 id, or -1
 };
 
@@ -105,6 +106,9 @@ class H5Store : public Catalog, public StoredChunks {
   Result<std::optional<Fingerprint>> ProveStoredPiece(size_t i, const Region& r, bool cells,
                                                       CpuOptions o) const override;
   std::optional<int> shard_rank() const override { return rank_; }
+  /// The file's format version: kStoreFormatVersion, or kCellsFormatVersion for a rank file
+  /// whose pieces are packed into cell sets (docs/FORMAT.md 11).
+  int format_version() const { return version_; }
   /// File size in bytes.
   uint64_t file_bytes() const { return file_bytes_; }
   /// kStore, the file's size, and per tensor its stored record. Errors: a listed tensor whose
@@ -224,6 +228,7 @@ class H5Store : public Catalog, public StoredChunks {
   uint64_t seed_ = 0, file_bytes_ = 0;
   Generator generator_ = Generator::kThreefry;
   std::optional<int> rank_;  // the index's "rank"
+  int version_ = kStoreFormatVersion;  // format_version()
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
   mutable std::vector<std::pair<size_t, std::shared_ptr<const Hid>>>

@@ -26,7 +26,8 @@ using json = nlohmann::json;
 // A dense tensor's index record (docs/FORMAT.md 4.1).
 json DenseRecordJson(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
                      const Fingerprint& fp, uint64_t stored_bytes,
-                     const std::optional<Region>& piece) {
+                     const std::optional<Region>& piece,
+                     const PieceCells* cells = nullptr) {
   json rec = {{"name", name},
               {"shape", shape},
               {"dtype", DTypeName(dtype)},
@@ -36,6 +37,7 @@ json DenseRecordJson(const std::string& name, const std::vector<uint64_t>& shape
   if (piece)
     rec["piece"] = {{"shape", std::vector<uint64_t>(piece->shape, piece->shape + piece->rank)},
                     {"region", RegionToJson(*piece)}};
+  if (cells) rec["cells"] = {{"set", cells->set}, {"first", cells->first}};
   return rec;
 }
 
@@ -66,6 +68,20 @@ static ScratchPool<WriteScratch>& WriteScratchPool() {
 struct StoreWriter::Impl {
   std::unique_ptr<AtomicFile> file;
   hid_t h5 = -1, g_tensors = -1, g_sums = -1, g_info = -1, g_meta = -1;
+  hid_t g_cells = -1, g_cellsums = -1, g_cellinfo = -1;  // WriteOptions::cells
+  // A version 2 rank file's cell sets (docs/FORMAT.md 11), in first-use order: set k is
+  // /cells/<k>, its tables written by Commit.
+  struct CellSet {
+    DType dtype;
+    std::vector<uint64_t> chunk;
+    std::vector<int> filters;
+    Hid dset;
+    uint64_t cells = 0;
+    std::vector<uint64_t> sums;
+    std::vector<ChunkInfo> infos;
+  };
+  std::vector<CellSet> sets;
+  std::optional<PieceCells> last_cells;
   uint64_t seed = 0;
   Generator generator = Generator::kThreefry;
   std::optional<int> rank;
@@ -100,7 +116,8 @@ struct StoreWriter::Impl {
   bool CloseH5(bool keep) {
     H5Guard g;
     bool ok = true;
-    for (hid_t* id : {&g_tensors, &g_sums, &g_info, &g_meta})
+    sets.clear();  // their datasets, before the file
+    for (hid_t* id : {&g_tensors, &g_sums, &g_info, &g_meta, &g_cells, &g_cellsums, &g_cellinfo})
       if (*id >= 0) {
         H5Gclose(*id);
         *id = -1;
@@ -112,6 +129,10 @@ struct StoreWriter::Impl {
     }
     return ok;
   }
+  // The cell set of chunks of `dtype`, g's chunk shape and `filters`: the first such set, else
+  // a new one (docs/FORMAT.md 11).
+  Result<CellSet*> CellSetFor(DType dtype, const Grid& g, const std::vector<int>& filters,
+                              const std::string& tw);
   Status CheckName(const std::string& name) {
     if (name.empty()) return InvalidArgument("tensor name is empty");
     if (committed) return Internal("store '" + file->path() + "' was already committed");
@@ -160,7 +181,8 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   signal_cleanup::EndChange();
   if (m.h5 < 0) return SEEDSTORE_H5_ERROR("creating '" + m.file->temp_path() + "'");
   SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(m.h5, "seedstore.format", "seedstore"));
-  SEEDSTORE_RETURN_IF_ERROR(WriteI32Attr(m.h5, "seedstore.version", kStoreFormatVersion));
+  SEEDSTORE_RETURN_IF_ERROR(WriteI32Attr(m.h5, "seedstore.version",
+                                         m.opt.cells ? kCellsFormatVersion : kStoreFormatVersion));
   Hid gcpl(UntimedCreationList(H5P_GROUP_CREATE), H5Pclose);
   m.g_meta = H5Gcreate2(m.h5, "seedstore", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
   m.g_tensors = H5Gcreate2(m.h5, "tensors", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
@@ -168,6 +190,13 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   m.g_info = H5Gcreate2(m.h5, "chunkinfo", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
   if (m.g_meta < 0 || m.g_tensors < 0 || m.g_sums < 0 || m.g_info < 0)
     return SEEDSTORE_H5_ERROR("creating groups");
+  if (m.opt.cells) {
+    m.g_cells = H5Gcreate2(m.h5, kCellsGroup, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
+    m.g_cellsums = H5Gcreate2(m.h5, kCellSumsGroup, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
+    m.g_cellinfo = H5Gcreate2(m.h5, kCellInfoGroup, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
+    if (m.g_cells < 0 || m.g_cellsums < 0 || m.g_cellinfo < 0)
+      return SEEDSTORE_H5_ERROR("creating the cell groups");
+  }
   void* handle = nullptr;
   if (H5Fget_vfd_handle(m.h5, fapl.get(), &handle) >= 0 && handle)
     m.fd = *static_cast<int*>(handle);
@@ -269,20 +298,30 @@ Result<TensorRecord> FrameOf(const std::string& name, const std::vector<uint64_t
 
 // Creates dataset `esc` in group `group` for a dense tensor of dtype `dtype` on grid `g`:
 // chunked with the filter pipeline `filters` (FilterPipeline; zstd at options.zstd_level),
-// never filled, no times. *dset: the dataset, *type: its file type.
+// never filled, no times. *dset: the dataset, *type: its file type. With `cells`, the dataset
+// is instead an empty cell set of g's chunk shape (docs/FORMAT.md 11): [0, c0, ..., c(r-1)],
+// growing along its first dim, one chunk per cell.
 Status CreateDenseDataset(hid_t group, const std::string& esc, DType dtype, const Grid& g,
                           const std::vector<int>& filters, const WriteOptions& options,
-                          const std::string& tw, Hid* dset, Hid* type) {
+                          const std::string& tw, Hid* dset, Hid* type, bool cells = false) {
   H5Guard gl;
-  const int rank = g.rank;
   *type = StorageType(dtype);
   std::vector<hsize_t> dims(g.shape.begin(), g.shape.end());
-  Hid space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), nullptr),
+  std::vector<hsize_t> cd(g.chunk.begin(), g.chunk.end());
+  std::vector<hsize_t> most = dims;
+  if (cells) {
+    dims = cd;
+    dims.insert(dims.begin(), 0);
+    most = dims;
+    most[0] = H5S_UNLIMITED;
+    cd.insert(cd.begin(), 1);
+  }
+  const int rank = static_cast<int>(dims.size());
+  Hid space(rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(rank, dims.data(), most.data()),
             H5Sclose);
   Hid dcpl(UntimedCreationList(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
   if (g.chunked()) {
-    std::vector<hsize_t> cd(g.chunk.begin(), g.chunk.end());
     H5Pset_chunk(dcpl.get(), rank, cd.data());
     for (int id : filters) {
       if (id == kH5FilterShuffle) {
@@ -382,6 +421,28 @@ Status WriteChunkTables(hid_t g_sums, hid_t g_info, const std::string& esc,
 
 }  // namespace
 
+Result<StoreWriter::Impl::CellSet*> StoreWriter::Impl::CellSetFor(DType dtype, const Grid& g,
+                                                                  const std::vector<int>& filters,
+                                                                  const std::string& tw) {
+  for (CellSet& c : sets)
+    if (c.dtype == dtype && c.chunk == g.chunk && c.filters == filters) return &c;
+  CellSet c;
+  c.dtype = dtype;
+  c.chunk = g.chunk;
+  c.filters = filters;
+  const std::string k = std::to_string(sets.size());
+  Hid type;
+  SEEDSTORE_RETURN_IF_ERROR(
+      CreateDenseDataset(g_cells, k, dtype, g, filters, opt, tw + ": cell set " + k, &c.dset,
+                         &type, /*cells=*/true));
+  {
+    H5Guard gl;
+    SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(c.dset.get(), "seedstore.dtype", DTypeName(dtype)));
+  }
+  sets.push_back(std::move(c));
+  return &sets.back();
+}
+
 // A bool is stored as byte 0 or 1 (docs/FORMAT.md 4.2): h5py, numpy and torch disagree on
 // what any other byte means, so the writer refuses one, naming the element (tensor indices)
 // of the box `b` whose row-major bytes are `p`.
@@ -420,8 +481,23 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   SEEDSTORE_ASSIGN_OR_RETURN(const TensorRecord frame,
                              FrameOf(name, shape, dtype, chunking.piece, tw));
   Hid dset, type;
-  SEEDSTORE_RETURN_IF_ERROR(
-      CreateDenseDataset(m.g_tensors, esc, dtype, g, filters, m.opt, tw, &dset, &type));
+  // A version 2 rank file's piece: chunk j is cell first + j of its set (docs/FORMAT.md 11).
+  Impl::CellSet* set = nullptr;
+  uint64_t first = 0;
+  if (m.opt.cells && chunking.piece && g.chunked()) {
+    SEEDSTORE_ASSIGN_OR_RETURN(set, m.CellSetFor(dtype, g, filters, tw));
+    first = set->cells;
+    H5Guard gl;
+    std::vector<hsize_t> dims(g.chunk.begin(), g.chunk.end());
+    dims.insert(dims.begin(), first + g.num);
+    if (H5Dset_extent(set->dset.get(), dims.data()) < 0)
+      return SEEDSTORE_H5_ERROR(tw + ": growing cell set " + std::to_string(set - m.sets.data()));
+    set->cells = first + g.num;
+  } else {
+    SEEDSTORE_RETURN_IF_ERROR(
+        CreateDenseDataset(m.g_tensors, esc, dtype, g, filters, m.opt, tw, &dset, &type));
+  }
+  const hid_t target = set ? set->dset.get() : dset.get();
   std::vector<uint64_t> sums(g.num);
   std::vector<ChunkInfo> infos(g.num);
   std::atomic<uint64_t> stored{0}, copied{0};
@@ -479,12 +555,16 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   auto commit = [&](uint64_t j, int th) -> Status {
     const Pending& p = pending[th];
     if (g.chunked()) {
-      hsize_t off[kMaxRank];
-      const Region box = g.Box(j);
-      for (int d = 0; d < rank; ++d) off[d] = box.start[d];
+      hsize_t off[kMaxRank + 1] = {};
+      if (set) {
+        off[0] = first + j;
+      } else {
+        const Region box = g.Box(j);
+        for (int d = 0; d < rank; ++d) off[d] = box.start[d];
+      }
       {
         H5Guard gl;
-        if (H5Dwrite_chunk(dset.get(), H5P_DEFAULT, p.filter_mask, off, p.size, p.bytes) < 0)
+        if (H5Dwrite_chunk(target, H5P_DEFAULT, p.filter_mask, off, p.size, p.bytes) < 0)
           return SEEDSTORE_H5_ERROR(tw + ": writing chunk " + std::to_string(j) +
                                     (p.copied ? " (copied as stored)" : ""));
       }
@@ -506,15 +586,22 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   m.counts.encoded += g.num - copied.load();
   Fingerprint fp;
   for (const auto& p : parts) fp.Add(p);
-  H5Guard gl;
-  SEEDSTORE_RETURN_IF_ERROR(WriteChunkTables(m.g_sums, m.g_info, esc, sums, infos, tw));
-  SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.name", name));
-  SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.dtype", DTypeName(dtype)));
-  SEEDSTORE_RETURN_IF_ERROR(
-      WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
+  m.last_cells.reset();
+  if (set) {  // the set's tables are written by Commit
+    set->sums.insert(set->sums.end(), sums.begin(), sums.end());
+    set->infos.insert(set->infos.end(), infos.begin(), infos.end());
+    m.last_cells = PieceCells{static_cast<int>(set - m.sets.data()), first, g.chunk};
+  } else {
+    H5Guard gl;
+    SEEDSTORE_RETURN_IF_ERROR(WriteChunkTables(m.g_sums, m.g_info, esc, sums, infos, tw));
+    SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.name", name));
+    SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(dset.get(), "seedstore.dtype", DTypeName(dtype)));
+    SEEDSTORE_RETURN_IF_ERROR(
+        WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
+  }
   m.counts.stored_bytes += stored.load() + g.num * 32;
-  m.records.push_back(
-      DenseRecordJson(name, shape, dtype, fp, stored.load() + g.num * 32, frame.piece));
+  m.records.push_back(DenseRecordJson(name, shape, dtype, fp, stored.load() + g.num * 32,
+                                      frame.piece, m.last_cells ? &*m.last_cells : nullptr));
   m.last_dense = fp;
   return Status::Ok();
 }
@@ -532,6 +619,25 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
     }
     m.records.push_back(LazyRecordJson(l, t.fingerprint));
     return Status::Ok();
+  }
+  const StoredTensor& st = src.stored(i);
+  if (st.cell_set >= 0 || (m.opt.cells && t.piece && !st.chunk.empty())) {
+    // A cell of a set, or one to become one: copied chunk by chunk, as stored where the
+    // pipelines agree (docs/FORMAT.md 11).
+    m.names.erase(t.name);  // AddDense checks it again
+    DenseChunking c;
+    c.chunk = st.chunk;
+    c.piece = t.piece;
+    const bool same = CopiesChunksOf(st, t.name, t.dtype);
+    c.raw = [&src, i, same](uint64_t j, const Region&, StoredChunk* out) -> Result<bool> {
+      if (!same) return false;
+      SEEDSTORE_RETURN_IF_ERROR(src.ReadStoredChunk(i, j, out, /*decode=*/src.chunk_info(i).empty()));
+      return true;
+    };
+    BoxSource read = [&src, i](const Region& box, void* out) {
+      return src.Read(i, box, out, CpuOptions{1});
+    };
+    return AddDense(t.name, t.shape, t.dtype, read, {}, c);
   }
   const std::string esc = EscapeH5Name(t.name);
   H5Guard gl;
@@ -565,6 +671,9 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, const std::string& name,
 
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }
 Fingerprint StoreWriter::last_dense_fingerprint() const { return impl_->last_dense; }
+std::optional<PieceCells> StoreWriter::last_dense_cells() const {
+  return impl_->last_cells;
+}
 const WriteOptions& StoreWriter::options() const { return impl_->opt; }
 
 void StoreWriter::SetShardRank(std::optional<int> rank) { impl_->rank = rank; }
@@ -572,8 +681,14 @@ void StoreWriter::SetShardRank(std::optional<int> rank) { impl_->rank = rank; }
 Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>& before_rename) {
   Impl& m = *impl_;
   if (m.committed) return Internal("store '" + m.file->path() + "' committed twice");
+  for (size_t k = 0; k < m.sets.size(); ++k) {
+    H5Guard gl;
+    const std::string name = std::to_string(k);
+    SEEDSTORE_RETURN_IF_ERROR(WriteChunkTables(m.g_cellsums, m.g_cellinfo, name, m.sets[k].sums,
+                                               m.sets[k].infos, "cell set " + name));
+  }
   json idx = {{"format", "seedstore"},
-              {"version", kStoreFormatVersion},
+              {"version", m.opt.cells ? kCellsFormatVersion : kStoreFormatVersion},
               {"seed", m.seed},
               {"generator", GeneratorName(m.generator)},
               {"tensors", m.records}};

@@ -90,6 +90,9 @@ class StoreWriter {
   ChunkCounts chunk_counts() const;
   /// The fingerprint recorded for the last dense tensor added (zero before the first).
   Fingerprint last_dense_fingerprint() const;
+  /// Where the last dense tensor added lies, when it went into a cell set (WriteOptions::cells);
+  /// nullopt otherwise.
+  std::optional<PieceCells> last_dense_cells() const;
   /// The options this writer was created with (zstd_level clamped as it writes).
   const WriteOptions& options() const;
   /// Records the layout rank whose shards the store's pieces are (the index's "rank",
