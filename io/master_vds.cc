@@ -71,8 +71,8 @@ void AddCellMappings(const TensorRecord& t, const DistCatalog::Piece& p, size_t 
         for (int d = 0; d < rank; ++d) bc[d] = b.stop[d] - b.start[d];
         sst[1] = ls;
         cnt[1] = b.Count();
-        out->push_back({p.rank, k, BoxOf(rank, gshape, b.start, bc), BoxOf(2, sdims, sst, cnt),
-                        source});
+        out->push_back(
+            {p.rank, k, BoxOf(rank, gshape, b.start, bc), BoxOf(2, sdims, sst, cnt), source});
         ls += b.Count();
       }
       continue;
@@ -238,14 +238,10 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
     files.push_back(BaseName(RankFileName(path, id, r)));
   char idhex[16];
   std::snprintf(idhex, sizeof idhex, "%08x", id);
-  const json index = {{"format", "seedstore-distributed"},
-                      {"version", version},
-                      {"save_id", idhex},
-                      {"world", layout.world_size()},
-                      {"layout", layout.ToJson()},
-                      {"rank_files", files},
-                      {"flat_mappings", "boxes"},
-                      {"tensors", tensors}};
+  const json index = {
+      {"format", "seedstore-distributed"}, {"version", version},        {"save_id", idhex},
+      {"world", layout.world_size()},      {"layout", layout.ToJson()}, {"rank_files", files},
+      {"flat_mappings", "boxes"},          {"tensors", tensors}};
   return index.dump();
 }
 

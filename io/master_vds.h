@@ -63,8 +63,9 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
 /// Adds the index and the virtual datasets to the (closed, committed) master file at `file`
 /// of save `id` at `path`: the plan's pieces of `src` under `layout`, the tensors'
 /// fingerprints `fps`, the counts per tensor (kCounts) and each piece's recorded fingerprint
-/// and cells (`reports`); the distributed index is version `version`, its rank files'. kIo naming the master when HDF5 fails; on failure
-/// the master is abandoned (AbandonH5File), never left half-closed.
+/// and cells (`reports`); the distributed index is version `version`, its rank files'. kIo naming
+/// the master when HDF5 fails; on failure the master is abandoned (AbandonH5File), never left
+/// half-closed.
 Status AddDistributedObjects(const std::string& file, const Catalog& src, const Plan& plan,
                              const Layout& layout, uint32_t id, const std::string& path,
                              const std::vector<Fingerprint>& fps,

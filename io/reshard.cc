@@ -176,8 +176,8 @@ class SaveJob {
   std::vector<Fingerprint> src_fp_;
   Status st_;
   uint64_t bytes_ = 0;
-  std::vector<uint64_t> counts_;     // per tensor: chunks copied, encoded; bytes stored
-  PieceReports reports_;  // per piece: fingerprint and cells (distributed saves)
+  std::vector<uint64_t> counts_;  // per tensor: chunks copied, encoded; bytes stored
+  PieceReports reports_;          // per piece: fingerprint and cells (distributed saves)
   std::string staged_, gate_;
   std::vector<int> mine_;  // the layout ranks whose files this process writes
   // Rank 0 knows when its commit happens: until then a signal removes its files (after that
@@ -334,8 +334,7 @@ Status SaveJob::WriteDistributed() {
                            mine_.begin() + (k + 1) * mine_.size() / groups);
     std::vector<std::string> files;
     for (int r : ranks) files.push_back(RankFileName(path_, id_, r));
-    return WriteRankFiles(src_, plan_, ranks, files, o_, &file_bytes[k], file_counts[k],
-                          reports_);
+    return WriteRankFiles(src_, plan_, ranks, files, o_, &file_bytes[k], file_counts[k], reports_);
   });
   for (size_t k = 0; k < groups; ++k) {
     bytes_ += file_bytes[k];
@@ -347,8 +346,7 @@ Status SaveJob::WriteDistributed() {
   // The index records each tensor's chunks and bytes over all its pieces (inspect shows
   // them without opening a rank file).
   if (a.ok()) a = comm_.AllReduceSum(counts_.data(), counts_.size(), "chunk counts");
-  if (a.ok())
-    a = comm_.AllReduceSum(reports_.words.data(), reports_.words.size(), "piece reports");
+  if (a.ok()) a = comm_.AllReduceSum(reports_.words.data(), reports_.words.size(), "piece reports");
   SEEDSTORE_RETURN_IF_ERROR(a);
   if (me_ == 0) {
     st_ = [&]() -> Status {

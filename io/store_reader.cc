@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <climits>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "gen/checksum.h"
@@ -475,7 +475,6 @@ Status CheckDenseObjects(hid_t f, const TensorRecord& tr, const std::optional<Fi
   return Status::Ok();
 }
 
-
 // A version 2 rank file's cell set (docs/FORMAT.md 11) as Open checked it: its dataset's
 // dtype, cell shape and pipeline, its tables, and which cells the records claimed so far.
 struct CellSetObjects {
@@ -496,6 +495,7 @@ Status LoadCellSet(hid_t f, int k, const std::string& w, CellSetObjects* out) {
   const std::string name = std::to_string(k);
   const std::string path = std::string(kCellsGroup) + "/" + name;
   const std::string sw = w + " cell set " + path;
+  out->status = Status::Ok();
   for (const std::string& p :
        {path, std::string(kCellSumsGroup) + "/" + name, std::string(kCellInfoGroup) + "/" + name}) {
     SEEDSTORE_ASSIGN_OR_RETURN(bool exists, LinkExists(f, p, sw));
@@ -517,8 +517,8 @@ Status LoadCellSet(hid_t f, int k, const std::string& w, CellSetObjects* out) {
   const int nd = H5Sget_simple_extent_ndims(sp.get());
   if (nd < 2 || nd > kMaxRank + 1)
     return StoreStatus(StoreError::kShapeMismatch, sw + ": a cell set has 2 to " +
-                                                       std::to_string(kMaxRank + 1) + " dims, not " +
-                                                       std::to_string(nd));
+                                                       std::to_string(kMaxRank + 1) +
+                                                       " dims, not " + std::to_string(nd));
   std::vector<hsize_t> dims(nd);
   H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
   TensorRecord whole;  // the set as a tensor, for its pipeline
@@ -529,16 +529,17 @@ Status LoadCellSet(hid_t f, int k, const std::string& w, CellSetObjects* out) {
   SEEDSTORE_RETURN_IF_ERROR(ReadPipeline(d.get(), whole, sw, &chunk, &out->pipeline));
   if (chunk.empty() || chunk[0] != 1 ||
       !std::equal(chunk.begin() + 1, chunk.end(), whole.shape.begin() + 1))
-    return StoreStatus(StoreError::kBadLayout,
-                       sw + ": chunks " + ShapeText(chunk) + " are not one cell each (" +
-                           ShapeText(whole.shape) + ")");
+    return StoreStatus(StoreError::kBadLayout, sw + ": chunks " + ShapeText(chunk) +
+                                                   " are not one cell each (" +
+                                                   ShapeText(whole.shape) + ")");
   out->chunk.assign(chunk.begin() + 1, chunk.end());
   out->cells = dims[0];
   const Grid cells = Grid::Make({out->cells}, {1});
   SEEDSTORE_ASSIGN_OR_RETURN(
       out->sums, ReadChecksumTable(f, std::string(kCellSumsGroup) + "/" + name, cells, sw));
   SEEDSTORE_ASSIGN_OR_RETURN(
-      out->infos, ReadChunkInfoTable(f, std::string(kCellInfoGroup) + "/" + name, cells, nullptr, sw));
+      out->infos,
+      ReadChunkInfoTable(f, std::string(kCellInfoGroup) + "/" + name, cells, nullptr, sw));
   out->taken.assign(out->cells, false);
   return Status::Ok();
 }
@@ -559,16 +560,15 @@ Status CheckCellObjects(const TensorRecord& tr, const std::optional<Fingerprint>
   bool fits = tr.shape.size() == set.chunk.size() && tr.NumElements() > 0;
   for (size_t d = 0; fits && d < tr.shape.size(); ++d) fits = set.chunk[d] <= tr.shape[d];
   if (!fits)
-    return StoreStatus(StoreError::kShapeMismatch, tw + ": " + sn + "'s cells " +
-                                                       ShapeText(set.chunk) +
-                                                       " are no chunk shape of its shape " +
-                                                       ShapeText(tr.shape));
+    return StoreStatus(StoreError::kShapeMismatch,
+                       tw + ": " + sn + "'s cells " + ShapeText(set.chunk) +
+                           " are no chunk shape of its shape " + ShapeText(tr.shape));
   const Grid grid = Grid::Make(tr.shape, set.chunk);
   if (first > set.cells || grid.num > set.cells - first)
-    return StoreStatus(StoreError::kShapeMismatch,
-                       tw + ": cells " + std::to_string(first) + ".." +
-                           std::to_string(first + grid.num) + " lie beyond " + sn + "'s " +
-                           std::to_string(set.cells));
+    return StoreStatus(StoreError::kShapeMismatch, tw + ": cells " + std::to_string(first) + ".." +
+                                                       std::to_string(first + grid.num) +
+                                                       " lie beyond " + sn + "'s " +
+                                                       std::to_string(set.cells));
   for (uint64_t j = first; j < first + grid.num; ++j)
     if (set.taken[j])
       return BadIndex(w, where + " ('" + tr.name + "'): cell " + std::to_string(j) + " of " + sn +
@@ -650,8 +650,9 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
       if (rec.contains("cells")) {  // a piece packed into a cell set (docs/FORMAT.md 11)
         const json& c = rec["cells"];
         if (s->version_ != kCellsFormatVersion || !tr.piece || !c.is_object() ||
-            !c.contains("set") || !c["set"].is_number_unsigned() || c["set"].get<uint64_t>() > 1u << 30 ||
-            !c.contains("first") || !c["first"].is_number_unsigned())
+            !c.contains("set") || !c["set"].is_number_unsigned() ||
+            c["set"].get<uint64_t>() > 1u << 30 || !c.contains("first") ||
+            !c["first"].is_number_unsigned())
           return bad(where + " ('" + tr.name + "'): 'cells' needs a piece of a version " +
                      std::to_string(kCellsFormatVersion) +
                      " file, 'set' and 'first' (unsigned integers)");
@@ -660,20 +661,21 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
         auto it = sets.find(k);
         if (it == sets.end()) {
           CellSetObjects cs;
-          cs.status = LoadCellSet(f, k, w, &cs);
+          cs.status = LoadCellSet(f, k, w + " tensor '" + tr.name + "'", &cs);
           it = sets.emplace(k, std::move(cs)).first;
+        } else if (!it->second.status.ok()) {  // named again for this tensor
+          CellSetObjects again;
+          it->second.status = LoadCellSet(f, k, w + " tensor '" + tr.name + "'", &again);
         }
-        damage = it->second.status.ok()
-                     ? CheckCellObjects(tr, fp, k, c["first"].get<uint64_t>(), where, w, it->second, &obj)
-                     : it->second.status.WithContext("tensor '" + tr.name + "'");
+        damage = it->second.status.ok() ? CheckCellObjects(tr, fp, k, c["first"].get<uint64_t>(),
+                                                           where, w, it->second, &obj)
+                                        : it->second.status;
       } else {
         damage = CheckDenseObjects(f, tr, fp, where, w, &obj);
       }
       if (!damage.ok()) {  // the record stands; its reads fail with `damage`
-        obj = DenseObjects{StoredTensor{true, stored_bytes, {}, 0, {}, 0, obj.stored.dataset},
-                           {},
-                           {},
-                           {}};
+        obj = DenseObjects{
+            StoredTensor{true, stored_bytes, {}, 0, {}, 0, obj.stored.dataset}, {}, {}, {}};
         H5ErrorText();  // what the checks left on HDF5's error stack
       }
     } else {

@@ -227,7 +227,7 @@ class H5Store : public Catalog, public StoredChunks {
   uint64_t kernel_readahead_ = 0;  // the kernel's readahead window for fd_'s device (0: unknown)
   uint64_t seed_ = 0, file_bytes_ = 0;
   Generator generator_ = Generator::kThreefry;
-  std::optional<int> rank_;  // the index's "rank"
+  std::optional<int> rank_;            // the index's "rank"
   int version_ = kStoreFormatVersion;  // format_version()
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;

@@ -26,8 +26,7 @@ using json = nlohmann::json;
 // A dense tensor's index record (docs/FORMAT.md 4.1).
 json DenseRecordJson(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
                      const Fingerprint& fp, uint64_t stored_bytes,
-                     const std::optional<Region>& piece,
-                     const PieceCells* cells = nullptr) {
+                     const std::optional<Region>& piece, const PieceCells* cells = nullptr) {
   json rec = {{"name", name},
               {"shape", shape},
               {"dtype", DTypeName(dtype)},
@@ -432,9 +431,8 @@ Result<StoreWriter::Impl::CellSet*> StoreWriter::Impl::CellSetFor(DType dtype, c
   c.filters = filters;
   const std::string k = std::to_string(sets.size());
   Hid type;
-  SEEDSTORE_RETURN_IF_ERROR(
-      CreateDenseDataset(g_cells, k, dtype, g, filters, opt, tw + ": cell set " + k, &c.dset,
-                         &type, /*cells=*/true));
+  SEEDSTORE_RETURN_IF_ERROR(CreateDenseDataset(
+      g_cells, k, dtype, g, filters, opt, tw + ": cell set " + k, &c.dset, &type, /*cells=*/true));
   {
     H5Guard gl;
     SEEDSTORE_RETURN_IF_ERROR(WriteStringAttr(c.dset.get(), "seedstore.dtype", DTypeName(dtype)));
@@ -631,7 +629,8 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
     const bool same = CopiesChunksOf(st, t.name, t.dtype);
     c.raw = [&src, i, same](uint64_t j, const Region&, StoredChunk* out) -> Result<bool> {
       if (!same) return false;
-      SEEDSTORE_RETURN_IF_ERROR(src.ReadStoredChunk(i, j, out, /*decode=*/src.chunk_info(i).empty()));
+      SEEDSTORE_RETURN_IF_ERROR(
+          src.ReadStoredChunk(i, j, out, /*decode=*/src.chunk_info(i).empty()));
       return true;
     };
     BoxSource read = [&src, i](const Region& box, void* out) {
@@ -671,9 +670,7 @@ bool StoreWriter::CopiesChunksOf(const StoredTensor& s, const std::string& name,
 
 StoreWriter::ChunkCounts StoreWriter::chunk_counts() const { return impl_->counts; }
 Fingerprint StoreWriter::last_dense_fingerprint() const { return impl_->last_dense; }
-std::optional<PieceCells> StoreWriter::last_dense_cells() const {
-  return impl_->last_cells;
-}
+std::optional<PieceCells> StoreWriter::last_dense_cells() const { return impl_->last_cells; }
 const WriteOptions& StoreWriter::options() const { return impl_->opt; }
 
 void StoreWriter::SetShardRank(std::optional<int> rank) { impl_->rank = rank; }

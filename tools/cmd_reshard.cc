@@ -18,6 +18,7 @@ struct ReshardOptions {
   std::string source, layout, output, backend = "auto", simulate = "none";
   bool consolidate = false, json = false, quiet = false, full_proof = false;
   double timeout = 600, max_padding = 0.25;
+  int rank_file_version = kCellsFormatVersion;
   int threads = 0, zstd_level = 1, simulate_rank = 1;
   std::vector<std::string> codecs;
 };
@@ -52,6 +53,7 @@ int RunOn(Collective& c, const ReshardOptions& o, std::string* outcome) {
   so.simulate_rank = o.simulate_rank;
   so.full_proof = o.full_proof;
   so.max_padding = o.max_padding;
+  so.rank_file_version = o.rank_file_version;
   auto rep = Reshard(c, **cat, layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
   *outcome = "the save '" + o.output + "' is " + (rep->committed ? "committed" : "not committed");
@@ -129,6 +131,11 @@ Register reg(
                  "not re-encoded) when that adds at most this fraction of its elements; 0: never "
                  "(default 0.25)",
                  0.0);
+       AddInteger(
+           app, "--rank-file-version", &o->rank_file_version,
+           "Format version of the rank files: 2 (default) packs each file's pieces into a few "
+           "datasets; 1 writes a dataset per piece, for readers built before version 2",
+           kStoreFormatVersion, kCellsFormatVersion);
        AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
        return [o] { return Run(*o); };
      }});

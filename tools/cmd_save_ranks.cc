@@ -15,6 +15,7 @@ namespace {
 struct SaveRanksOptions {
   std::string source, layout, output, backend = "auto", simulate = "none";
   bool quiet = false, full_proof = false;
+  int rank_file_version = kCellsFormatVersion;
   double timeout = 600;
   int threads = 0, simulate_rank = 1;
   std::vector<std::string> codecs;
@@ -58,6 +59,7 @@ int RunOn(Collective& c, const SaveRanksOptions& o, std::string* outcome) {
   so.simulate = *sim;
   so.simulate_rank = o.simulate_rank;
   so.full_proof = o.full_proof;
+  so.rank_file_version = o.rank_file_version;
   RootSeedOf(**cat, &so.root_seed, &so.generator);  // the save records the source's
   auto rep = SaveBuffers(c, params, *layout, o.output, so);
   if (!rep.ok()) return finish(rep.status());
@@ -96,6 +98,11 @@ Register reg(
                     "Prove by decoding and fingerprinting every written chunk (default: check its "
                     "stored bytes against the chunk-info table and sum the recorded fingerprints)");
        AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
+       AddInteger(
+           app, "--rank-file-version", &o->rank_file_version,
+           "Format version of the rank files: 2 (default) packs each file's pieces into a few "
+           "datasets; 1 writes a dataset per piece, for readers built before version 2",
+           kStoreFormatVersion, kCellsFormatVersion);
        AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
        return [o] { return Run(*o); };
      }});

@@ -264,6 +264,7 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
     v[0] ^= 1;  // element [75, 63]: padding (rank 0 owns it)
     WriteOptions wo;
     wo.chunk_bytes = 512;
+    wo.cells = true;  // a version 2 rank file, as the save's others
     auto w = StoreWriter::Create(rank3, f.spec.seed, f.spec.generator, wo);
     ASSERT_TRUE(w.ok());
     DenseChunking ch;

@@ -163,7 +163,8 @@ TEST(ReshardVds, ARankFileOfAnotherSaveIsRefusedBeforeAnythingIsWritten) {
   std::vector<std::string> mine, theirs;
   const std::string a = VdsSave("rv_swap_a.h5", &mine);
   const std::string b = TempDir() + "/rv_swap_b.h5";
-  ASSERT_TRUE(ReshardHere(other.source, VdsLayout(), b).ok());
+  ASSERT_TRUE(
+      ReshardHere(other.source, VdsLayout(), b, false, false, {}, kStoreFormatVersion).ok());
   auto db = DistCatalog::Open(b);
   ASSERT_TRUE(db.ok());
   const std::string from = (*db)->rank_files()[1];
@@ -250,12 +251,14 @@ TEST(ReshardVds, UntouchedSavesVerifyCleanAndTheirVirtualDatasetsAreTheIndexs) {
   // shardings of the small model.
   const std::string r3 = TempDir() + "/rv_rows3.h5", r2 = TempDir() + "/rv_rows2.h5";
   const std::string p6 = TempDir() + "/rv_pad6.h5", m4 = TempDir() + "/rv_model4.h5";
-  ASSERT_TRUE(ReshardHere(GetRaw().source, RowsLayout(3), r3).ok());
-  ASSERT_TRUE(ReshardHere(GetRaw().source, RowsLayout(2), r2).ok());
-  ASSERT_TRUE(ReshardHere(GetPad().source, PadLayout(3, 2), p6).ok());
-  ASSERT_TRUE(ReshardHere(Get().source, LayoutFile(2, 2), m4).ok());
-  for (const std::string& p : {r3, r2, p6, m4})
-    EXPECT_EQ(VerifyProblems(p), std::vector<std::string>{}) << p;
+  for (int v : {kCellsFormatVersion, kStoreFormatVersion}) {  // the mappings below: version 1
+    ASSERT_TRUE(ReshardHere(GetRaw().source, RowsLayout(3), r3, false, false, {}, v).ok());
+    ASSERT_TRUE(ReshardHere(GetRaw().source, RowsLayout(2), r2, false, false, {}, v).ok());
+    ASSERT_TRUE(ReshardHere(GetPad().source, PadLayout(3, 2), p6, false, false, {}, v).ok());
+    ASSERT_TRUE(ReshardHere(Get().source, LayoutFile(2, 2), m4, false, false, {}, v).ok());
+    for (const std::string& p : {r3, r2, p6, m4})
+      EXPECT_EQ(VerifyProblems(p), std::vector<std::string>{}) << p << " version " << v;
+  }
   auto d2 = DistCatalog::Open(r2);
   ASSERT_TRUE(d2.ok());
   const auto& pb = (*d2)->pieces((*d2)->Find("b"));
@@ -276,6 +279,87 @@ TEST(ReshardVds, UntouchedSavesVerifyCleanAndTheirVirtualDatasetsAreTheIndexs) {
     EXPECT_EQ(mb[0].sstart, (std::vector<hsize_t>{0, 0}));
     EXPECT_EQ(mb[0].scount, (std::vector<hsize_t>{19, 23}));  // of the stored [20, 23]
   });
+}
+
+// Version 2 (docs/FORMAT.md 11): rank 1's file packs its pieces into cell sets by dtype,
+// chunk shape and pipeline -- w's piece [5:10, 0:8] (one chunk, set 0), fl's flat [10, 20)
+// (set 1) and long's flat rows (set 2) -- and the master maps each chunk from its cell.
+TEST(ReshardVds, CellsAreMappedChunkByChunkAndH5pyReadsThem) {
+  std::vector<std::string> files;
+  const std::string v2 = VdsSave("rv_cells.h5", &files, kCellsFormatVersion);
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(VerifyProblems(v2), std::vector<std::string>{});
+  {
+    auto d = DistCatalog::Open(v2);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    const auto& pw = (*d)->pieces((*d)->Find("w"));
+    ASSERT_EQ(pw.size(), 2u);
+    ASSERT_TRUE(pw[1].cells.has_value());
+    EXPECT_EQ(*pw[1].cells, (PieceCells{0, 0, {5, 8}}));
+    auto r1 = H5Store::Open(TempDir() + "/" + files[1]);
+    ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+    EXPECT_EQ((*r1)->format_version(), kCellsFormatVersion);
+    const StoredTensor& sw = (*r1)->stored((*r1)->Find("w"));
+    EXPECT_EQ(sw.dataset, "/cells/0");
+    EXPECT_EQ(sw.cell_set, 0);
+    const StoredTensor& sf = (*r1)->stored((*r1)->Find("fl"));
+    EXPECT_EQ(sf.dataset, "/cells/1");
+    EXPECT_EQ(sf.chunk, (std::vector<uint64_t>{10}));
+    // The scalar keeps a dataset of its own (rank 0's).
+    auto r0 = H5Store::Open(TempDir() + "/" + files[0]);
+    ASSERT_TRUE(r0.ok()) << r0.status().ToString();
+    ASSERT_GE((*r0)->Find("s"), 0);
+    EXPECT_EQ((*r0)->stored((*r0)->Find("s")).cell_set, -1);
+    EXPECT_EQ((*r0)->stored((*r0)->Find("s")).dataset, "/tensors/s");
+  }
+  EditH5(v2, [&](hid_t f) {
+    const hid_t w = H5Dopen2(f, "/tensors/w", H5P_DEFAULT);
+    const auto mw = Mappings(w);
+    H5Dclose(w);
+    ASSERT_EQ(mw.size(), 2u);
+    EXPECT_EQ(mw[1].vstart, (std::vector<hsize_t>{5, 0}));
+    EXPECT_EQ(mw[1].vcount, (std::vector<hsize_t>{5, 8}));
+    EXPECT_EQ(mw[1].sstart, (std::vector<hsize_t>{0, 0, 0}));
+    EXPECT_EQ(mw[1].scount, (std::vector<hsize_t>{1, 5, 8}));
+    EXPECT_EQ(mw[1].file, files[1]);
+    EXPECT_EQ(mw[1].dset, "/cells/0");
+    const hid_t fl = H5Dopen2(f, "/tensors/fl", H5P_DEFAULT);
+    const auto mf = Mappings(fl);
+    H5Dclose(fl);
+    ASSERT_EQ(mf.size(), 4u);  // per cell, its flat range's boxes: row 2 [2:4], rows [3:5]
+    EXPECT_EQ(mf[2].vstart, (std::vector<hsize_t>{2, 2}));
+    EXPECT_EQ(mf[2].sstart, (std::vector<hsize_t>{0, 0}));
+    EXPECT_EQ(mf[2].scount, (std::vector<hsize_t>{1, 2}));
+    EXPECT_EQ(mf[2].dset, "/cells/1");
+    EXPECT_EQ(mf[3].vstart, (std::vector<hsize_t>{3, 0}));
+    EXPECT_EQ(mf[3].sstart, (std::vector<hsize_t>{0, 2}));
+    EXPECT_EQ(mf[3].scount, (std::vector<hsize_t>{1, 8}));
+  });
+  const std::string py = PythonWithH5py();
+  if (py.empty()) {
+    std::printf("SKIPPED h5py part: no python with h5py + hdf5plugin (SEEDSTORE_PYTHON)\n");
+  } else {
+    Proc p = H5pyCompare(py, GetVds().source, v2);
+    EXPECT_EQ(p.code, 0) << p.out << p.err;
+    EXPECT_NE(p.out.find("h5py-ok 4"), std::string::npos) << p.out << p.err;  // w, fl, long, s
+  }
+  // An index whose cells are not where the rank file keeps them is named, not read.
+  ASSERT_NO_FATAL_FAILURE(EditIndex(v2, [](nlohmann::json& j) {
+    for (auto& t : j["tensors"])
+      if (t["name"] == "w") t["pieces"][1]["cells"]["first"] = 1;
+  }));
+  auto d = DistCatalog::Open(v2);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  std::vector<unsigned char> got(10 * 8 * 4);
+  const Status r = (*d)->Read((*d)->Find("w"), WholeTensor({10, 8}), got.data());
+  EXPECT_EQ(r.code(), Code::kCorrupt) << r.ToString();
+  EXPECT_NE(r.message().find("rank-file-corrupt: distributed save '" + v2 + "' rank 1"),
+            std::string::npos)
+      << r.ToString();
+  EXPECT_NE(r.message().find("is stored in cells 0.. of set 0 (chunks [5, 8]), the index says "
+                             "cells 1.. of set 0"),
+            std::string::npos)
+      << r.ToString();
 }
 
 TEST(ReshardVds, VerifyNamesEveryWayTheMasterDiffersFromTheIndex) {
