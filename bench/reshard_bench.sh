@@ -2,7 +2,8 @@
 # Reshard throughput against plainly copying the same bytes (docs/PERF.md, "Reshard").
 # Usage: bench/reshard_bench.sh [SEEDSTORE_BIN] [MIB_PER_TENSOR (64)] [TENSORS (4)] [REPEAT (3)]
 #   FLAT_RANKS=N (default 0: off) adds a case of many small pieces: the GPT-2 small preset as a
-#   dense store (148 tensors, 497 MB of f32) resharded flat over N ranks (256: 37,888 pieces).
+#   dense store (148 tensors, 497 MB of f32) resharded flat over N ranks (256: 37,888 pieces),
+#   into version 2 rank files (the default) and into version 1 (docs/FORMAT.md 9, 11).
 # Builds a dense bf16 store (normal init, 1 MiB chunks [512, 1024]), saves it over 4 ranks,
 # then times each case REPEAT times, interleaved with `cp` of that case's input files (the same
 # bytes) and with `cp` + `sync FILES` (the copy made durable, as every store write is), and
@@ -97,4 +98,5 @@ if [ "${FLAT_RANKS:-0}" -gt 0 ]; then
   params=$("$BIN" inspect gpt2.h5 --json | grep -o '"parameters": *[0-9]*' | sed 's/.*: *//')
   data=$((params * 4))  # f32
   case_ "gpt2 store -> $FLAT_RANKS ranks, flat (small pieces)" "gpt2.h5" "$BIN" reshard gpt2.h5 --layout lflat.json
+  case_ "gpt2 store -> $FLAT_RANKS ranks, flat, --rank-file-version 1" "gpt2.h5" "$BIN" reshard gpt2.h5 --layout lflat.json --rank-file-version 1
 fi

@@ -586,8 +586,11 @@ TEST_F(DamagedMetadata, OneTensorOfARankFileIsRankFileCorruptAndTheOthersStillWo
     ASSERT_TRUE(r1.ok()) << r1.status().ToString();
     cells = (*r1)->stored((*r1)->Find("dense.bf16")).dataset;
     ASSERT_EQ(cells.rfind("/cells/", 0), 0u) << cells;
-    for (size_t i = 0; i < (*r1)->tensors().size(); ++i)  // no other tensor is in that set
-      if ((*r1)->tensors()[i].name != "dense.bf16") ASSERT_NE((*r1)->stored(i).dataset, cells);
+    for (size_t i = 0; i < (*r1)->tensors().size(); ++i) {  // no other tensor is in that set
+      if ((*r1)->tensors()[i].name != "dense.bf16") {
+        ASSERT_NE((*r1)->stored(i).dataset, cells);
+      }
+    }
   }
   ASSERT_NO_FATAL_FAILURE(DamageObjectHeader(files.rank1, cells));
   const CliRun after = Cli(export_some, stem, out);
