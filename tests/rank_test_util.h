@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "io/collective.h"
+#include "io/thread_world.h"
 #include "store/catalog.h"
 #include "store/verify.h"
 #include "tests/store_test_util.h"
@@ -124,59 +125,7 @@ inline std::string Bin() {
   } while (0)
 
 /// An in-process world: `n` threads, each with an Exchange over shared memory.
-class ThreadWorld {
- public:
-  explicit ThreadWorld(int n) : n_(n), sync_(n), slots_(n) {}
-
-  class Member final : public Exchange {
-   public:
-    Member(ThreadWorld* w, int r) : w_(w), r_(r) {}
-    int rank() const override { return r_; }
-    int size() const override { return w_->n_; }
-    Status AllGather(const void* send, size_t bytes, void* recv, const char*) override {
-      w_->slots_[r_].assign(static_cast<const char*>(send), static_cast<const char*>(send) + bytes);
-      w_->sync_.arrive_and_wait();
-      for (int k = 0; k < w_->n_; ++k)
-        std::memcpy(static_cast<char*>(recv) + k * bytes, w_->slots_[k].data(), bytes);
-      w_->sync_.arrive_and_wait();
-      return Status::Ok();
-    }
-    Status AllReduceSum(uint64_t* data, size_t n, const char* what) override {
-      std::vector<uint64_t> all(n * w_->n_);
-      SEEDSTORE_RETURN_IF_ERROR(AllGather(data, n * 8, all.data(), what));
-      for (size_t i = 0; i < n; ++i) {
-        uint64_t s = 0;
-        for (int k = 0; k < w_->n_; ++k) s += all[k * n + i];
-        data[i] = s;
-      }
-      return Status::Ok();
-    }
-    Status Barrier(const char*) override {
-      w_->sync_.arrive_and_wait();
-      return Status::Ok();
-    }
-
-   private:
-    ThreadWorld* w_;
-    int r_;
-  };
-
-  /// Runs fn(member) on every rank in its own thread and waits.
-  void Run(const std::function<void(Exchange&)>& fn) {
-    std::vector<std::thread> ts;
-    for (int r = 0; r < n_; ++r)
-      ts.emplace_back([this, r, &fn] {
-        Member m(this, r);
-        fn(m);
-      });
-    for (auto& t : ts) t.join();
-  }
-
- private:
-  int n_;
-  std::barrier<> sync_;
-  std::vector<std::vector<char>> slots_;
-};
+using ThreadWorld = ::seedstore::ThreadWorld;
 
 }  // namespace seedstore::ranktest
 
