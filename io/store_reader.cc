@@ -74,8 +74,10 @@ int64_t ChunkWhere::dset() const { return dataset ? dataset->get() : -1; }
 Result<std::shared_ptr<const Hid>> H5Store::Dataset(size_t i) const {
   SEEDSTORE_RETURN_IF_ERROR(damage_[i]);
   H5Guard g;
+  // Keyed by dataset: a version 2 rank file's pieces share their cell set's.
+  const std::string& name = stored_[i].dataset;
   for (size_t k = 0; k < open_.size(); ++k)
-    if (open_[k].first == i) {
+    if (open_[k].first == name) {
       if (k + 1 != open_.size()) std::rotate(open_.begin() + k, open_.begin() + k + 1, open_.end());
       return open_.back().second;
     }
@@ -85,7 +87,7 @@ Result<std::shared_ptr<const Hid>> H5Store::Dataset(size_t i) const {
                          stored_[i].dataset);
   std::shared_ptr<const Hid> h = ShareHid(std::move(id));
   if (open_.size() == kOpenDatasets) open_.erase(open_.begin());
-  open_.emplace_back(i, h);
+  open_.emplace_back(name, h);
   return h;
 }
 

@@ -231,8 +231,8 @@ class H5Store : public Catalog, public StoredChunks {
   int version_ = kStoreFormatVersion;  // format_version()
   std::vector<TensorRecord> records_;
   std::vector<StoredTensor> stored_;
-  mutable std::vector<std::pair<size_t, std::shared_ptr<const Hid>>>
-      open_;  // Dataset(): least recent first
+  mutable std::vector<std::pair<std::string, std::shared_ptr<const Hid>>>
+      open_;  // Dataset(), by dataset path: least recent first
   std::vector<std::vector<uint64_t>> checksums_;
   std::vector<std::vector<ChunkInfo>> info_;    // chunk-info tables (empty when absent)
   std::vector<std::vector<ChunkLoc>> located_;  // where the chunks are (kLocatedChunks; else empty)
