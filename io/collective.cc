@@ -12,6 +12,7 @@
 
 #include "io/device.h"
 #include "io/gpu_select.h"
+#include "io/interop.h"
 #include "kernels/materialize.h"
 
 namespace seedstore {
@@ -189,6 +190,11 @@ Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int 
   const TensorRecord& rec = cat.tensors()[i];
   const bool lazy = rec.lazy.has_value();
   const Simulate sim = o.simulate;
+  // The simulations hold the shard whole: one too large for memory is refused by name.
+  if (flip_here || (lazy && sim == Simulate::kLayoutRng))
+    SEEDSTORE_RETURN_IF_ERROR(
+        CheckFitsInMemory(region.Count() * DTypeSize(rec.dtype),
+                          "tensor " + Quoted(rec.name) + " shard " + DescribeRegion(region)));
   if (flip_here) {
     std::vector<unsigned char> buf(region.Count() * DTypeSize(rec.dtype));
     SEEDSTORE_RETURN_IF_ERROR(cat.Read(i, region, buf.data(), o.cpu));
