@@ -394,6 +394,30 @@ TEST(BadInput, AnEmptyTensorNameIsRefusedByEveryCommand) {
   }
 }
 
+TEST(BadInput, AnEmptyTensorNameInASpecIsRefusedByEveryCommand) {
+  // The second tensor of a JSON spec is named "": refused by position, before anything is
+  // written.
+  const std::string spec = Write("empty-name.json", R"({"seedstore": 1, "seed": 1, "tensors": [
+      {"name": "a", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
+      {"name": "", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}}]})");
+  const std::string layout =
+      Write("one4.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
+  const std::string o = TempDir() + "/empty-spec-out";
+  for (const std::string& args :
+       {"inspect " + spec, "fingerprint " + spec, "init --spec " + spec + " -o " + o + ".h5",
+        "export " + spec + " -o " + o + ".safetensors",
+        "materialize " + spec + " --layout " + layout + " --rank 0 -o " + o + ".safetensors",
+        "reshard " + spec + " --layout " + layout + " -o " + o + ".h5",
+        "diff " + spec + " " + spec}) {
+    const Proc r = Exec(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("tensors[1].name: an empty name"), std::string::npos)
+        << args << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(o + ".h5")) << args;
+    EXPECT_FALSE(std::filesystem::exists(o + ".safetensors")) << args;
+  }
+}
+
 TEST(BadInput, ReshardOfLazyTensorsChecksTheLayoutAgainstThem) {
   // A placement with more entries than a lazy tensor's rank: refused as for a dense one.
   const std::string spec = Write("lazy-only.json", kSpec);
