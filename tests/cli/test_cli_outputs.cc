@@ -374,12 +374,23 @@ TEST(Cli, OneFileWritersHonourASavesWriterLock) {
     }
   }
   // A lock file its holder left (released: the holder ended), even one that names a live
-  // process: an interrupted save's; the one-file write goes ahead.
+  // process: an interrupted save's; every one-file write goes ahead, and leaves the file.
   ASSERT_TRUE(std::filesystem::exists(p + ".lock"));
   ASSERT_NE(ReadFile(p + ".lock").find("another-host"), std::string::npos);
-  const Proc ok = Exec("import " + st + " -o " + p);
-  EXPECT_EQ(ok.code, 0) << ok.err;
-  EXPECT_EQ(Exec("diff " + p + " " + spec).code, 0);
+  for (const std::string& holder : {std::string("pid 4242 on another-host.example"), live}) {
+    std::ofstream(p + ".lock", std::ios::trunc) << holder << "\n";  // held by nobody
+    for (const std::string& cmd : {"import " + st + " -o " + p, "init --spec " + spec + " -o " + p,
+                                   "export " + spec + " --format safetensors -o " + p}) {
+      struct stat before_cmd, after_cmd;
+      ASSERT_EQ(::stat(p.c_str(), &before_cmd), 0);
+      const Proc ok = Exec(cmd);
+      EXPECT_EQ(ok.code, 0) << holder << ": " << cmd << "\n" << ok.err;
+      ASSERT_EQ(::stat(p.c_str(), &after_cmd), 0);
+      EXPECT_NE(after_cmd.st_ino, before_cmd.st_ino) << holder << ": " << cmd << ": P replaced";
+      EXPECT_EQ(Exec("diff " + p + " " + spec).code, 0) << holder << ": " << cmd;
+      EXPECT_EQ(ReadFile(p + ".lock"), holder + "\n") << cmd;
+    }
+  }
   std::filesystem::remove(p + ".lock");
 }
 
