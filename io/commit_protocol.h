@@ -1,4 +1,4 @@
-// The commit protocol of a distributed save (docs/FORMAT.md 10, "Commit protocol"; internal to
+// The commit protocol of a distributed save (docs/FORMAT.md 10, "Writing"; internal to
 // io/). Save `id` at `path` stages its master (or consolidated store) complete, sealed and
 // durable as "<path>.<id>.new", hard-links it as the gate "<path>.<id>.commit", proves it, and
 // rank 0 commits by renaming the gate over `path`. A rank that gives up first vetoes: it

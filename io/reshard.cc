@@ -553,7 +553,7 @@ Result<ReshardReport> SaveJob::Run() {
 
   // Write. Until the commit point (CommitStaged) the save already at `path` is untouched;
   // the files of this save are removed on failure only while they can never be committed
-  // (docs/FORMAT.md 10, "Commit protocol").
+  // (docs/FORMAT.md 10, "Writing").
   counts_.assign(kCounts * n_, 0);
   staged_ = ProtocolName(path_, id_, "new");
   gate_ = ProtocolName(path_, id_, "commit");
