@@ -12,6 +12,7 @@
 
 #include "io/device.h"
 #include "io/gpu_select.h"
+#include "io/interop.h"
 #include "kernels/materialize.h"
 
 namespace seedstore {
@@ -132,14 +133,14 @@ void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step) {
   std::_Exit(3);
 }
 
-void TestFaultPoint(int rank, const char* step) {
+bool TestFaultPoint(int rank, const char* step) {
   static const char* spec = std::getenv("SEEDSTORE_TEST_FAULT");
-  if (!spec) return;
+  if (!spec) return false;
   const std::string s = spec;
   const size_t a = s.find(':'), b = a == std::string::npos ? a : s.find(':', a + 1);
   if (b == std::string::npos || s.substr(0, a) != std::to_string(rank) ||
       s.substr(a + 1, b - a - 1) != step)
-    return;
+    return false;
   const std::string action = s.substr(b + 1);
   std::fprintf(stderr, "seedstore: rank %d: test fault %s at step '%s' (pid %d)\n", rank,
                action.c_str(), step, static_cast<int>(::getpid()));
@@ -158,7 +159,10 @@ void TestFaultPoint(int rank, const char* step) {
     std::_Exit(3);
   } else if (action.rfind("sleep=", 0) == 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(action.c_str() + 6)));
+  } else if (action == "fail") {
+    return true;
   }
+  return false;
 }
 
 namespace {
@@ -189,6 +193,11 @@ Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int 
   const TensorRecord& rec = cat.tensors()[i];
   const bool lazy = rec.lazy.has_value();
   const Simulate sim = o.simulate;
+  // The simulations hold the shard whole: one too large for memory is refused by name.
+  if (flip_here || (lazy && sim == Simulate::kLayoutRng))
+    SEEDSTORE_RETURN_IF_ERROR(
+        CheckFitsInMemory(region.Count() * DTypeSize(rec.dtype),
+                          "tensor " + Quoted(rec.name) + " shard " + DescribeRegion(region)));
   if (flip_here) {
     std::vector<unsigned char> buf(region.Count() * DTypeSize(rec.dtype));
     SEEDSTORE_RETURN_IF_ERROR(cat.Read(i, region, buf.data(), o.cpu));

@@ -151,12 +151,15 @@ void SimulateFault(Simulate s, int simulate_rank, int rank, const char* step);
 /// then ACTION: "stop" raises SIGSTOP on this process (it continues when sent SIGCONT),
 /// "stopafter=S" raises it S seconds later, from another thread, whatever the process is doing,
 /// "kill" raises SIGKILL, "exit" ends it with status 3 (no cleanup), "sleep=S" sleeps S
-/// seconds and returns. Unset, malformed, or another rank or step: returns at once. The steps
-/// of Reshard/SaveBuffers (io/dist_store.h) are "lock", "plan", "source-fingerprints",
-/// "rank-files", "master", "prove", "before-rename", "after-rename" and "done"; VerifyCatalog's
-/// (verify-ranks) is "verify", at its start; the multi-rank commands' last is "end", after
-/// their final barrier, before MPI_Finalize (RunRanks, tools/cli.h).
-void TestFaultPoint(int rank, const char* step);
+/// seconds and returns, "fail" returns true: the caller fails the step's operation as if the
+/// system had (only where the step says so). Unset, malformed, or another rank or step:
+/// returns false at once. The steps of Reshard/SaveBuffers (io/dist_store.h) are "lock",
+/// "plan", "source-fingerprints", "rank-files", "master", "prove", "before-rename",
+/// "after-rename", "sync-commit" (rank 0's fsync of the folder after the commit; "fail": EIO,
+/// CommitStaged in io/commit_protocol.h) and "done"; VerifyCatalog's (verify-ranks) is
+/// "verify", at its start; the multi-rank commands' last is "end", after their final barrier,
+/// before MPI_Finalize (RunRanks, tools/cli.h).
+bool TestFaultPoint(int rank, const char* step);
 
 struct VerifyOptions {
   CpuOptions cpu;

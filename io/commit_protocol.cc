@@ -113,20 +113,28 @@ void RemoveOtherPieces(const std::string& path, int64_t keep) {
   for (const std::string& p : with_temps) AtomicFile::RemoveStaleTemporaries(p);
 }
 
-void SyncPath(const std::string& path, bool dir) {
+Status SyncPath(const std::string& path, bool dir) {
+  const std::string what =
+      std::string(dir ? "folder '" : "file '") + (path.empty() ? std::string(".") : path) + "'";
   const int fd =
       ::open(path.empty() ? "." : path.c_str(), O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
-  if (fd < 0) return;
-  (void)::fsync(fd);
+  if (fd < 0) return IoError("fsync of " + what + ": cannot open it: " + std::strerror(errno));
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return IoError("fsync of " + what + " failed: " + std::strerror(e));
+  }
   ::close(fd);
+  return Status::Ok();
 }
 
 // Rank 0's commit point: unless a rank has vetoed, renames the gate over `path` (inside a
 // signal_cleanup bracket, so that a signal cannot remove the staged file between the rename
 // and releasing `registered`), then makes the rename durable (fsync of the folder; the staged
-// file is durable already). *committed: the rename happened.
+// file is durable already). *committed: the rename happened; *durable: whether the fsync
+// succeeded.
 Status CommitStaged(const std::string& path, uint32_t id, signal_cleanup::Scope* registered,
-                    bool* committed) {
+                    bool* committed, Status* durable) {
   const std::string gate = ProtocolName(path, id, "commit"), veto = ProtocolName(path, id, "veto");
   if (!signal_cleanup::BeginChange())
     return IoError("save: '" + path + "' not replaced: the process is ending on a signal");
@@ -149,7 +157,10 @@ Status CommitStaged(const std::string& path, uint32_t id, signal_cleanup::Scope*
   registered->Release();
   signal_cleanup::EndChange();
   TestFaultPoint(0, "after-rename");
-  SyncPath(DirPrefix(path), true);
+  const std::string dir = DirToOpen(path);
+  *durable = TestFaultPoint(0, "sync-commit")
+                 ? IoError("fsync of folder '" + dir + "' failed: " + std::strerror(EIO))
+                 : SyncPath(dir, true);
   return Status::Ok();
 }
 
@@ -163,8 +174,9 @@ bool VetoCommit(const std::string& path, uint32_t id) {
   if (fd >= 0) ::close(fd);
   (void)::unlink(gate.c_str());
   if (!SameFile(path, ProtocolName(path, id, "new"))) return false;
-  SyncPath(path, false);
-  SyncPath(DirPrefix(path), true);
+  // Best effort: this rank collects nothing (only rank 0 does, after its own fsync succeeded).
+  (void)SyncPath(path, false);
+  (void)SyncPath(DirPrefix(path), true);
   return true;
 }
 

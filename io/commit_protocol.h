@@ -1,4 +1,4 @@
-// The commit protocol of a distributed save (docs/FORMAT.md 10, "Commit protocol"; internal to
+// The commit protocol of a distributed save (docs/FORMAT.md 10, "Writing"; internal to
 // io/). Save `id` at `path` stages its master (or consolidated store) complete, sealed and
 // durable as "<path>.<id>.new", hard-links it as the gate "<path>.<id>.commit", proves it, and
 // rank 0 commits by renaming the gate over `path`. A rank that gives up first vetoes: it
@@ -28,16 +28,22 @@ std::string ProtocolName(const std::string& path, uint32_t id, const char* kind)
 /// (`mv P Q`) keeps reading its rank files by their old names, and removing them lost Q.
 void RemoveOtherPieces(const std::string& path, int64_t keep);
 
-/// fsync of `path` (a file or, with `dir`, a folder); errors ignored: the caller's rename or
-/// write has happened, and a failed fsync leaves nothing to undo.
-void SyncPath(const std::string& path, bool dir);
+/// fsync of `path` (a file or, with `dir`, a folder): kIo naming it and the system's reason
+/// when it cannot be opened or the fsync fails. The caller's rename or write has happened either
+/// way (a failed fsync leaves nothing to undo), but it is not known to be durable: nothing that
+/// relies on its durability may follow (RemoveOtherPieces after a commit).
+Status SyncPath(const std::string& path, bool dir);
 
 /// Rank 0's commit point: unless a rank has vetoed, renames the gate over `path` (inside a
 /// signal_cleanup bracket, so that a signal cannot remove the staged file between the rename
 /// and releasing `registered`), then makes the rename durable (fsync of the folder; the staged
-/// file is durable already). *committed: the rename happened.
+/// file is durable already). *committed: the rename happened. *durable: the folder's fsync
+/// after it succeeded (OK), or why not (kIo naming the folder): the commit happened but may not
+/// survive a crash, so the previous save's files must be kept (the next save's collection
+/// removes them). Test-only: SEEDSTORE_TEST_FAULT "0:sync-commit:fail" (TestFaultPoint) makes
+/// that fsync fail as with EIO.
 Status CommitStaged(const std::string& path, uint32_t id, signal_cleanup::Scope* registered,
-                    bool* committed);
+                    bool* committed, Status* durable);
 
 /// A rank that gives up (a timeout, an error) before it knows the outcome: forbids the commit
 /// from now on -- the veto file makes rank 0's check fail, removing the gate makes its rename

@@ -53,7 +53,8 @@ Result<uint64_t> ParseByteSize(const std::string& text);
 /// needs N bytes in memory at once; this machine has M bytes of memory" when N exceeds its
 /// physical memory (or the process's address-space limit), checked before anything is
 /// allocated or written. `what` names the tensor and shard ("tensor 'w' shard [0:8, 0:4]").
-/// Commands that hold a tensor's shard whole (export, materialize, gen) check it up front.
+/// Commands that hold a tensor's shard whole (export, materialize, gen, save-ranks, and
+/// verify-ranks' flip and layout-rng simulations) check it up front.
 Status CheckFitsInMemory(uint64_t bytes, const std::string& what);
 
 /// The dense tensors of a .safetensors file, or of every file that a Hugging Face

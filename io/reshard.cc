@@ -498,9 +498,20 @@ Result<ReshardReport> SaveJob::Commit() {
   const bool proven = rep_.ok();
   TestFaultPoint(me_, "before-rename");
   if (me_ == 0 && proven) {
-    st_ = CommitStaged(path_, id_, &registered_, &committed_);
-    // Durable: the replaced save's files, and what interrupted saves left, go.
-    if (committed_) RemoveOtherPieces(path_, id_);
+    Status durable;
+    st_ = CommitStaged(path_, id_, &registered_, &committed_, &durable);
+    if (committed_ && durable.ok()) {
+      // Durable: the replaced save's files, and what interrupted saves left, go.
+      RemoveOtherPieces(path_, id_);
+    } else if (committed_) {
+      // Committed, but a crash could still bring the replaced master back: its files stay,
+      // for the next save whose commit is durable to remove.
+      std::fprintf(stderr,
+                   "seedstore: warning: %s: the save '%s' is committed but not known to be "
+                   "durable; the files of the save it replaced are kept (the next save to '%s' "
+                   "removes them)\n",
+                   durable.message().c_str(), path_.c_str(), path_.c_str());
+    }
   }
   if (me_ != 0) TestFaultPoint(me_, "after-rename");
   uint64_t outcome = committed_ ? 1 : 0;
@@ -540,7 +551,7 @@ Result<ReshardReport> SaveJob::Run() {
 
   // Write. Until the commit point (CommitStaged) the save already at `path` is untouched;
   // the files of this save are removed on failure only while they can never be committed
-  // (docs/FORMAT.md 10, "Commit protocol").
+  // (docs/FORMAT.md 10, "Writing").
   counts_.assign(kCounts * n_, 0);
   staged_ = ProtocolName(path_, id_, "new");
   gate_ = ProtocolName(path_, id_, "commit");

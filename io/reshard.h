@@ -101,7 +101,7 @@ struct ReshardReport {
 /// "writer-locked" (kIo); a lock file whose writer is gone (killed, or its job ended) is held by
 /// nobody and is taken over, with a note on stderr. The proof runs before the commit: the new
 /// master is staged ("<path>.<id>.new", sealed and durable) and proven, and only a proven save is
-/// committed, by rank 0 renaming it over `path` (docs/FORMAT.md 10, "Commit protocol"). So an OK
+/// committed, by rank 0 renaming it over `path` (docs/FORMAT.md 10, "Writing"). So an OK
 /// result with report.committed means `path` holds the new, proven save; a mismatch
 /// (report.committed false, ToStatus() kMismatch) or an error means `path` is unchanged. When a
 /// rank hangs or dies mid-save the others fail within the collective timeout; a process that

@@ -314,8 +314,10 @@ Result<TensorSpec> TensorSpecFromJson(const json& j, Generator default_generator
       CheckFields(j, where, {"name", "shape", "dtype", "init", "key", "generator", "flavour"}));
   TensorSpec t;
   t.generator = default_generator;
-  if (!j.contains("name") || !j.at("name").is_string() || j.at("name").get<std::string>().empty())
-    return InvalidArgument(where + ".name: missing or not a non-empty string");
+  if (!j.contains("name") || !j.at("name").is_string())
+    return InvalidArgument(where + ".name: missing or not a string");
+  if (j.at("name").get<std::string>().empty())
+    return InvalidArgument(where + ".name: an empty name (\"\"); every tensor needs a name");
   t.name = j.at("name").get<std::string>();
   if (t.name.find('\0') != std::string::npos)  // HDF5 link names and C strings end there
     return InvalidArgument(where + ".name: contains a NUL byte (\\u0000)");

@@ -6,6 +6,7 @@
 
 #include "io/collective.h"
 #include "io/dist_store.h"
+#include "io/interop.h"
 #include "io/open.h"
 #include "tools/cli.h"
 
@@ -35,16 +36,32 @@ int RunOn(Collective& c, const SaveRanksOptions& o, std::string* outcome) {
     if (!st.ok()) return finish(st);
   CpuOptions cpu;
   cpu.threads = o.threads > 0 ? o.threads : DefaultThreadsPerRank();
-  // This rank's shards, as the job holds them.
+  // This rank's shards, as the job holds them: each is checked to fit in memory before any is
+  // allocated, and the ranks agree on it, so that a shard too large for one rank's memory is
+  // refused by name on every rank before anything is written (never std::bad_alloc).
+  std::vector<Shard> shards;
+  Status planned = [&]() -> Status {
+    for (const TensorRecord& t : (*cat)->tensors()) {
+      SEEDSTORE_RETURN_IF_ERROR(CheckWholeTensor(**cat, t, "save-ranks"));
+      SEEDSTORE_ASSIGN_OR_RETURN(Shard sh, layout->ShardOf(t.name, t.shape, me));
+      SEEDSTORE_RETURN_IF_ERROR(
+          CheckFitsInMemory(sh.region.Count() * DTypeSize(t.dtype),
+                            "tensor " + Quoted(t.name) + " shard " + DescribeRegion(sh.region)));
+      shards.push_back(std::move(sh));
+    }
+    return Status::Ok();
+  }();
+  uint64_t failed = planned.ok() ? 0 : 1;
+  if (Status a = c.AllReduceSum(&failed, 1, "save-ranks: shards"); !a.ok()) return finish(a);
+  if (!planned.ok()) return finish(planned);
+  if (failed)
+    return finish(Status(Code::kUnsupported,
+                         "save-ranks: another rank cannot hold its shards (see its message)"));
   std::vector<std::vector<unsigned char>> storage;
   std::vector<ParamBuffer> params;
   for (size_t i = 0; i < (*cat)->tensors().size(); ++i) {
-    const TensorRecord& t = (*cat)->tensors()[i];
-    if (Status w = CheckWholeTensor(**cat, t, "save-ranks"); !w.ok()) return finish(w);
-    auto sh = layout->ShardOf(t.name, t.shape, me);
-    if (!sh.ok()) return finish(sh.status());
-    storage.emplace_back(sh->region.Count() * DTypeSize(t.dtype));
-    Status st = (*cat)->Read(i, sh->region, storage.back().data(), cpu);
+    storage.emplace_back(shards[i].region.Count() * DTypeSize((*cat)->tensors()[i].dtype));
+    Status st = (*cat)->Read(i, shards[i].region, storage.back().data(), cpu);
     if (!st.ok()) return finish(st);
   }
   for (size_t i = 0; i < storage.size(); ++i) {

@@ -330,11 +330,15 @@ TEST(BadInput, AShardTooLargeForMemoryIsRefusedUpFront) {
       {"name": "huge.w", "shape": [1152921504606846976], "dtype": "float32", "init": {"dist": "normal"}}]})");
   const std::string layout =
       Write("one.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
-  const std::string out = TempDir() + "/huge.safetensors";
+  const std::string out = TempDir() + "/huge.safetensors", save = TempDir() + "/huge-save.h5";
   for (const std::string& args :
        {"export " + spec + " -o " + out,
         "materialize " + spec + " --layout " + layout + " --rank 0 -o " + out,
-        std::string("gen --shape 1152921504606846976")}) {
+        std::string("gen --shape 1152921504606846976"),
+        "save-ranks " + spec + " --layout " + layout + " -o " + save,
+        "verify-ranks " + spec + " --layout " + layout + " --simulate flip --simulate-rank 0",
+        "verify-ranks " + spec + " --layout " + layout +
+            " --simulate layout-rng --simulate-rank 0"}) {
     const Proc r = Exec(args);
     EXPECT_EQ(r.code, 6) << args << ": " << r.err;  // UNSUPPORTED
     EXPECT_NE(r.err.find("needs 4611686018427387904 bytes in memory"), std::string::npos) << r.err;
@@ -343,6 +347,9 @@ TEST(BadInput, AShardTooLargeForMemoryIsRefusedUpFront) {
     EXPECT_EQ(r.err.find("INTERNAL"), std::string::npos) << r.err;
     EXPECT_FALSE(std::filesystem::exists(out));
   }
+  // save-ranks writes nothing, not even its lock, rank files or temporaries.
+  for (const auto& e : std::filesystem::directory_iterator(TempDir()))
+    EXPECT_EQ(e.path().filename().string().rfind("huge-save.h5", 0), std::string::npos) << e.path();
 }
 
 TEST(BadInput, ASpecOrLayoutFromAPipeHasASizeLimit) {
@@ -384,6 +391,30 @@ TEST(BadInput, AnEmptyTensorNameIsRefusedByEveryCommand) {
     const Proc r = Exec(args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.err;
     EXPECT_NE(r.err.find("empty name"), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+TEST(BadInput, AnEmptyTensorNameInASpecIsRefusedByEveryCommand) {
+  // The second tensor of a JSON spec is named "": refused by position, before anything is
+  // written.
+  const std::string spec = Write("empty-name.json", R"({"seedstore": 1, "seed": 1, "tensors": [
+      {"name": "a", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}},
+      {"name": "", "shape": [4], "dtype": "float32", "init": {"dist": "normal"}}]})");
+  const std::string layout =
+      Write("one4.json", R"({"mesh": {"axes": ["d"], "shape": [1]}, "placements": []})");
+  const std::string o = TempDir() + "/empty-spec-out";
+  for (const std::string& args :
+       {"inspect " + spec, "fingerprint " + spec, "init --spec " + spec + " -o " + o + ".h5",
+        "export " + spec + " -o " + o + ".safetensors",
+        "materialize " + spec + " --layout " + layout + " --rank 0 -o " + o + ".safetensors",
+        "reshard " + spec + " --layout " + layout + " -o " + o + ".h5",
+        "diff " + spec + " " + spec}) {
+    const Proc r = Exec(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("tensors[1].name: an empty name"), std::string::npos)
+        << args << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(o + ".h5")) << args;
+    EXPECT_FALSE(std::filesystem::exists(o + ".safetensors")) << args;
   }
 }
 

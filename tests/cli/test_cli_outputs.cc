@@ -374,13 +374,79 @@ TEST(Cli, OneFileWritersHonourASavesWriterLock) {
     }
   }
   // A lock file its holder left (released: the holder ended), even one that names a live
-  // process: an interrupted save's; the one-file write goes ahead.
+  // process: an interrupted save's; every one-file write goes ahead, and leaves the file.
   ASSERT_TRUE(std::filesystem::exists(p + ".lock"));
   ASSERT_NE(ReadFile(p + ".lock").find("another-host"), std::string::npos);
-  const Proc ok = Exec("import " + st + " -o " + p);
-  EXPECT_EQ(ok.code, 0) << ok.err;
-  EXPECT_EQ(Exec("diff " + p + " " + spec).code, 0);
+  for (const std::string& holder : {std::string("pid 4242 on another-host.example"), live}) {
+    std::ofstream(p + ".lock", std::ios::trunc) << holder << "\n";  // held by nobody
+    for (const std::string& cmd : {"import " + st + " -o " + p, "init --spec " + spec + " -o " + p,
+                                   "export " + spec + " --format safetensors -o " + p}) {
+      struct stat before_cmd, after_cmd;
+      ASSERT_EQ(::stat(p.c_str(), &before_cmd), 0);
+      const Proc ok = Exec(cmd);
+      EXPECT_EQ(ok.code, 0) << holder << ": " << cmd << "\n" << ok.err;
+      ASSERT_EQ(::stat(p.c_str(), &after_cmd), 0);
+      EXPECT_NE(after_cmd.st_ino, before_cmd.st_ino) << holder << ": " << cmd << ": P replaced";
+      EXPECT_EQ(Exec("diff " + p + " " + spec).code, 0) << holder << ": " << cmd;
+      EXPECT_EQ(ReadFile(p + ".lock"), holder + "\n") << cmd;
+    }
+  }
   std::filesystem::remove(p + ".lock");
+}
+
+// The previous save's files are removed only once the commit is durable (docs/FORMAT.md 10,
+// "Writing", steps 5-6): when the fsync of the folder after the rename fails (the test fault
+// "0:sync-commit:fail", as EIO), the save is committed -- exit 0, P holds it and verifies -- and
+// a warning names the folder, but the replaced save's rank files stay. The next save whose
+// commit is durable removes them.
+TEST(Cli, AFailedFsyncAfterTheCommitKeepsTheReplacedSavesFiles) {
+  const std::string d = TempDir() + "/unsynced";
+  ASSERT_EQ(std::system(("mkdir -p " + d).c_str()), 0);
+  const std::string spec = Write("unsynced/spec.json", kSpec),
+                    layout = Write("unsynced/layout.json", kLayout);
+  ASSERT_EQ(Exec("export " + spec + " -o " + d + "/m.safetensors").code, 0);
+  ASSERT_EQ(Exec("import " + d + "/m.safetensors -o " + d + "/dense.h5").code, 0);
+  const std::string a = d + "/a.h5",
+                    save = "reshard " + d + "/dense.h5 --layout " + layout + " -q -o " + a;
+  // The save ids of the rank files "a.h5.<id>.rank<r>.h5" in the folder, and their count.
+  auto ids = [&d]() {
+    std::map<std::string, int> found;
+    for (const auto& e : std::filesystem::directory_iterator(d)) {
+      const std::string f = e.path().filename();
+      if (f.rfind("a.h5.", 0) == 0 && f.find(".rank") == 13) ++found[f.substr(5, 8)];
+    }
+    return found;
+  };
+  ASSERT_EQ(Exec(save).code, 0);
+  const auto first = ids();
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_GT(first.begin()->second, 0);
+
+  ASSERT_EQ(::setenv("SEEDSTORE_TEST_FAULT", "0:sync-commit:fail", 1), 0);
+  const Proc unsynced = Exec(save);
+  ::unsetenv("SEEDSTORE_TEST_FAULT");
+  EXPECT_EQ(unsynced.code, 0) << unsynced.err;
+  EXPECT_NE(unsynced.err.find("warning: fsync of folder '"), std::string::npos) << unsynced.err;
+  EXPECT_NE(unsynced.err.find("unsynced' failed: Input/output error: the save '"),
+            std::string::npos)
+      << unsynced.err;
+  EXPECT_NE(unsynced.err.find("the files of the save it replaced are kept"), std::string::npos)
+      << unsynced.err;
+  const auto second = ids();
+  EXPECT_EQ(second.size(), 2u);
+  EXPECT_EQ(second.count(first.begin()->first), 1u) << "the replaced save's rank files stay";
+  EXPECT_EQ(second.at(first.begin()->first), first.begin()->second);
+  const Proc v = Exec("verify " + a);
+  EXPECT_EQ(v.code, 0) << v.out << v.err;
+  EXPECT_EQ(Exec("diff " + a + " " + spec).code, 0);
+
+  const Proc synced = Exec(save);
+  EXPECT_EQ(synced.code, 0) << synced.err;
+  EXPECT_EQ(synced.err.find("warning"), std::string::npos) << synced.err;
+  const auto third = ids();
+  ASSERT_EQ(third.size(), 1u);  // both replaced saves' rank files removed
+  EXPECT_EQ(second.count(third.begin()->first), 0u);
+  EXPECT_EQ(Exec("verify " + a).code, 0);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -571,6 +572,43 @@ TEST_F(DamagedMetadata, OneTensorOfAStoreIsNamedAndTheOthersStillWork) {
         << r.err;
     EXPECT_EQ(WhyNotNamed(r, files.store), "") << r.err;
   }
+}
+
+TEST_F(DamagedMetadata, TwoTensorsOfAStoreAreBothNamedAndTheOthersPass) {
+  const std::string stem = dir / "cli";
+  ASSERT_NO_FATAL_FAILURE(DamageObjectHeader(files.store, "/tensors/dense.f32"));
+  ASSERT_NO_FATAL_FAILURE(DamageObjectHeader(files.store, "/tensors/dense.i8"));
+  // verify goes on after the first damaged tensor: it names both, each once, and checks (and
+  // passes) every intact one.
+  const CliRun verify = Cli({"verify", "--json", files.store}, stem);
+  EXPECT_EQ(verify.rc, 4) << verify.err;
+  const nlohmann::json v = nlohmann::json::parse(verify.out, nullptr, false);
+  ASSERT_TRUE(v.is_object()) << verify.out << verify.err;
+  ASSERT_EQ(v["problems"].size(), 2u) << verify.out;
+  std::set<std::string> named;
+  for (const auto& p : v["problems"]) {
+    const std::string t = p["tensor"], m = p["message"];
+    named.insert(t);
+    EXPECT_EQ(p["code"], "CORRUPT") << p.dump();
+    EXPECT_EQ(m.rfind("metadata-corrupt: file '" + files.store + "' tensor '" + t + "': ", 0), 0u)
+        << m;
+    EXPECT_EQ(WhyNotNamed({4, "", "CORRUPT: " + m, ""}, files.store), "");
+  }
+  EXPECT_EQ(named, (std::set<std::string>{"dense.f32", "dense.i8"}));
+  ASSERT_EQ(v["tensors"].size(), files.tensors.size()) << verify.out;
+  size_t passed = 0;
+  for (const auto& t : v["tensors"]) {
+    const bool damaged = t["name"] == "dense.f32" || t["name"] == "dense.i8";
+    EXPECT_EQ(t["ok"], !damaged) << t.dump();
+    passed += !damaged && t["ok"] == true;
+  }
+  EXPECT_EQ(passed, files.tensors.size() - 2);
+  // The plain report too: both named, exit 4.
+  const CliRun plain = Cli({"verify", files.store}, stem);
+  EXPECT_EQ(plain.rc, 4) << plain.err;
+  for (const char* t : {"dense.f32", "dense.i8"})
+    EXPECT_NE((plain.out + plain.err).find("tensor '" + std::string(t) + "'"), std::string::npos)
+        << t << ": " << plain.out << plain.err;
 }
 
 TEST_F(DamagedMetadata, OneTensorOfARankFileIsRankFileCorruptAndTheOthersStillWork) {

@@ -52,7 +52,7 @@ def master_window(cmd, ckpt):
     (its writer is between creating it and renaming it over PATH): seen by watching the
     folder during that save."""
     # The master is written as "<PATH>.<id>.new" (then linked as "<PATH>.<id>.commit" and
-    # renamed over PATH: docs/FORMAT.md 10, "Commit protocol").
+    # renamed over PATH: docs/FORMAT.md 10, "Writing").
     staging = re.compile(re.escape(ckpt.name) + r"\.[0-9a-f]{8}\.(new|commit)")
     # The only names a save may create next to PATH: what the cleanup rules of
     # io/atomic_file.h and io/dist_store.h remove after a kill (a temporary of a temporary,

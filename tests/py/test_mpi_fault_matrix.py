@@ -1,5 +1,5 @@
 """Rank faults at every step of a distributed save, under real mpirun (docs/FORMAT.md 10,
-"Commit protocol"): `save-ranks`, `reshard` and `reshard --consolidate`, 2 and 3 processes.
+"Writing"): `save-ranks`, `reshard` and `reshard --consolidate`, 2 and 3 processes.
 
 In each trial one rank stops itself (SIGSTOP), is killed (SIGKILL) or sleeps past --timeout at
 one step (the test-only hook SEEDSTORE_TEST_FAULT, TestFaultPoint in io/collective.h): lock,
