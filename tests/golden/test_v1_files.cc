@@ -4,7 +4,8 @@
 // safetensors) and a distributed save of it over layout.json's 4 ranks (save.h5 + 4 rank files,
 // written by `seedstore reshard dense.h5 --layout layout.json -o save.h5`). This build must
 // read them exactly, verify them, and reshard from them -- decoding their chunks, whose
-// fingerprints are in the rank files' own frames -- into saves with piece records.
+// fingerprints are in the rank files' own frames -- into saves with piece records. And the
+// first distributed save of version 2 rank files (docs/FORMAT.md 11), tests/golden/v2-2026-12-06/.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -208,6 +209,62 @@ TEST(V1Files, PaddedDistributedSaveReadsVerifiesAndReshards) {
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     ExpectSpecValues(**c, dir);
   }
+  fs::remove_all(tmp);
+}
+
+// A save of version 2 rank files (docs/FORMAT.md 11; written at commit 5499f2a), checked in
+// under tests/golden/v2-2026-12-06/: spec.json's tensors imported from safetensors with
+// --chunk-bytes 256, then `seedstore reshard dense.h5 --layout layout.json -o save.h5` (3 ranks:
+// w by rows, padded to its chunk grid; f flat; a scalar; an empty tensor). Later builds must
+// read it exactly, verify it and reshard it into either version.
+TEST(V2Files, CellSaveReadsVerifiesAndReshardsIntoEitherVersion) {
+  const std::string dir = Dir("v2-2026-12-06");
+  auto d = DistCatalog::Open(dir + "/save.h5");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ((*d)->world(), 3);
+  ExpectSpecValues(**d, dir);
+  for (const std::string& f : (*d)->rank_files()) {
+    auto s = H5Store::Open(f);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)->format_version(), kCellsFormatVersion) << f;
+  }
+  const auto& pw = (*d)->pieces((*d)->Find("w"));
+  ASSERT_EQ(pw.size(), 3u);
+  for (const auto& p : pw) EXPECT_TRUE(p.cells.has_value()) << DescribeRegion(p.region);
+  const auto rep = (*d)->Verify(CpuOptions{1});
+  for (const auto& p : rep.problems) ADD_FAILURE() << p.status.ToString();
+  for (size_t i = 0; i < (*d)->tensors().size(); ++i)
+    EXPECT_EQ(rep.fingerprints[i], *(*d)->tensors()[i].fingerprint) << (*d)->tensors()[i].name;
+  char tmpl[] = "/tmp/seedstore-v2f-XXXXXX";
+  const std::string tmp = mkdtemp(tmpl);
+  const std::string l2 = tmp + "/l2.json";
+  std::ofstream(l2) << R"({"mesh": {"axes": ["data"], "shape": [2]},
+ "placements": [{"match": "w", "spec": ["data", null]}, {"match": "f", "flat": ["data"]}]})";
+  auto layout = Layout::Load(l2);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  for (int version : {kCellsFormatVersion, kStoreFormatVersion}) {
+    SCOPED_TRACE("into version " + std::to_string(version));
+    auto comm = CreateSelfCollective();
+    DistSaveOptions o;
+    o.rank_file_version = version;
+    const std::string out = tmp + "/two.h5";
+    auto r = Reshard(*comm, **d, *layout, out, o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->ok()) << r->Table();
+    auto two = DistCatalog::Open(out);
+    ASSERT_TRUE(two.ok()) << two.status().ToString();
+    ExpectSpecValues(**two, dir);
+    EXPECT_TRUE((*two)->Verify(CpuOptions{1}).problems.empty());
+  }
+  auto comm = CreateSelfCollective();
+  DistSaveOptions o;
+  o.consolidate = true;
+  auto r = Reshard(*comm, **d, Layout{}, tmp + "/one.h5", o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << r->Table();
+  auto one = H5Store::Open(tmp + "/one.h5");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ExpectSpecValues(**one, dir);
   fs::remove_all(tmp);
 }
 
