@@ -280,41 +280,54 @@ TEST(PieceRecord, CopiesKeepThePieceAndItsTable) {
   }
 }
 
-// ReplaceWithDense on a rank file: the replaced piece should stay a piece (its fingerprint in
-// the global frame), the untouched one is copied as is.
+// ReplaceWithDense on a rank file of either version: the replaced piece should stay a piece
+// (its fingerprint in the global frame), the untouched one is copied as is -- a version 2
+// file's cells chunk by chunk (docs/FORMAT.md 11) -- and the file keeps its version.
 TEST(PieceRecord, ReplaceWithDenseKeepsPieces) {
-  TempDir dir;
-  Fingerprint whole;
-  const std::vector<uint8_t> global = GlobalLazy(&whole);
-  const Shape gshape = {kRows, kCols};
-  const Region p = BoxRegion(gshape, {10, 20}, {37, 53});
-  const Shape ls = LocalShape(p);
-  const std::vector<uint8_t> local = PieceData(global, gshape, p, 2);
-  const std::string path = dir / "rank.h5";
-  {
-    auto w = StoreWriter::Create(path, 1234);
-    ASSERT_TRUE(w.ok());
-    DenseChunking ch;
-    ch.piece = p;
-    ASSERT_TRUE((*w)->AddDense("a", ls, DType::kBF16, FromWhole(&local, ls, 2), {}, ch).ok());
-    ASSERT_TRUE((*w)->AddDense("b", ls, DType::kBF16, FromWhole(&local, ls, 2), {}, ch).ok());
-    ASSERT_TRUE((*w)->Commit().ok());
+  for (bool cells : {false, true}) {
+    SCOPED_TRACE(cells ? "version 2" : "version 1");
+    TempDir dir;
+    Fingerprint whole;
+    const std::vector<uint8_t> global = GlobalLazy(&whole);
+    const Shape gshape = {kRows, kCols};
+    const Region p = BoxRegion(gshape, {10, 20}, {37, 53});
+    const Shape ls = LocalShape(p);
+    const std::vector<uint8_t> local = PieceData(global, gshape, p, 2);
+    const std::string path = dir / "rank.h5";
+    WriteOptions wo;
+    wo.cells = cells;
+    wo.chunk_bytes = 512;  // several chunks per piece
+    {
+      auto w = StoreWriter::Create(path, 1234, Generator::kThreefry, wo);
+      ASSERT_TRUE(w.ok());
+      DenseChunking ch;
+      ch.piece = p;
+      ASSERT_TRUE((*w)->AddDense("a", ls, DType::kBF16, FromWhole(&local, ls, 2), {}, ch).ok());
+      ASSERT_TRUE((*w)->AddDense("b", ls, DType::kBF16, FromWhole(&local, ls, 2), {}, ch).ok());
+      ASSERT_TRUE((*w)->Commit().ok());
+    }
+    std::vector<uint8_t> trained = local;
+    for (size_t k = 0; k < trained.size(); k += 2) trained[k] ^= 1;
+    ASSERT_TRUE(ReplaceWithDense(path, {{"a", FromWhole(&trained, ls, 2)}}, wo).ok());
+    auto st = OpenOk(path);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(st->format_version(), cells ? kCellsFormatVersion : kStoreFormatVersion);
+    EXPECT_EQ(st->stored(1).cell_set >= 0, cells);
+    EXPECT_GT(st->stored(1).num_chunks, 1u);
+    const TensorRecord& b = st->tensors()[1];
+    ASSERT_TRUE(b.piece.has_value());
+    EXPECT_TRUE(SameRegion(*b.piece, p));
+    EXPECT_EQ(*b.fingerprint, FingerprintCpu(DType::kBF16, p, local.data(),
+                                             FingerprintSeed("b", DType::kBF16, gshape)));
+    std::vector<uint8_t> back(local.size());
+    ASSERT_TRUE(st->Read(1, WholeTensor(ls), back.data()).ok());
+    EXPECT_TRUE(back == local);
+    const TensorRecord& a = st->tensors()[0];
+    EXPECT_TRUE(a.piece.has_value()) << "ReplaceWithDense dropped the piece of 'a'";
+    EXPECT_EQ(*a.fingerprint, FingerprintCpu(DType::kBF16, p, trained.data(),
+                                             FingerprintSeed("a", DType::kBF16, gshape)));
+    EXPECT_TRUE(st->Verify().problems.empty());
   }
-  std::vector<uint8_t> trained = local;
-  for (size_t k = 0; k < trained.size(); k += 2) trained[k] ^= 1;
-  ASSERT_TRUE(ReplaceWithDense(path, {{"a", FromWhole(&trained, ls, 2)}}).ok());
-  auto st = OpenOk(path);
-  ASSERT_TRUE(st);
-  const TensorRecord& b = st->tensors()[1];
-  ASSERT_TRUE(b.piece.has_value());
-  EXPECT_TRUE(SameRegion(*b.piece, p));
-  EXPECT_EQ(*b.fingerprint, FingerprintCpu(DType::kBF16, p, local.data(),
-                                           FingerprintSeed("b", DType::kBF16, gshape)));
-  const TensorRecord& a = st->tensors()[0];
-  EXPECT_TRUE(a.piece.has_value()) << "ReplaceWithDense dropped the piece of 'a'";
-  EXPECT_EQ(*a.fingerprint, FingerprintCpu(DType::kBF16, p, trained.data(),
-                                           FingerprintSeed("a", DType::kBF16, gshape)));
-  EXPECT_TRUE(st->Verify().problems.empty());
 }
 
 // A reader checks a piece record's region against the record's shape and the global shape
