@@ -169,6 +169,20 @@ TEST(VerifyRanksCli, DeadRankEndsTheJob) {
   EXPECT_NE(p.err.find("rank 1: --simulate die"), std::string::npos) << p.err;
 }
 
+// Rank 0 exiting or killed mid-job is named too: by its own message, or by mpirun.
+TEST(VerifyRanksCli, DeadRankZeroIsNamed) {
+  SEEDSTORE_NEED_BIN();
+  Proc p = VerifyRanks(3, "--simulate die --simulate-rank 0 --timeout 5");
+  EXPECT_NE(p.code, 0) << p.out << p.err;
+  EXPECT_LT(p.seconds, 30.0);
+  EXPECT_NE(p.err.find("rank 0: --simulate die"), std::string::npos) << p.err;
+  p = VerifyRanks(3, "--simulate kill --simulate-rank 0 --timeout 5");
+  EXPECT_NE(p.code, 0) << p.out << p.err;
+  EXPECT_LT(p.seconds, 30.0);
+  EXPECT_NE(p.err.find("process rank 0"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("signal 9"), std::string::npos) << p.err;
+}
+
 // ---- The live-job API under mpirun ---------------------------------------------------------
 
 // The MPI program: a "training job" that builds its shards (as $SEEDSTORE_MPI_WORKER says)
