@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -57,8 +58,10 @@ def run_with_fault(cmd, env, fault, timeout, left_behind=None):
     """Runs `cmd` (mpirun ... seedstore ...) with the test-only fault SEEDSTORE_TEST_FAULT=`fault`
     ("RANK:STEP:ACTION", TestFaultPoint in io/collective.h) for at most `timeout` s, then
     SIGKILLs the process the hook named ("(pid N)"): a stopped rank the launcher left would hold
-    the writer lock. The pids of those still alive when `cmd` ended are appended to the list
-    `left_behind` (when given). Returns (returncode, stderr, whether it timed out)."""
+    the writer lock. The pids of those still alive 5 s after `cmd` ended are appended to the list
+    `left_behind` (when given): a rank the launcher sent SIGTERM may still be running its exit
+    (signal cleanup; under ASan, the leak check) when the launcher returns. Returns (returncode,
+    stderr, whether it timed out)."""
     p = subprocess.Popen(cmd, env=dict(env, SEEDSTORE_TEST_FAULT=fault), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     timed_out = False
@@ -69,8 +72,12 @@ def run_with_fault(cmd, env, fault, timeout, left_behind=None):
         p.kill()
         _, err = p.communicate()
     for pid in re.findall(r"test fault \S+ at step '[^']*' \(pid (\d+)\)", err):
-        if left_behind is not None and not process_gone(int(pid)):
-            left_behind.append(int(pid))
+        if left_behind is not None:
+            deadline = time.monotonic() + 5
+            while not process_gone(int(pid)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not process_gone(int(pid)):
+                left_behind.append(int(pid))
         try:
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
