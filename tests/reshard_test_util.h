@@ -517,6 +517,19 @@ inline std::string VdsSave(const std::string& name, std::vector<std::string>* fi
   return out;
 }
 
+// h5py reads every global tensor of `save`, a save of GetVds(), through its master exactly (w,
+// fl, long and s: the tensors with a dataset there); skipped visibly without h5py.
+inline void ExpectH5pyReadsVds(const std::string& save) {
+  const std::string py = PythonWithH5py();
+  if (py.empty()) {
+    std::printf("SKIPPED h5py part: no python with h5py + hdf5plugin (SEEDSTORE_PYTHON)\n");
+    return;
+  }
+  Proc p = H5pyCompare(py, GetVds().source, save);
+  EXPECT_EQ(p.code, 0) << p.out << p.err;
+  EXPECT_NE(p.out.find("h5py-ok 4"), std::string::npos) << p.out << p.err;
+}
+
 // The messages of the problems DistCatalog::Verify finds in the save at `path`.
 inline std::vector<std::string> VerifyProblems(const std::string& path) {
   auto d = DistCatalog::Open(path);

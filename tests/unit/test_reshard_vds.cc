@@ -335,14 +335,7 @@ TEST(ReshardVds, CellsAreMappedChunkByChunkAndH5pyReadsThem) {
     EXPECT_EQ(mf[3].sstart, (std::vector<hsize_t>{0, 2}));
     EXPECT_EQ(mf[3].scount, (std::vector<hsize_t>{1, 8}));
   });
-  const std::string py = PythonWithH5py();
-  if (py.empty()) {
-    std::printf("SKIPPED h5py part: no python with h5py + hdf5plugin (SEEDSTORE_PYTHON)\n");
-  } else {
-    Proc p = H5pyCompare(py, GetVds().source, v2);
-    EXPECT_EQ(p.code, 0) << p.out << p.err;
-    EXPECT_NE(p.out.find("h5py-ok 4"), std::string::npos) << p.out << p.err;  // w, fl, long, s
-  }
+  ExpectH5pyReadsVds(v2);
   // An index whose cells are not where the rank file keeps them is named, not read.
   ASSERT_NO_FATAL_FAILURE(EditIndex(v2, [](nlohmann::json& j) {
     for (auto& t : j["tensors"])
@@ -505,14 +498,7 @@ TEST(ReshardVds, VerifyNamesEveryWayTheMasterDiffersFromTheIndex) {
 TEST(ReshardVds, FlatPiecesAreMappedByBoxesAndH5pyReadsThem) {
   const std::string v2 = VdsSave("rv_boxes.h5");
   EXPECT_EQ(VerifyProblems(v2), std::vector<std::string>{});
-  const std::string py = PythonWithH5py();
-  if (py.empty()) {
-    std::printf("SKIPPED h5py part: no python with h5py + hdf5plugin (SEEDSTORE_PYTHON)\n");
-  } else {
-    Proc p = H5pyCompare(py, GetVds().source, v2);
-    EXPECT_EQ(p.code, 0) << p.out << p.err;
-    EXPECT_NE(p.out.find("h5py-ok 4"), std::string::npos) << p.out << p.err;  // w, fl, long, s
-  }
+  ExpectH5pyReadsVds(v2);
   ASSERT_NO_FATAL_FAILURE(EditIndex(v2, [](nlohmann::json& j) {
     ASSERT_EQ(j["flat_mappings"], "boxes");
     j.erase("flat_mappings");
