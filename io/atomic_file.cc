@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include "gen/checksum.h"
+#include "io/parallel.h"
 #include "io/path.h"
 
 #include <dirent.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -199,7 +201,7 @@ Result<std::string> ResolveSymlinks(const std::string& path) {
   }
 }
 
-Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
+Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode, bool remove_stale) {
   SEEDSTORE_ASSIGN_OR_RETURN(const std::string path, ResolveSymlinks(requested));
   SEEDSTORE_RETURN_IF_ERROR(CheckNoOtherWriter(path));
   struct stat existing;
@@ -213,7 +215,7 @@ Result<AtomicFile> AtomicFile::Create(const std::string& requested, int mode) {
                            : " is not a regular file (a device, pipe or socket)";
     return InvalidArgument(shown + what + "; give a file to write");
   }
-  RemoveStaleTemporaries(path);
+  if (remove_stale) RemoveStaleTemporaries(path);
   const std::string temp = TempName(path, ::getpid(), g_counter.fetch_add(1));
   // Registered before it exists (the name is this process's alone): a signal at any moment
   // leaves no temporary behind (signal_cleanup::BeginChange).
@@ -309,10 +311,23 @@ Status AtomicFile::Sync() {
 }
 
 Status AtomicFile::Commit() {
+  int replaced = -1;
+  SEEDSTORE_RETURN_IF_ERROR(Rename(&replaced));
+  const int dfd = ::open(DirToOpen(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  ReleaseReplaced(replaced);
+  return Status::Ok();
+}
+
+Status AtomicFile::Rename(int* held) {
   if (!synced_) SEEDSTORE_RETURN_IF_ERROR(Sync());
   SEEDSTORE_RETURN_IF_ERROR(CheckNoOtherWriter(path_));  // a save begun meanwhile keeps its path
   // The file being replaced, held so that the rename does not free it (see ReleaseReplaced).
   const int replaced = ::open(path_.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  *held = -1;
   if (!signal_cleanup::BeginChange()) {
     if (replaced >= 0) ::close(replaced);
     return IoError("'" + temp_ + "' not renamed to '" + path_ +
@@ -328,24 +343,51 @@ Status AtomicFile::Commit() {
   signal_cleanup::Unregister(cleanup_slot_);  // the name is the real file's now
   cleanup_slot_ = -1;
   signal_cleanup::EndChange();
-  const int dfd = ::open(DirToOpen(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  ReleaseReplaced(replaced);
+  *held = replaced;
   return Status::Ok();
 }
 
 Status AtomicFile::CommitAll(std::vector<AtomicFile>& files) {
+  std::vector<AtomicFile*> p;
+  for (AtomicFile& f : files) p.push_back(&f);
+  return CommitAll(p);
+}
+
+Status AtomicFile::CommitAll(const std::vector<AtomicFile*>& files) {
   if (files.empty()) return Status::Ok();
+  constexpr int kSyncThreads = 16;  // fsyncs wait on the disk, not the CPU
+  std::vector<AtomicFile*> unsynced;
+  for (AtomicFile* f : files)
+    if (!f->synced_) unsynced.push_back(f);
+  SEEDSTORE_RETURN_IF_ERROR(
+      ParallelFor(unsynced.size(), std::min<int>(kSyncThreads, static_cast<int>(unsynced.size())),
+                  false, [&](uint64_t k, int) { return unsynced[k]->Sync(); }));
   if (!signal_cleanup::BeginChange())
-    return IoError(std::to_string(files.size()) + " files (the first for '" + files[0].path_ +
+    return IoError(std::to_string(files.size()) + " files (the first for '" + files[0]->path_ +
                    "') not renamed into place: the process is ending on a signal");
   Status st;
-  for (AtomicFile& f : files)
-    if (st = f.Commit(); !st.ok()) break;
+  std::vector<int> replaced;  // released once the renames are durable
+  for (AtomicFile* f : files) {
+    int held = -1;
+    if (st = f->Rename(&held); !st.ok()) break;
+    replaced.push_back(held);
+  }
   signal_cleanup::EndChange();
+  std::set<std::string> folders;
+  for (size_t k = 0; k < replaced.size(); ++k) folders.insert(DirToOpen(files[k]->path_));
+  for (const std::string& d : folders) {
+    if (!st.ok()) break;
+    const int dfd = ::open(d.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+      st = IoError("fsync of folder '" + d + "': cannot open it: " + Errno());
+      break;
+    }
+    const bool ok = ::fsync(dfd) == 0;
+    const std::string e = ok ? "" : Errno();
+    ::close(dfd);
+    if (!ok) st = IoError("fsync of folder '" + d + "' failed: " + e);
+  }
+  for (int fd : replaced) ReleaseReplaced(fd);
   return st;
 }
 

@@ -84,7 +84,8 @@ void InstallSignalCleanup();
 class AtomicFile {
  public:
   /// Follows the symbolic links `path` ends in (ResolveSymlinks; path() is then the file they
-  /// lead to), removes the stale temporaries of that path (rule above), then creates
+  /// lead to), removes the stale temporaries of that path (rule above; not with
+  /// `remove_stale` false, for a caller that collects them itself), then creates
   /// TempName(path, getpid(), n) next to it: when it replaces a file, with that file's mode
   /// (and group, where allowed); else with `mode` when >= 0, or 0644 less the umask. A mode
   /// without owner read and write (a read-only 0444 checkpoint) is given at Commit: until then
@@ -92,7 +93,8 @@ class AtomicFile {
   /// Errors: kInvalidArgument naming `path` when it is a directory or another file that is not
   /// a regular one (a device, pipe or socket: the rename would replace it); kIo when the
   /// temporary cannot be created (e.g. the folder does not exist).
-  static Result<AtomicFile> Create(const std::string& path, int mode = -1);
+  static Result<AtomicFile> Create(const std::string& path, int mode = -1,
+                                   bool remove_stale = true);
   AtomicFile(AtomicFile&& o) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;
   ~AtomicFile();  // removes the temporary if not committed
@@ -121,15 +123,23 @@ class AtomicFile {
   /// more) is freed by the kernel on a thread of its own once the new file is durable, not in
   /// Commit.
   Status Commit();
-  /// Commits `files` in order inside one signal_cleanup bracket, so that SIGINT, SIGTERM,
-  /// SIGHUP or SIGQUIT cannot end the process between two renames (the signal is handled once
-  /// all are done; the handler waits at most 2 s). Stops at the first error, leaving the
-  /// files before it renamed and those after it as temporaries (removed by their destructors).
-  /// Only a crash (SIGKILL, power loss) during the renames can leave some renamed and some not.
+  /// Commits `files`: syncs those not synced yet, several at once (the file system commits
+  /// concurrent fsyncs together: 1,024 files of 1 MB, 1.05 s on 2 threads, 0.77 s on 8), then
+  /// renames them in order inside one signal_cleanup bracket, so that SIGINT, SIGTERM, SIGHUP
+  /// or SIGQUIT cannot end the process between two renames (the signal is handled once all are
+  /// done; the handler waits at most 2 s), then fsyncs each of their folders once. Stops at
+  /// the first error, leaving the files before it renamed and those after it as temporaries
+  /// (removed by their destructors); a failed folder fsync is kIo naming the folder (the files
+  /// are in place but not known to be durable). Only a crash (SIGKILL, power loss) during the
+  /// renames can leave some renamed and some not.
+  static Status CommitAll(const std::vector<AtomicFile*>& files);
   static Status CommitAll(std::vector<AtomicFile>& files);
 
  private:
   static void ReleaseReplaced(int fd);
+  // Commit less the folder's fsync; *held: the replaced file (-1: none), for ReleaseReplaced
+  // once the rename is durable.
+  Status Rename(int* held);
   AtomicFile(std::string path, std::string temp, int fd, int cleanup_slot)
       : path_(path), temp_(temp), fd_(fd), cleanup_slot_(cleanup_slot) {}
   std::string path_, temp_;

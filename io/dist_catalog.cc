@@ -433,15 +433,27 @@ void DistCatalog::set_max_open_rank_files(size_t n) {
   max_open_ = std::max<size_t>(n, 1);
 }
 
+void DistCatalog::CloseRankFile(int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  rank_stores_.at(static_cast<size_t>(rank)).reset();
+}
+
 Result<std::shared_ptr<const H5Store>> DistCatalog::RankStore(int rank,
                                                               const std::string& tensor) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_used_[rank] = ++use_clock_;
+    if (rank_stores_[rank]) return rank_stores_[rank];
+  }
+  // Opened outside the lock, so that threads reading other rank files go on meanwhile; a file
+  // that two threads open at once is kept once.
+  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> s, OpenRank(rank, tensor));
   std::lock_guard<std::mutex> lock(mu_);
-  last_used_[rank] = ++use_clock_;
   if (rank_stores_[rank]) return rank_stores_[rank];
   // Close the least recently used beyond the cap (a reader still holding it keeps it alive
-  // until it is done). O(world) per open, against an HDF5 file open of ~10 ms.
+  // until it is done). O(world) per open, against an HDF5 file open of ~1 ms.
   size_t open = 0;
-  for (const auto& s : rank_stores_) open += s != nullptr;
+  for (const auto& r : rank_stores_) open += r != nullptr;
   while (open >= max_open_) {
     int lru = -1;
     for (int r = 0; r < static_cast<int>(rank_stores_.size()); ++r)
@@ -449,7 +461,6 @@ Result<std::shared_ptr<const H5Store>> DistCatalog::RankStore(int rank,
     rank_stores_[lru].reset();
     --open;
   }
-  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> s, OpenRank(rank, tensor));
   rank_stores_[rank] = std::move(s);
   return rank_stores_[rank];
 }

@@ -93,11 +93,15 @@ class DistCatalog : public Catalog, public StoredChunks {
   size_t open_rank_files() const;
   /// Reads keep at most this many rank files open, so that a process reads a save of any
   /// world size whatever its limit on open files (`ulimit -n`; HDF5 holds one descriptor and
-  /// ~0.5 MB per open file). Default, at Open: half the process's soft limit on open files
+  /// ~1 MB per open file). Default, at Open: half the process's soft limit on open files
   /// (the other half left to the rest of the process), at most 4096. A read that needs more
-  /// reopens them (~10 ms each). At least 1.
+  /// reopens them (~1 ms each). At least 1.
   size_t max_open_rank_files() const { return max_open_; }
   void set_max_open_rank_files(size_t n);
+  /// Closes rank `rank`'s file if open (a reader still holding it keeps it until it is done):
+  /// for a reader going file by file that is done with this one, so that memory stays that of
+  /// the few files in use (~1 MB each) however many files the save has.
+  void CloseRankFile(int rank) const;
   /// Chunks and bytes on disk (compressed chunks and their tables) of a dense tensor, over all
   /// its pieces.
   struct StoredTotals {

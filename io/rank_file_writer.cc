@@ -205,6 +205,7 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
   std::map<int, size_t> slot;
   WriteOptions wo = o.write;
   wo.cells = o.rank_file_version == kCellsFormatVersion;
+  wo.remove_stale_temporaries = false;
   for (size_t k = 0; k < ranks.size(); ++k) {
     SEEDSTORE_ASSIGN_OR_RETURN(w[k], StoreWriter::Create(files[k], seed, gen, wo));
     slot[ranks[k]] = k;
@@ -253,7 +254,9 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
         ++a;
         continue;
       }
-      window.resize(cover.Count() * es);
+      // Grown, never shrunk: resize() zeroes what it adds, a pass over up to kWindowBytes
+      // that the read then overwrites.
+      if (window.size() < cover.Count() * es) window.resize(cover.Count() * es);
       SEEDSTORE_RETURN_IF_ERROR(src.Read(i, cover, window.data(), CpuOptions{1}));
       uint64_t cext[kMaxRank];
       for (int d = 0; d < cover.rank; ++d) cext[d] = cover.stop[d] - cover.start[d];
@@ -268,7 +271,7 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
             off[d] = g.start[d] - cover.start[d];
             ext[d] = g.stop[d] - g.start[d];
           }
-          piece.resize(g.Count() * es);
+          if (piece.size() < g.Count() * es) piece.resize(g.Count() * es);
           CopyBox(window.data(), cext, off, piece.data(), ext, nullptr, ext, g.rank, es);
           data = piece.data();
         }
@@ -279,8 +282,7 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
       }
     }
   }
-  for (auto& x : w) SEEDSTORE_RETURN_IF_ERROR(x->Commit());
-  return Status::Ok();
+  return StoreWriter::CommitAll(w);
 }
 
 }  // namespace seedstore

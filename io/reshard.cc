@@ -156,6 +156,14 @@ class SaveJob {
   // The regions of tensor i this process fingerprints and proves: the pieces it wrote, or, with
   // `whole` (a lazy tensor, a consolidated save), the whole tensor on process i mod np.
   std::vector<Region> MyRegions(size_t i, bool whole) const;
+  // The pieces this process wrote, rank file by rank file (ascending), each file's in tensor
+  // order: what reads them back goes file by file, so that each rank file is opened once
+  // whatever the cap on open files (DistCatalog::RankStore's least recently used).
+  struct MyPiece {
+    int rank;
+    size_t i, k;  // tensor, and its piece (plan_.shards[i][k])
+  };
+  std::vector<MyPiece> MyPiecesByFile() const;
 
   Exchange& comm_;
   const Catalog& src_;
@@ -269,6 +277,18 @@ Status SaveJob::SourceFingerprints() {
   src_fp_.resize(n_);
   for (size_t i = 0; i < n_; ++i) src_fp_[i] = Fingerprint{sfp[2 * i], sfp[2 * i + 1]};
   return Status::Ok();
+}
+
+std::vector<SaveJob::MyPiece> SaveJob::MyPiecesByFile() const {
+  std::vector<MyPiece> v;
+  for (size_t i = 0; i < n_; ++i)
+    for (size_t k = 0; k < plan_.shards[i].size(); ++k) {
+      const int r = plan_.shards[i][k].replicas[0];
+      if (WriterOf(r, np_, world_) == me_) v.push_back({r, i, k});
+    }
+  std::stable_sort(v.begin(), v.end(),
+                   [](const MyPiece& a, const MyPiece& b) { return a.rank < b.rank; });
+  return v;
 }
 
 void SaveJob::DropMine() {
@@ -411,17 +431,16 @@ Status SaveJob::OpenOutputAndGrids() {
   off_.assign(n_, 0);
   std::vector<std::vector<std::vector<uint64_t>>> mine_grid(n_);
   const bool try_cells = dout_ && !o_.full_proof;
-  for (size_t i = 0; i < n_ && st_.ok() && try_cells; ++i) {
-    mine_grid[i].resize(plan_.shards[i].size());
-    for (size_t k = 0; k < plan_.shards[i].size() && st_.ok(); ++k) {
-      if (WriterOf(plan_.shards[i][k].replicas[0], np_, world_) != me_) continue;
-      auto c = dout_->PieceGrid(i, k);
+  for (size_t i = 0; i < n_ && try_cells; ++i) mine_grid[i].resize(plan_.shards[i].size());
+  if (try_cells && st_.ok()) {
+    for (const MyPiece& m : MyPiecesByFile()) {
+      auto c = dout_->PieceGrid(m.i, m.k);
       st_ = c.status();
       if (!c.ok()) break;
-      mine_grid[i][k] = *c;
-      if (k == 0) {
-        ref[i * gw] = c->empty();
-        for (size_t e = 0; e < c->size(); ++e) ref[i * gw + 1 + e] = (*c)[e];
+      mine_grid[m.i][m.k] = *c;
+      if (m.k == 0) {
+        ref[m.i * gw] = c->empty();
+        for (size_t e = 0; e < c->size(); ++e) ref[m.i * gw + 1 + e] = (*c)[e];
       }
     }
   }
@@ -450,25 +469,56 @@ Status SaveJob::Prove() {
                     "', not the source's '" + ts_[i].name + "' with its shape and dtype");
       break;
     }
-    if (t.lazy) {
+    if (t.lazy && me_ == 0) {
       // No data moved: the record's fingerprint stands for it, checked against the spec
       // (same spec, same resolved key).
-      if (me_ == 0) {
-        const bool same = ts_[i].lazy && t.lazy->key == ts_[i].lazy->key &&
-                          TensorSpecToJson(t.lazy->spec) == TensorSpecToJson(ts_[i].lazy->spec);
-        Fingerprint f = t.fingerprint.value_or(Fingerprint{});
-        if (!same) f.lane0 ^= 1;  // forces a mismatch
-        ofp[2 * i] = f.lane0;
-        ofp[2 * i + 1] = f.lane1;
-      }
-      continue;
+      const bool same = ts_[i].lazy && t.lazy->key == ts_[i].lazy->key &&
+                        TensorSpecToJson(t.lazy->spec) == TensorSpecToJson(ts_[i].lazy->spec);
+      Fingerprint f = t.fingerprint.value_or(Fingerprint{});
+      if (!same) f.lane0 ^= 1;  // forces a mismatch
+      ofp[2 * i] = f.lane0;
+      ofp[2 * i + 1] = f.lane1;
     }
-    st_ = AddUp(
-        MyRegions(i, o_.consolidate),
-        [&](const Region& r) {
-          return ProvePiece(*out_, i, r, o_.cpu, o_.full_proof, off_[i] == 0);
-        },
-        &ofp[2 * i]);
+  }
+  if (st_.ok() && o_.consolidate) {
+    for (size_t i = 0; i < n_ && st_.ok(); ++i)
+      if (!out_->tensors()[i].lazy)
+        st_ = AddUp(
+            MyRegions(i, true),
+            [&](const Region& r) {
+              return ProvePiece(*out_, i, r, o_.cpu, o_.full_proof, off_[i] == 0);
+            },
+            &ofp[2 * i]);
+  } else if (st_.ok()) {
+    // Rank file by rank file, several at a time (their HDF5 calls take turns; the hashing and
+    // the chunk reads overlap), each thread adding into sums of its own.
+    std::vector<MyPiece> mine = MyPiecesByFile();
+    mine.erase(std::remove_if(mine.begin(), mine.end(),
+                              [&](const MyPiece& m) { return out_->tensors()[m.i].lazy; }),
+               mine.end());
+    std::vector<size_t> starts;
+    for (size_t j = 0; j < mine.size(); ++j)
+      if (j == 0 || mine[j].rank != mine[j - 1].rank) starts.push_back(j);
+    starts.push_back(mine.size());
+    const uint64_t files = starts.size() - 1;
+    const int threads = ThreadCount(o_.cpu.threads, files);
+    CpuOptions inner = o_.cpu;
+    if (threads > 1) inner.threads = 1;
+    std::vector<std::vector<uint64_t>> sums(threads, std::vector<uint64_t>(2 * n_, 0));
+    st_ = ParallelFor(files, threads, false, [&](uint64_t g, int th) -> Status {
+      for (size_t j = starts[g]; j < starts[g + 1]; ++j) {
+        const MyPiece& m = mine[j];
+        SEEDSTORE_ASSIGN_OR_RETURN(const Fingerprint f,
+                                   ProvePiece(*out_, m.i, plan_.shards[m.i][m.k].region, inner,
+                                              o_.full_proof, off_[m.i] == 0));
+        sums[th][2 * m.i] += f.lane0;
+        sums[th][2 * m.i + 1] += f.lane1;
+      }
+      dout_->CloseRankFile(mine[starts[g]].rank);
+      return Status::Ok();
+    });
+    for (const auto& s : sums)
+      for (size_t e = 0; e < ofp.size(); ++e) ofp[e] += s[e];
   }
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "prove"));
   SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(ofp.data(), ofp.size(), "prove"));

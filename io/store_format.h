@@ -71,6 +71,11 @@ struct WriteOptions {
   /// every reader skip (0, or a power of 2 >= 512). A distributed save's master keeps its seal
   /// there (docs/FORMAT.md 10).
   uint64_t user_block = 0;
+  /// Remove what dead writers on this host left of the same path before creating the file
+  /// (AtomicFile::Create). A distributed save's rank files do without: their names are new to
+  /// each save, and its commit collects what interrupted saves left (docs/FORMAT.md 10); a
+  /// scan of the folder per file would cost O(files) each.
+  bool remove_stale_temporaries = true;
 };
 
 /// The HDF5 filter ids, in pipeline order, of chunked dense tensor `name` of dtype `dtype`

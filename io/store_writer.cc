@@ -157,7 +157,8 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   m.generator = generator;
   m.opt = options;
   m.opt.zstd_level = std::clamp(m.opt.zstd_level, kMinZstdLevel, kMaxZstdLevel);
-  SEEDSTORE_ASSIGN_OR_RETURN(AtomicFile af, AtomicFile::Create(path, m.opt.file_mode));
+  SEEDSTORE_ASSIGN_OR_RETURN(
+      AtomicFile af, AtomicFile::Create(path, m.opt.file_mode, m.opt.remove_stale_temporaries));
   m.file = std::make_unique<AtomicFile>(std::move(af));
   SEEDSTORE_RETURN_IF_ERROR(m.file->CloseFd());
   H5Guard g;
@@ -677,6 +678,26 @@ void StoreWriter::SetShardRank(std::optional<int> rank) { impl_->rank = rank; }
 
 Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>& before_rename) {
   Impl& m = *impl_;
+  SEEDSTORE_RETURN_IF_ERROR(Finish());
+  if (before_rename) SEEDSTORE_RETURN_IF_ERROR(before_rename(m.file->temp_path()));
+  SEEDSTORE_RETURN_IF_ERROR(m.file->Commit());
+  m.committed = true;
+  return Status::Ok();
+}
+
+Status StoreWriter::CommitAll(const std::vector<std::unique_ptr<StoreWriter>>& writers) {
+  std::vector<AtomicFile*> files;
+  for (const auto& w : writers) {
+    SEEDSTORE_RETURN_IF_ERROR(w->Finish());
+    files.push_back(w->impl_->file.get());
+  }
+  SEEDSTORE_RETURN_IF_ERROR(AtomicFile::CommitAll(files));
+  for (const auto& w : writers) w->impl_->committed = true;
+  return Status::Ok();
+}
+
+Status StoreWriter::Finish() {
+  Impl& m = *impl_;
   if (m.committed) return Internal("store '" + m.file->path() + "' committed twice");
   for (size_t k = 0; k < m.sets.size(); ++k) {
     H5Guard gl;
@@ -717,9 +738,6 @@ Status StoreWriter::Commit(const std::function<Status(const std::string& temp)>&
     if (H5Fflush(m.h5, H5F_SCOPE_GLOBAL) < 0) return SEEDSTORE_H5_ERROR("flushing the store");
   }
   if (!m.CloseH5(/*keep=*/true)) return IoError("closing '" + m.file->temp_path() + "' failed");
-  if (before_rename) SEEDSTORE_RETURN_IF_ERROR(before_rename(m.file->temp_path()));
-  SEEDSTORE_RETURN_IF_ERROR(m.file->Commit());
-  m.committed = true;
   return Status::Ok();
 }
 

@@ -107,10 +107,17 @@ class StoreWriter {
   /// objects, io/master_vds.h) is made durable and renamed with it. Its error fails the
   /// commit; the temporary is then removed and the destination left untouched.
   Status Commit(const std::function<Status(const std::string& temp)>& before_rename = {});
+  /// Commit of several stores at once (a process's rank files): each is written and closed in
+  /// turn, then they are made durable and renamed together (AtomicFile::CommitAll: their
+  /// fsyncs overlap, one fsync per folder). Errors as Commit's; none of them is in place
+  /// unless all their fsyncs succeeded.
+  static Status CommitAll(const std::vector<std::unique_ptr<StoreWriter>>& writers);
   const std::string& path() const;
 
  private:
   StoreWriter() = default;
+  // Commit up to the closed temporary file: tables, index, flush, close.
+  Status Finish();
   // Both AddDense overloads: `whole`, when not null, holds the whole tensor (as above) and
   // contiguous chunks are read from it in place; other chunks come from `source`.
   Status AddDenseFrom(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,

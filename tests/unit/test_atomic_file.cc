@@ -15,6 +15,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "io/atomic_file.h"
 
@@ -268,6 +269,59 @@ TEST_F(AtomicTemps, CommitReplacesFilesAndReleasesTheOldOnes) {
     now = OpenDescriptors();
   }
   EXPECT_EQ(now, before);
+}
+
+// CommitAll of many files in two folders, synced and not, some replacing files a reader
+// holds: every file is in place with its bytes, no temporary is left, every replaced file is
+// released. Create with remove_stale false leaves a dead writer's temporary alone (a
+// distributed save's commit collects it instead); the next plain Create removes it.
+TEST_F(AtomicTemps, CommitAllPlacesEveryFileAndReleasesTheReplacedOnes) {
+  const std::string other = dir_ + "/sub";
+  fs::create_directory(other);
+  const int before = OpenDescriptors();
+  std::vector<AtomicFile> files;
+  std::vector<std::string> paths;
+  std::vector<int> readers;
+  for (int k = 0; k < 40; ++k) {
+    const std::string p = (k % 2 ? other : dir_) + "/f" + std::to_string(k) + ".h5";
+    if (k % 5 == 0) {
+      Touch(p, "old");
+      readers.push_back(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
+      ASSERT_GE(readers.back(), 0);
+    }
+    auto f = AtomicFile::Create(p, -1, /*remove_stale=*/k != 0);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    const std::string text = "bytes of " + std::to_string(k);
+    ASSERT_TRUE(f->Append(text.data(), text.size()).ok());
+    if (k % 3 == 0) ASSERT_TRUE(f->Sync().ok());
+    files.push_back(std::move(*f));
+    paths.push_back(p);
+  }
+  ASSERT_TRUE(AtomicFile::CommitAll(files).ok());
+  for (int k = 0; k < 40; ++k) EXPECT_EQ(Slurp(paths[k]), "bytes of " + std::to_string(k));
+  for (const std::string& d : {dir_, other})
+    for (const auto& e : fs::directory_iterator(d))
+      EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+  for (int fd : readers) {
+    char buf[4] = {};
+    EXPECT_EQ(::pread(fd, buf, 3, 0), 3);
+    EXPECT_EQ(std::string(buf), "old");  // the reader keeps the replaced file
+    ::close(fd);
+  }
+  EXPECT_EQ(OpenDescriptors(), before);
+  // remove_stale false leaves a stale temporary; a plain Create of that path removes it.
+  const std::string target = dir_ + "/f0.h5";
+  const std::string stale = Touch(AtomicFile::TempName(target, dead_, 0));
+  {
+    auto f = AtomicFile::Create(target, -1, false);
+    ASSERT_TRUE(f.ok());
+  }
+  EXPECT_TRUE(fs::exists(stale));
+  {
+    auto f = AtomicFile::Create(target);
+    ASSERT_TRUE(f.ok());
+  }
+  EXPECT_FALSE(fs::exists(stale));
 }
 
 // Writing through symbolic links replaces the file they lead to, in its folder; the links
