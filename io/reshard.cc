@@ -490,35 +490,22 @@ Status SaveJob::Prove() {
             },
             &ofp[2 * i]);
   } else if (st_.ok()) {
-    // Rank file by rank file, several at a time (their HDF5 calls take turns; the hashing and
-    // the chunk reads overlap), each thread adding into sums of its own.
+    // Rank file by rank file, each closed when done with (one thread: HDF5 calls take turns,
+    // and a second thread proving other files measured slower). Small pieces' hashing gains
+    // nothing from more threads; large ones use o_.cpu's inside ProvePiece.
     std::vector<MyPiece> mine = MyPiecesByFile();
-    mine.erase(std::remove_if(mine.begin(), mine.end(),
-                              [&](const MyPiece& m) { return out_->tensors()[m.i].lazy; }),
-               mine.end());
-    std::vector<size_t> starts;
-    for (size_t j = 0; j < mine.size(); ++j)
-      if (j == 0 || mine[j].rank != mine[j - 1].rank) starts.push_back(j);
-    starts.push_back(mine.size());
-    const uint64_t files = starts.size() - 1;
-    const int threads = ThreadCount(o_.cpu.threads, files);
-    CpuOptions inner = o_.cpu;
-    if (threads > 1) inner.threads = 1;
-    std::vector<std::vector<uint64_t>> sums(threads, std::vector<uint64_t>(2 * n_, 0));
-    st_ = ParallelFor(files, threads, false, [&](uint64_t g, int th) -> Status {
-      for (size_t j = starts[g]; j < starts[g + 1]; ++j) {
-        const MyPiece& m = mine[j];
-        SEEDSTORE_ASSIGN_OR_RETURN(const Fingerprint f,
-                                   ProvePiece(*out_, m.i, plan_.shards[m.i][m.k].region, inner,
-                                              o_.full_proof, off_[m.i] == 0));
-        sums[th][2 * m.i] += f.lane0;
-        sums[th][2 * m.i + 1] += f.lane1;
+    for (size_t j = 0; j < mine.size() && st_.ok(); ++j) {
+      const MyPiece& m = mine[j];
+      if (!out_->tensors()[m.i].lazy) {
+        auto f = ProvePiece(*out_, m.i, plan_.shards[m.i][m.k].region, o_.cpu, o_.full_proof,
+                            off_[m.i] == 0);
+        st_ = f.status();
+        if (!f.ok()) break;
+        ofp[2 * m.i] += f->lane0;
+        ofp[2 * m.i + 1] += f->lane1;
       }
-      dout_->CloseRankFile(mine[starts[g]].rank);
-      return Status::Ok();
-    });
-    for (const auto& s : sums)
-      for (size_t e = 0; e < ofp.size(); ++e) ofp[e] += s[e];
+      if (j + 1 == mine.size() || mine[j + 1].rank != m.rank) dout_->CloseRankFile(m.rank);
+    }
   }
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "prove"));
   SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(ofp.data(), ofp.size(), "prove"));
