@@ -311,15 +311,8 @@ Status AtomicFile::Sync() {
 }
 
 Status AtomicFile::Commit() {
-  int replaced = -1;
-  SEEDSTORE_RETURN_IF_ERROR(Rename(&replaced));
-  const int dfd = ::open(DirToOpen(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  ReleaseReplaced(replaced);
-  return Status::Ok();
+  AtomicFile* self = this;
+  return CommitAll(std::vector<AtomicFile*>{self});
 }
 
 Status AtomicFile::Rename(int* held) {

@@ -119,9 +119,10 @@ class AtomicFile {
   /// fsync + close: the temporary is complete and durable, not yet in place (Commit then only
   /// renames). For writers of several files that rename none until all are written.
   Status Sync();
-  /// Sync (unless done) + rename + fsync(folder). A large file replaced at `path` (64 MiB or
-  /// more) is freed by the kernel on a thread of its own once the new file is durable, not in
-  /// Commit.
+  /// Sync (unless done) + rename + fsync(folder): CommitAll of this one file. A failed folder
+  /// fsync is kIo naming the folder: the file is in place but not known to be durable. A large
+  /// file replaced at `path` (64 MiB or more) is freed by the kernel on a thread of its own once
+  /// the new file is durable, not in Commit.
   Status Commit();
   /// Commits `files`: syncs those not synced yet, several at once (the file system commits
   /// concurrent fsyncs together: 1,024 files of 1 MB, 1.05 s on 2 threads, 0.77 s on 8), then

@@ -45,6 +45,13 @@ def verified_fingerprints(path):
     return {t["name"]: t["fingerprint"] for t in rep["tensors"]}
 
 
+def computed_fingerprints(path):
+    """{tensor: fingerprint} of any checkpoint at `path` (safetensors too), `seedstore fingerprint`."""
+    p = subprocess.run([BIN, "fingerprint", str(path), "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, f"fingerprint {path} failed (rc={p.returncode}):\n{p.stderr}"
+    return {t["name"]: t["fingerprint"] for t in json.loads(p.stdout)}
+
+
 def process_gone(pid):
     """Whether process `pid` has ended (exited, or a zombie waiting to be reaped)."""
     try:
