@@ -475,100 +475,125 @@ void H5Store::VerifyReport::FinishOk(const std::vector<TensorRecord>& records) {
 }
 
 H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)> progress) const {
-  VerifyReport rep;
   std::mutex mu;
   auto report = [&](uint64_t n) {
     if (!progress) return;
     std::lock_guard<std::mutex> l(mu);
     progress(n);
   };
-  for (size_t i = 0; i < records_.size(); ++i) {
-    const TensorRecord& t = records_[i];
-    ++rep.tensors;
-    Fingerprint total;
-    if (t.lazy) {
-      auto f = t.lazy->FingerprintWhole(o);
-      if (!f.ok()) {
-        rep.problems.push_back({t.name, -1, f.status()});
-        rep.fingerprints.push_back({});
-        rep.complete.push_back(false);
+  const size_t n = records_.size();
+  std::vector<std::vector<Problem>> problems(n);  // per tensor; chunk problems by chunk
+  std::vector<Fingerprint> totals(n);
+  std::vector<bool> checked(n, false);  // recomputed (its chunks read), however they compared
+  uint64_t chunks = 0, bytes = 0;
+  // Dense tensors go in batches of consecutive ones, every chunk of a batch in one parallel
+  // pass: a file of many one-chunk tensors (a rank file of a save over many ranks) keeps every
+  // thread busy, and at most a batch's datasets are open at once.
+  constexpr size_t kBatchTensors = 64;
+  for (size_t i = 0; i < n;) {
+    std::vector<size_t> batch;
+    std::vector<ChunkWhere> where;
+    std::vector<Grid> grids;
+    std::vector<uint64_t> first{0};  // batch[k]'s chunks are items first[k] .. first[k + 1] - 1
+    for (; i < n && batch.size() < kBatchTensors; ++i) {
+      const TensorRecord& t = records_[i];
+      if (t.lazy) {
+        auto f = t.lazy->FingerprintWhole(o);
+        if (!f.ok()) {
+          problems[i].push_back({t.name, -1, f.status()});
+          continue;
+        }
+        totals[i] = *f;
+        checked[i] = true;
+        report(t.NumBytes());
         continue;
       }
-      total = *f;
-      report(t.NumBytes());
-      rep.complete.push_back(true);
-    } else if (!damage_[i].ok()) {
-      rep.problems.push_back({t.name, -1, damage_[i]});
-      rep.fingerprints.push_back({});
-      rep.complete.push_back(false);
-      continue;
-    } else {
-      const StoredTensor& st = stored_[i];
-      const Grid g = Grid::Make(t.shape, st.chunk);
-      const size_t es = DTypeSize(t.dtype);
-      const int threads = ThreadCount(o.threads, g.num);
-      const int hint = HintFd(g.ChunkElems() * es);
+      if (!damage_[i].ok()) {
+        problems[i].push_back({t.name, -1, damage_[i]});
+        continue;
+      }
       auto ds = ChunksOf(i);
       if (!ds.ok()) {
-        rep.problems.push_back({t.name, -1, ds.status()});
-        rep.fingerprints.push_back({});
-        rep.complete.push_back(false);
+        problems[i].push_back({t.name, -1, ds.status()});
         continue;
       }
-      const size_t problems_before = rep.problems.size();
-      std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(threads);
-      std::vector<std::vector<uint8_t>> bufs(threads);
-      std::vector<Fingerprint> parts(threads);
-      (void)ParallelFor(g.num, threads, true, [&](uint64_t j, int th) -> Status {
-        // The chunk clipped to the tensor, decoded packed into bufs[th] and fingerprinted.
-        const Region box = g.Box(j);
-        PrefetchChunk(hint, *ds, g, j + kPrefetchAhead * threads);
-        const ChunkInfo* info = info_[i].empty() ? nullptr : &info_[i][j];
-        Status s = DecodeChunk(*ds, i, j, &bufs[th], *scratch[th], true, nullptr);
-        if (s.ok() && t.dtype == DType::kBool) {  // docs/FORMAT.md 4.2: bool bytes are 0 or 1
-          const auto* bad = std::find_if(bufs[th].data(), bufs[th].data() + bufs[th].size(),
-                                         [](uint8_t b) { return b > 1; });
-          if (bad != bufs[th].data() + bufs[th].size())
-            s = ChunkError(path_, t, g, j,
-                           "bool element " + std::to_string(bad - bufs[th].data()) +
-                               " of the chunk holds byte " + std::to_string(*bad) +
-                               " (a bool is stored as 0 or 1; readers disagree on others)");
-        }
-        const Fingerprint f =
-            s.ok() ? FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}) : Fingerprint{};
-        if (s.ok() && info && f != info->fingerprint)
-          s = StoreStatus(StoreError::kFingerprintMismatch,
-                          "file '" + path_ + "' tensor '" + t.name + "' chunk " +
-                              std::to_string(j) + ": chunk-info fingerprint " +
-                              FingerprintHex(info->fingerprint) + ", recomputed " +
-                              FingerprintHex(f));
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> l(mu);
-          rep.problems.push_back({t.name, static_cast<int64_t>(j), s});
-          return s;
-        }
-        parts[th].Add(f);
-        report(box.Count() * es);
-        return Status::Ok();
-      });
-      ReadScratch().Return(std::move(scratch));
-      rep.chunks += g.num;
-      for (const auto& p : parts) total.Add(p);
-      rep.bytes += t.NumBytes();
-      rep.complete.push_back(rep.problems.size() == problems_before);
+      batch.push_back(i);
+      where.push_back(std::move(*ds));
+      grids.push_back(Grid::Make(t.shape, stored_[i].chunk));
+      first.push_back(first.back() + grids.back().num);
     }
-    rep.fingerprints.push_back(total);
-    if (t.fingerprint && *t.fingerprint != total) {
-      bool chunk_problem = false;
-      for (const auto& p : rep.problems) chunk_problem = chunk_problem || p.tensor == t.name;
-      if (!chunk_problem)
-        rep.problems.push_back(
-            {t.name, -1,
-             StoreStatus(StoreError::kFingerprintMismatch,
-                         "file '" + path_ + "' tensor '" + t.name + "': recorded fingerprint " +
-                             FingerprintHex(*t.fingerprint) + ", recomputed " +
-                             FingerprintHex(total))});
+    if (batch.empty()) continue;
+    const int threads = ThreadCount(o.threads, first.back());
+    std::vector<int> hints(batch.size());
+    for (size_t k = 0; k < batch.size(); ++k)
+      hints[k] = HintFd(grids[k].ChunkElems() * DTypeSize(records_[batch[k]].dtype));
+    std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(threads);
+    std::vector<std::vector<uint8_t>> bufs(threads);
+    std::vector<Fingerprint> parts(batch.size() * threads);
+    (void)ParallelFor(first.back(), threads, true, [&](uint64_t item, int th) -> Status {
+      const size_t k = std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1;
+      const uint64_t j = item - first[k];
+      const size_t ti = batch[k];
+      const TensorRecord& t = records_[ti];
+      const Grid& g = grids[k];
+      // The chunk clipped to the tensor, decoded packed into bufs[th] and fingerprinted.
+      const Region box = g.Box(j);
+      PrefetchChunk(hints[k], where[k], g, j + kPrefetchAhead * threads);
+      const ChunkInfo* info = info_[ti].empty() ? nullptr : &info_[ti][j];
+      Status s = DecodeChunk(where[k], ti, j, &bufs[th], *scratch[th], true, nullptr);
+      if (s.ok() && t.dtype == DType::kBool) {  // docs/FORMAT.md 4.2: bool bytes are 0 or 1
+        const auto* bad = std::find_if(bufs[th].data(), bufs[th].data() + bufs[th].size(),
+                                       [](uint8_t b) { return b > 1; });
+        if (bad != bufs[th].data() + bufs[th].size())
+          s = ChunkError(path_, t, g, j,
+                         "bool element " + std::to_string(bad - bufs[th].data()) +
+                             " of the chunk holds byte " + std::to_string(*bad) +
+                             " (a bool is stored as 0 or 1; readers disagree on others)");
+      }
+      const Fingerprint f =
+          s.ok() ? FingerprintOf(t, box, bufs[th].data(), CpuOptions{1}) : Fingerprint{};
+      if (s.ok() && info && f != info->fingerprint)
+        s = StoreStatus(StoreError::kFingerprintMismatch,
+                        "file '" + path_ + "' tensor '" + t.name + "' chunk " + std::to_string(j) +
+                            ": chunk-info fingerprint " + FingerprintHex(info->fingerprint) +
+                            ", recomputed " + FingerprintHex(f));
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> l(mu);
+        problems[ti].push_back({t.name, static_cast<int64_t>(j), s});
+        return s;
+      }
+      parts[k * threads + th].Add(f);
+      report(box.Count() * DTypeSize(t.dtype));
+      return Status::Ok();
+    });
+    ReadScratch().Return(std::move(scratch));
+    for (size_t k = 0; k < batch.size(); ++k) {
+      const size_t ti = batch[k];
+      for (int th = 0; th < threads; ++th) totals[ti].Add(parts[k * threads + th]);
+      std::sort(problems[ti].begin(), problems[ti].end(),
+                [](const Problem& a, const Problem& b) { return a.chunk < b.chunk; });
+      checked[ti] = true;
+      chunks += grids[k].num;
+      bytes += records_[ti].NumBytes();
     }
+  }
+  VerifyReport rep;
+  rep.tensors = n;
+  rep.chunks = chunks;
+  rep.bytes = bytes;
+  for (size_t i = 0; i < n; ++i) {
+    const TensorRecord& t = records_[i];
+    const bool chunk_problem = !problems[i].empty();
+    for (Problem& p : problems[i]) rep.problems.push_back(std::move(p));
+    rep.fingerprints.push_back(checked[i] ? totals[i] : Fingerprint{});
+    rep.complete.push_back(checked[i] && !chunk_problem);
+    if (checked[i] && !chunk_problem && t.fingerprint && *t.fingerprint != totals[i])
+      rep.problems.push_back(
+          {t.name, -1,
+           StoreStatus(StoreError::kFingerprintMismatch,
+                       "file '" + path_ + "' tensor '" + t.name + "': recorded fingerprint " +
+                           FingerprintHex(*t.fingerprint) + ", recomputed " +
+                           FingerprintHex(totals[i]))});
   }
   rep.FinishOk(records_);
   return rep;

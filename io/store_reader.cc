@@ -488,6 +488,7 @@ struct CellSetObjects {
   std::vector<uint64_t> sums;
   std::vector<ChunkInfo> infos;
   std::vector<bool> taken;
+  Hid dataset;  // open while Open checks the records in it (their chunk locations)
 };
 
 // Opens cell set k of file `w` and checks it: a chunked dataset [n, c0, ..., c(r-1)] of one
@@ -543,6 +544,7 @@ Status LoadCellSet(hid_t f, int k, const std::string& w, CellSetObjects* out) {
       out->infos,
       ReadChunkInfoTable(f, std::string(kCellInfoGroup) + "/" + name, cells, nullptr, sw));
   out->taken.assign(out->cells, false);
+  out->dataset = std::move(d);
   return Status::Ok();
 }
 
@@ -592,6 +594,9 @@ Status CheckCellObjects(const TensorRecord& tr, const std::optional<Fingerprint>
   st.set_cells = set.cells;
   out->checksums.assign(set.sums.begin() + first, set.sums.begin() + first + grid.num);
   out->info.assign(set.infos.begin() + first, set.infos.begin() + first + grid.num);
+  // A piece of few cells in a set of not too many: where they are, as for a tensor of few
+  // chunks, so that its reads (and a save's proof) open no dataset.
+  if (set.dataset.ok()) out->located = LocateFewChunks(set.dataset.get(), grid, st);
   return Status::Ok();
 }
 }  // namespace
@@ -692,6 +697,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     s->located_.push_back(std::move(obj.located));
     s->damage_.push_back(std::move(damage));
   }
+  sets.clear();  // their datasets closed: an object left open would keep the file open
   SEEDSTORE_RETURN_IF_ERROR(s->DropCachedMetadata());
   return s;
 }
