@@ -8,6 +8,9 @@
 #
 #   bench/scale_bench.sh BIN [LAYERS=1] [RUNS=3] [RANKS="8 1024"]
 #
+# NP=<n>: the reshards run under `mpirun -np n` (n processes sharing the rank files, as fewer
+# real processes than ranks would), for every rank count alike; verify stays one process.
+#
 # One layer is 9 tensors, 1.70 GB of bf16 (0.85 B parameters); over 1,024 ranks 9,216 pieces of
 # 184 KB on average, the same average piece as the whole model over 1,024 ranks (~740,000
 # pieces, 141 GB).
@@ -16,6 +19,12 @@ BIN=$(realpath "$1")
 LAYERS=${2:-1}
 RUNS=${3:-3}
 RANKS=${4:-"8 1024"}
+NP=${NP:-1}
+LAUNCH=()
+if [ "$NP" -gt 1 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  LAUNCH=(mpirun -np "$NP" --oversubscribe)
+fi
 [ "$LAYERS" -ge 1 ] && [ "$LAYERS" -le 10 ] || { echo "LAYERS: 1..10" >&2; exit 2; }
 W=$(mktemp -d "${TMPDIR:-/tmp}/scale_bench.XXXXXX")
 trap 'rm -rf "$W"' EXIT
@@ -36,7 +45,7 @@ for run in $(seq "$RUNS"); do
   for r in $RANKS; do
     rm -f "o$r.h5" o"$r".h5.*
     sync
-    t0=$(now); "$BIN" reshard src.h5 --layout "l$r.json" -o "o$r.h5" -q; t1=$(now)
+    t0=$(now); "${LAUNCH[@]}" "$BIN" reshard src.h5 --layout "l$r.json" -o "o$r.h5" -q; t1=$(now)
     "$BIN" verify "o$r.h5" >/dev/null; t2=$(now)
     echo "reshard$r $(echo "$t1 - $t0" | bc)" >>times.txt
     echo "verify$r $(echo "$t2 - $t1" | bc)" >>times.txt
@@ -44,7 +53,7 @@ for run in $(seq "$RUNS"); do
     rm -f "o$r.h5" o"$r".h5.*
   done
 done
-python3 - "$BYTES" "$RANKS" times.txt <<'EOF'
+python3 - "$BYTES" "$RANKS" times.txt "$NP" <<'EOF'
 import statistics, sys
 data_bytes, ranks = int(sys.argv[1]), sys.argv[2].split()
 t = {}
@@ -54,7 +63,8 @@ for line in open(sys.argv[3]):
 med = lambda k: statistics.median(x[0] for x in t[k])
 gb = data_bytes / 1e9
 copy = med("copy")
-print(f"source: {gb:.2f} GB of bf16 data; cp + sync of the store: {copy:.2f} s "
+print(f"processes per reshard: {sys.argv[4]}; "
+      f"source: {gb:.2f} GB of bf16 data; cp + sync of the store: {copy:.2f} s "
       f"(runs {len(t['copy'])}; medians below)")
 print("| ranks | files, bytes | reshard s | s per GB | per byte vs first | vs cp + sync | verify s |")
 print("|---:|---:|---:|---:|---:|---:|---:|")

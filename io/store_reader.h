@@ -173,9 +173,10 @@ class H5Store : public Catalog, public StoredChunks {
   /// Most datasets an open store keeps open: Open checks each dense tensor's dataset and
   /// closes it; reads open the one they need, and the last few used stay open.
   static constexpr size_t kOpenDatasets = 8;
-  /// Reads of a tensor of at most this many chunks open no dataset: Open records where its
-  /// chunks are (when it reads chunks with pread). A 256-rank reshard's proof reopened 37,888
-  /// datasets, each already opened by Open's checks, for their chunk addresses.
+  /// Reads of a tensor (or a version 2 piece: its cells) of at most this many chunks open no
+  /// dataset: Open records where its chunks are (when it reads chunks with pread). A 256-rank
+  /// reshard's proof reopened 37,888 datasets, each already opened by Open's checks, for their
+  /// chunk addresses.
   static constexpr uint64_t kLocatedChunks = 4;
   /// Chunks of a tensor of more chunks are read with H5Dread_chunk under the HDF5 lock, not by
   /// file address with pread: HDF5 1.10's only way to an address, H5Dget_chunk_info_by_coord,
