@@ -33,7 +33,9 @@ def shim():
 
 
 def limit_open_files():
-    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILE_LIMIT, OPEN_FILE_LIMIT))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    n = OPEN_FILE_LIMIT if hard == resource.RLIM_INFINITY else min(OPEN_FILE_LIMIT, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
 def opens_per_file(cmd, folder, log):
