@@ -310,10 +310,7 @@ Status AtomicFile::Sync() {
   return Status::Ok();
 }
 
-Status AtomicFile::Commit() {
-  AtomicFile* self = this;
-  return CommitAll(std::vector<AtomicFile*>{self});
-}
+Status AtomicFile::Commit() { return CommitAll({this}); }
 
 Status AtomicFile::Rename(int* held) {
   if (!synced_) SEEDSTORE_RETURN_IF_ERROR(Sync());

@@ -7,7 +7,8 @@ of a folder fails with EIO, files sync as usual. Each way of writing -- one stor
 with the I/O exit code and a message naming the folder; the files are in place (the rename
 happened) and whole. A distributed save (`reshard --layout`) fails at its rank files' folder
 fsync, before its commit point: it leaves nothing behind and the save it was to replace stays.
-(A failed fsync after the commit point itself is `Cli.AFailedFsyncAfterTheCommitKeeps...`.)
+(A failed fsync after the commit point itself:
+`Cli.AFailedFsyncAfterTheCommitKeepsTheReplacedSavesFiles`.)
 """
 import json
 import os

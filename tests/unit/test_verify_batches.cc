@@ -70,7 +70,7 @@ TEST(VerifyBatches, TheReportIsTheSameWhateverTheThreadCount) {
     auto s = H5Store::Open(path);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     const auto one = (*s)->Verify(CpuOptions{1});
-    EXPECT_TRUE(one.problems.empty()) << Problems(one).front();
+    EXPECT_TRUE(one.problems.empty()) << testing::PrintToString(Problems(one));
     ASSERT_EQ(one.fingerprints.size(), m.names.size());
     for (size_t i = 0; i < m.names.size(); ++i) {
       EXPECT_TRUE(one.complete[i] && one.ok[i]) << m.names[i];
