@@ -447,7 +447,9 @@ Result<std::shared_ptr<const H5Store>> DistCatalog::RankStore(int rank,
   }
   // Opened outside the lock, so that threads reading other rank files go on meanwhile; a file
   // that two threads open at once is kept once.
-  SEEDSTORE_ASSIGN_OR_RETURN(std::unique_ptr<H5Store> s, OpenRank(rank, tensor));
+  SEEDSTORE_ASSIGN_OR_RETURN(
+      std::unique_ptr<H5Store> s,
+      OpenRank(rank, tensor, read_once_ ? H5Store::OpenFor::kOnePass : H5Store::OpenFor::kReads));
   std::lock_guard<std::mutex> lock(mu_);
   if (rank_stores_[rank]) return rank_stores_[rank];
   // Close the least recently used beyond the cap (a reader still holding it keeps it alive
@@ -465,11 +467,12 @@ Result<std::shared_ptr<const H5Store>> DistCatalog::RankStore(int rank,
   return rank_stores_[rank];
 }
 
-Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::string& tensor) const {
+Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::string& tensor,
+                                                       H5Store::OpenFor use) const {
   const std::string& f = rank_files_[rank];
   const std::string reading = tensor.empty() ? "" : "reading tensor '" + tensor + "': ";
   SEEDSTORE_RETURN_IF_ERROR(RankFileReachable(path_, rank, f, reading));
-  auto s = H5Store::Open(f);
+  auto s = H5Store::Open(f, use);
   if (!s.ok() && !FileExists(f))  // gone meanwhile: another writer replaced the save
     return DistError("rank-file-missing", Code::kNotFound, path_, rank, f,
                      reading +

@@ -2,6 +2,7 @@
 // io/dist_store.h): DistCatalog opens its master and reads each dense tensor through the rank
 // files holding its pieces (io/dist_catalog.cc), and verifies the whole save (io/dist_verify.cc).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -102,6 +103,10 @@ class DistCatalog : public Catalog, public StoredChunks {
   /// for a reader going file by file that is done with this one, so that memory stays that of
   /// the few files in use (~1 MB each) however many files the save has.
   void CloseRankFile(int rank) const;
+  /// Rank files opened from now on are for one pass each (H5Store::OpenFor::kOnePass: the
+  /// metadata their open checked stays cached, no second open): for a reader that goes file by
+  /// file and closes each (CloseRankFile) when done with it. Default false.
+  void set_rank_files_read_once(bool once) { read_once_ = once; }
   /// Chunks and bytes on disk (compressed chunks and their tables) of a dense tensor, over all
   /// its pieces.
   struct StoredTotals {
@@ -168,7 +173,9 @@ class DistCatalog : public Catalog, public StoredChunks {
   // name the rank file (and `tensor`, when given: the tensor being read).
   Result<std::shared_ptr<const H5Store>> RankStore(int rank, const std::string& tensor = "") const;
   // Rank `rank`'s store opened anew (not kept), checked to hold its pieces as the index says.
-  Result<std::unique_ptr<H5Store>> OpenRank(int rank, const std::string& tensor = "") const;
+  Result<std::unique_ptr<H5Store>> OpenRank(
+      int rank, const std::string& tensor = "",
+      H5Store::OpenFor use = H5Store::OpenFor::kReads) const;
   Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
   // Verify's check of the master's datasets under /tensors against the index (as the writer
   // makes them: MasterDatasetOf in io/master_vds.h); appends vds-mismatch problems. bad[i]:
@@ -190,6 +197,7 @@ class DistCatalog : public Catalog, public StoredChunks {
   mutable std::vector<uint64_t> last_used_;  // per rank: use_clock_ at its last RankStore
   mutable uint64_t use_clock_ = 0;
   size_t max_open_ = 64;
+  std::atomic<bool> read_once_{false};
 };
 
 }  // namespace seedstore

@@ -125,7 +125,8 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
   // meanwhile: its open is HDF5 work, while this file's chunks, located at its open, are read,
   // decoded and hashed with no HDF5 call.
   auto open_rank = [this](int r) {
-    return std::async(std::launch::async, [this, r] { return OpenRank(r); });
+    return std::async(std::launch::async,
+                      [this, r] { return OpenRank(r, "", H5Store::OpenFor::kOnePass); });
   };
   std::future<Result<std::unique_ptr<H5Store>>> next;
   if (world() > 0) next = open_rank(0);

@@ -194,7 +194,7 @@ class SaveJob {
   signal_cleanup::Scope registered_;
   bool committed_ = false;  // rank 0: it renamed the gate over `path`; the others: they learned so
   std::unique_ptr<Catalog> out_;
-  const DistCatalog* dout_ = nullptr;  // out_ when it is a distributed save
+  DistCatalog* dout_ = nullptr;  // out_ when it is a distributed save
   std::vector<uint64_t> off_;          // per tensor: pieces not on the common grid (0: by cells)
 };
 
@@ -494,6 +494,7 @@ Status SaveJob::Prove() {
     // and a second thread proving other files measured slower). Small pieces' hashing gains
     // nothing from more threads; large ones use o_.cpu's inside ProvePiece.
     std::vector<MyPiece> mine = MyPiecesByFile();
+    dout_->set_rank_files_read_once(true);
     for (size_t j = 0; j < mine.size() && st_.ok(); ++j) {
       const MyPiece& m = mine[j];
       if (!out_->tensors()[m.i].lazy) {

@@ -9,6 +9,7 @@
 #include <climits>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -51,14 +52,24 @@ Status CheckTableHash(hid_t table, const std::vector<uint64_t>& entries, const s
 static uint64_t KernelReadaheadBytes(int fd) {
   struct stat st;
   if (fd < 0 || ::fstat(fd, &st) != 0) return 0;
+  // Read once per device: a save of 1,024 rank files opens them all on one.
+  static std::mutex mu;
+  static std::map<dev_t, uint64_t> known;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(st.st_dev); it != known.end()) return it->second;
   const std::string dev = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  uint64_t bytes = 0;
   for (const std::string& p : {"/sys/class/bdi/" + dev + "/read_ahead_kb",
                                "/sys/dev/block/" + dev + "/../queue/read_ahead_kb"}) {
     std::ifstream in(p);
     uint64_t kb = 0;
-    if (in >> kb) return kb << 10;
+    if (in >> kb) {
+      bytes = kb << 10;
+      break;
+    }
   }
-  return 0;
+  known[st.st_dev] = bytes;
+  return bytes;
 }
 
 }  // namespace
@@ -601,7 +612,7 @@ Status CheckCellObjects(const TensorRecord& tr, const std::optional<Fingerprint>
 }
 }  // namespace
 
-Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
+Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path, OpenFor use) {
   const std::string w = "file '" + path + "'";
   struct stat st;
   SEEDSTORE_RETURN_IF_ERROR(CheckOpenable(path, w, &st));
@@ -698,7 +709,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path) {
     s->damage_.push_back(std::move(damage));
   }
   sets.clear();  // their datasets closed: an object left open would keep the file open
-  SEEDSTORE_RETURN_IF_ERROR(s->DropCachedMetadata());
+  if (use == OpenFor::kReads) SEEDSTORE_RETURN_IF_ERROR(s->DropCachedMetadata());
   return s;
 }
 

@@ -13,6 +13,19 @@ namespace seedstore {
 
 namespace {
 
+struct ZstdCtx {
+  ZSTD_CCtx* c = ZSTD_createCCtx();
+  ZSTD_DCtx* d = ZSTD_createDCtx();
+  ~ZstdCtx() {
+    ZSTD_freeCCtx(c);
+    ZSTD_freeDCtx(d);
+  }
+};
+ZstdCtx& ThreadZstd() {
+  thread_local ZstdCtx z;
+  return z;
+}
+
 size_t ZstdFilter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], size_t nbytes,
                   size_t* buf_size, void** buf) {
   if (flags & H5Z_FLAG_REVERSE) {
@@ -20,7 +33,7 @@ size_t ZstdFilter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], 
     if (n == ZSTD_CONTENTSIZE_ERROR || n == ZSTD_CONTENTSIZE_UNKNOWN || n == 0) return 0;
     void* out = H5allocate_memory(n, false);
     if (!out) return 0;
-    const size_t r = ZSTD_decompress(out, n, *buf, nbytes);
+    const size_t r = ZSTD_decompressDCtx(ThreadZstd().d, out, n, *buf, nbytes);
     if (ZSTD_isError(r) || r != n) {
       H5free_memory(out);
       return 0;
@@ -35,7 +48,9 @@ size_t ZstdFilter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], 
   const size_t bound = ZSTD_compressBound(nbytes);
   void* out = H5allocate_memory(bound, false);
   if (!out) return 0;
-  const size_t r = ZSTD_compress(out, bound, *buf, nbytes, level);
+  // As ZSTD_compress: the level alone (the context's advanced parameters are reset), on the
+  // thread's context rather than one made per call.
+  const size_t r = ZSTD_compressCCtx(ThreadZstd().c, out, bound, *buf, nbytes, level);
   if (ZSTD_isError(r)) {
     H5free_memory(out);
     return 0;
@@ -44,19 +59,6 @@ size_t ZstdFilter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], 
   *buf = out;
   *buf_size = bound;
   return r;
-}
-
-struct ZstdCtx {
-  ZSTD_CCtx* c = ZSTD_createCCtx();
-  ZSTD_DCtx* d = ZSTD_createDCtx();
-  ~ZstdCtx() {
-    ZSTD_freeCCtx(c);
-    ZSTD_freeDCtx(d);
-  }
-};
-ZstdCtx& ThreadZstd() {
-  thread_local ZstdCtx z;
-  return z;
 }
 
 }  // namespace
