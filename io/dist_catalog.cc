@@ -82,11 +82,12 @@ Result<std::string> ReadDistIndexText(hid_t file, const std::string& path) {
   return text;
 }
 
-// The pieces the index lists for dense tensor `rec` of a save of `world` ranks at `path`: each
-// piece's rank, region, stored box (holding the region) and recorded fingerprint; together they
-// must cover the tensor (bad-index otherwise). Throws what json::at throws on a missing field.
+// The pieces the index lists for dense tensor `rec` of the save at `path`: each piece's rank,
+// region, stored box (holding the region), recorded fingerprint and cells; together they must
+// cover the tensor (bad-index otherwise). Ranks beyond the world, and cells in an index of a
+// version without them, are left to the caller (DistCatalog::Open, which knows both only
+// after the parse). Throws what json::at throws on a missing field.
 Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const TensorRecord& rec,
-                                                    int world, int version,
                                                     const std::string& path) {
   using Piece = DistCatalog::Piece;
   auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
@@ -96,7 +97,7 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
   for (const auto& p : pieces) {
     Piece piece;
     piece.rank = p.at("rank");
-    if (piece.rank < 0 || piece.rank >= world) return bad("piece rank out of range");
+    if (piece.rank < 0) return bad("piece rank out of range");
     auto reg = RegionFromJson(p.at("region"), rec.shape);
     if (!reg.ok()) return bad("tensor '" + name + "': " + reg.status().message());
     piece.region = piece.stored = *reg;
@@ -120,10 +121,10 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
     if (p.contains("cells")) {  // docs/FORMAT.md 11
       const json& c = p["cells"];
       const size_t crank = piece.stored.flat ? 1 : static_cast<size_t>(piece.stored.rank);
-      bool ok = version == kCellsFormatVersion && c.is_object() && c.contains("set") &&
-                c["set"].is_number_unsigned() && c["set"].get<uint64_t>() <= 1u << 30 &&
-                c.contains("first") && c["first"].is_number_unsigned() && c.contains("chunk") &&
-                c["chunk"].is_array() && c["chunk"].size() == crank;
+      bool ok = c.is_object() && c.contains("set") && c["set"].is_number_unsigned() &&
+                c["set"].get<uint64_t>() <= 1u << 30 && c.contains("first") &&
+                c["first"].is_number_unsigned() && c.contains("chunk") && c["chunk"].is_array() &&
+                c["chunk"].size() == crank;
       PieceCells pc;
       if (ok) {
         pc.set = c["set"].get<int>();
@@ -148,6 +149,49 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
   return ps;
 }
 
+// One element of the index's "tensors": its record, pieces (ParsePieces) and storage totals.
+struct IndexedTensor {
+  TensorRecord rec;
+  std::vector<DistCatalog::Piece> pieces;
+  std::optional<DistCatalog::StoredTotals> storage;
+};
+Result<IndexedTensor> ParseIndexedTensor(const json& t, const H5Store& master,
+                                         const std::string& path) {
+  auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
+  IndexedTensor out;
+  try {
+    const std::string name = t.at("name");
+    if (name.empty()) return bad("a tensor has an empty name");
+    if (t.at("kind") == "lazy") {
+      const int k = master.Find(name);
+      if (k < 0) return bad("lazy tensor '" + name + "' is not in the master store");
+      out.rec = master.tensors()[k];
+      return out;
+    }
+    TensorRecord& rec = out.rec;
+    rec.name = name;
+    rec.shape = t.at("shape").get<std::vector<uint64_t>>();
+    SEEDSTORE_ASSIGN_OR_RETURN(rec.dtype, ParseDType(t.at("dtype").get<std::string>()));
+    if (Status vs = ValidateShape(rec.shape, rec.dtype, "tensor '" + name + "' shape"); !vs.ok())
+      return bad(vs.message());
+    SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint fp,
+                               ParseFingerprintHex(t.at("fingerprint").get<std::string>()));
+    rec.fingerprint = fp;
+    SEEDSTORE_ASSIGN_OR_RETURN(out.pieces, ParsePieces(t.at("pieces"), rec, path));
+    if (t.contains("chunks") || t.contains("stored_bytes")) {
+      if (!t.contains("chunks") || !t.contains("stored_bytes") ||
+          !t["chunks"].is_number_unsigned() || !t["stored_bytes"].is_number_unsigned())
+        return bad("tensor '" + name +
+                   "': 'chunks' and 'stored_bytes' must both be unsigned integers");
+      out.storage =
+          DistCatalog::StoredTotals{t["chunks"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>()};
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return bad(e.what());
+  }
+}
+
 }  // namespace
 
 DistCatalog::~DistCatalog() = default;
@@ -163,9 +207,36 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
   auto bad = [&](const std::string& m) { return BadDistIndex(path, m); };
   SEEDSTORE_ASSIGN_OR_RETURN(const std::string text,
                              ReadDistIndexText(c->master_->h5_file(), path));
+  // The tensors are taken one at a time as the parser reaches them, each checked alone, so the
+  // index of a save of 740,000 pieces is never held as one JSON document; what needs the
+  // index's version, world and layout -- which may come after them -- is checked once the
+  // parse is done. The first tensor that fails names the error (after the header's).
+  Status tensors_st;
+  std::set<std::string> names;
+  int max_rank = -1;     // the highest rank a piece names
+  std::string cells_at;  // the first piece with cells (a version 2 index only)
+  auto take = [&](size_t, json&& t) {
+    if (!tensors_st.ok()) return;
+    auto x = ParseIndexedTensor(t, *c->master_, path);
+    tensors_st = x.status();
+    if (!x.ok()) return;
+    if (!names.insert(x->rec.name).second) {
+      tensors_st = bad("tensor '" + x->rec.name + "' is listed twice");
+      return;
+    }
+    for (size_t k = 0; k < x->pieces.size(); ++k) {
+      max_rank = std::max(max_rank, x->pieces[k].rank);
+      if (x->pieces[k].cells && cells_at.empty())
+        cells_at = "tensor '" + x->rec.name + "' piece " + std::to_string(k);
+    }
+    c->records_.push_back(std::move(x->rec));
+    c->pieces_.push_back(std::move(x->pieces));
+    c->storage_.push_back(x->storage);
+  };
+  const JsonElementSink sink{{"tensors"}, take};
   try {
     std::string err;
-    const json j = ParseJson(text, &err);
+    const json j = ParseJson(text, &err, &sink);
     if (j.is_discarded()) return bad(err);
     if (j.at("format") != "seedstore-distributed" ||
         (j.at("version") != kStoreFormatVersion && j.at("version") != kCellsFormatVersion))
@@ -196,34 +267,20 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
         return bad("field 'flat_mappings' is " + JsonPreview(fm) + ", not \"boxes\" or \"runs\"");
       c->flat_boxes_ = fm == "boxes";
     }
-    std::set<std::string> names;
-    for (const auto& t : j.at("tensors")) {
-      const std::string name = t.at("name");
-      if (name.empty()) return bad("a tensor has an empty name");
-      if (!names.insert(name).second) return bad("tensor '" + name + "' is listed twice");
-      if (t.at("kind") == "lazy") {
-        const int k = c->master_->Find(name);
-        if (k < 0) return bad("lazy tensor '" + name + "' is not in the master store");
-        c->records_.push_back(c->master_->tensors()[k]);
-        c->pieces_.emplace_back();
-        c->storage_.emplace_back();
-        continue;
-      }
-      TensorRecord rec;
-      rec.name = name;
-      rec.shape = t.at("shape").get<std::vector<uint64_t>>();
-      SEEDSTORE_ASSIGN_OR_RETURN(rec.dtype, ParseDType(t.at("dtype").get<std::string>()));
-      if (Status vs = ValidateShape(rec.shape, rec.dtype, "tensor '" + name + "' shape"); !vs.ok())
-        return bad(vs.message());
-      SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint fp,
-                                 ParseFingerprintHex(t.at("fingerprint").get<std::string>()));
-      rec.fingerprint = fp;
-      SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Piece> ps,
-                                 ParsePieces(t.at("pieces"), rec, c->world(), c->version_, path));
-      // The pieces are the layout's distinct shards, in order (as Reshard writes them): so they
-      // are disjoint and cover the tensor, and every reader agrees on who holds what.
+    if (!j.at("tensors").is_array()) return bad("field 'tensors' is not an array");
+    SEEDSTORE_RETURN_IF_ERROR(tensors_st);
+    if (max_rank >= c->world()) return bad("piece rank out of range");
+    if (!cells_at.empty() && c->version_ != kCellsFormatVersion)
+      return bad(cells_at + ": 'cells' needs a version " + std::to_string(kCellsFormatVersion) +
+                 " index and 'set', 'first' and a 'chunk' shape that fits the piece");
+    // The pieces are the layout's distinct shards, in order (as Reshard writes them): so they
+    // are disjoint and cover the tensor, and every reader agrees on who holds what.
+    for (size_t i = 0; i < c->records_.size(); ++i) {
+      if (c->records_[i].lazy) continue;
+      const std::string& name = c->records_[i].name;
+      const std::vector<Piece>& ps = c->pieces_[i];
       SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> want,
-                                 c->layout_.DistinctShards(name, rec.shape));
+                                 c->layout_.DistinctShards(name, c->records_[i].shape));
       want.erase(std::remove_if(want.begin(), want.end(), [](const Shard& s) { return s.empty(); }),
                  want.end());
       if (want.size() != ps.size())
@@ -235,17 +292,6 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
                      std::to_string(ps[k].rank) + ", " + DescribeRegion(ps[k].region) +
                      ") is not its layout's (rank " + std::to_string(want[k].replicas[0]) + ", " +
                      DescribeRegion(want[k].region) + ")");
-      std::optional<StoredTotals> storage;
-      if (t.contains("chunks") || t.contains("stored_bytes")) {
-        if (!t.contains("chunks") || !t.contains("stored_bytes") ||
-            !t["chunks"].is_number_unsigned() || !t["stored_bytes"].is_number_unsigned())
-          return bad("tensor '" + name +
-                     "': 'chunks' and 'stored_bytes' must both be unsigned integers");
-        storage = StoredTotals{t["chunks"].get<uint64_t>(), t["stored_bytes"].get<uint64_t>()};
-      }
-      c->records_.push_back(std::move(rec));
-      c->pieces_.push_back(std::move(ps));
-      c->storage_.push_back(storage);
     }
   } catch (const std::exception& e) {
     return bad(e.what());

@@ -173,9 +173,8 @@ class DistCatalog : public Catalog, public StoredChunks {
   // name the rank file (and `tensor`, when given: the tensor being read).
   Result<std::shared_ptr<const H5Store>> RankStore(int rank, const std::string& tensor = "") const;
   // Rank `rank`'s store opened anew (not kept), checked to hold its pieces as the index says.
-  Result<std::unique_ptr<H5Store>> OpenRank(
-      int rank, const std::string& tensor = "",
-      H5Store::OpenFor use = H5Store::OpenFor::kReads) const;
+  Result<std::unique_ptr<H5Store>> OpenRank(int rank, const std::string& tensor = "",
+                                            H5Store::OpenFor use = H5Store::OpenFor::kReads) const;
   Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
   // Verify's check of the master's datasets under /tensors against the index (as the writer
   // makes them: MasterDatasetOf in io/master_vds.h); appends vds-mismatch problems. bad[i]:

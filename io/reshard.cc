@@ -195,7 +195,7 @@ class SaveJob {
   bool committed_ = false;  // rank 0: it renamed the gate over `path`; the others: they learned so
   std::unique_ptr<Catalog> out_;
   DistCatalog* dout_ = nullptr;  // out_ when it is a distributed save
-  std::vector<uint64_t> off_;          // per tensor: pieces not on the common grid (0: by cells)
+  std::vector<uint64_t> off_;    // per tensor: pieces not on the common grid (0: by cells)
 };
 
 Status SaveJob::CheckSourceAndNames() {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -103,10 +104,37 @@ void Preview(const json& j, int depth_left, size_t budget, std::string& out) {
 // Where the parser is, for naming a duplicate key: one frame per open object or array.
 struct Frame {
   bool object = false;
-  std::set<std::string> keys;  // an object's keys so far
-  std::string key;             // an object's latest key
-  size_t index = 0;            // an array's elements so far
+  std::string key;   // an object's latest key
+  size_t index = 0;  // an array's elements so far
+  // Whether `k` was an earlier key of this object; records it. Objects of a few keys (nearly
+  // all) are searched in a vector, larger ones (a safetensors header) in a set.
+  bool Repeats(const std::string& k) {
+    if (many.empty()) {
+      if (std::find(few.begin(), few.end(), k) != few.end()) return true;
+      few.push_back(k);
+      if (few.size() <= 16) return false;
+      many.insert(few.begin(), few.end());
+      few.clear();
+      return false;
+    }
+    return !many.insert(k).second;
+  }
+
+ private:
+  std::vector<std::string> few;
+  std::set<std::string> many;
 };
+
+// Whether the value that just completed -- its own frame popped -- is an element of an array
+// at `path` (JsonElementSink).
+bool AtSinkPath(const std::vector<Frame>& frames, const std::vector<std::string>& path) {
+  if (frames.size() != path.size() + 1 || frames.back().object) return false;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == "*" ? frames[i].object : !frames[i].object || frames[i].key != path[i])
+      return false;
+  }
+  return true;
+}
 
 // RFC 6901 JSON pointer of the innermost open container ("" for the top level).
 std::string PointerOf(const std::vector<Frame>& frames) {
@@ -124,7 +152,7 @@ std::string PointerOf(const std::vector<Frame>& frames) {
 
 }  // namespace
 
-json ParseJson(std::string_view text, std::string* error) {
+json ParseJson(std::string_view text, std::string* error, const JsonElementSink* sink) {
   // nlohmann's parser takes a NUL byte for the end of the input and ignores what follows.
   if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
     if (error) *error = "malformed JSON: a NUL byte at offset " + std::to_string(nul);
@@ -138,25 +166,33 @@ json ParseJson(std::string_view text, std::string* error) {
   // document with one is refused, naming the key and where it is.
   std::vector<Frame> frames;
   std::string duplicate;
-  auto element_done = [&frames] {
+  // An element completes: handed to the sink (and dropped from the document: false) when it
+  // lies at the sink's path.
+  auto element_done = [&frames, sink](json& parsed) {
+    bool keep = true;
+    if (sink && AtSinkPath(frames, sink->path)) {
+      sink->take(frames.back().index, std::move(parsed));
+      keep = false;
+    }
     if (!frames.empty() && !frames.back().object) ++frames.back().index;
+    return keep;
   };
   const json::parser_callback_t watch = [&](int, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        frames.push_back(Frame{event == json::parse_event_t::object_start, {}, {}, 0});
+        frames.emplace_back();
+        frames.back().object = event == json::parse_event_t::object_start;
         break;
       case json::parse_event_t::object_end:
       case json::parse_event_t::array_end:
         if (!frames.empty()) frames.pop_back();
-        element_done();
-        break;
+        return element_done(parsed);
       case json::parse_event_t::key:
         if (!frames.empty() && parsed.is_string()) {
           Frame& f = frames.back();
           f.key = parsed.get<std::string>();
-          if (!f.keys.insert(f.key).second && duplicate.empty()) {
+          if (f.Repeats(f.key) && duplicate.empty()) {
             const std::string at = PointerOf(frames);
             duplicate =
                 "duplicate key " +
@@ -166,8 +202,7 @@ json ParseJson(std::string_view text, std::string* error) {
         }
         break;
       case json::parse_event_t::value:
-        element_done();
-        break;
+        return element_done(parsed);
     }
     return true;
   };

@@ -4,9 +4,11 @@
 // recurse once per level, and 60,000 nested '[' in a spec overflowed the stack. Every JSON
 // value an error message shows goes through JsonPreview, which prints a bounded prefix.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "store/status.h"
 
@@ -34,7 +36,20 @@ constexpr int kMaxJsonDepth = 64;
 /// duplicate key \"k\" in the object at /tensors/0" (a JSON pointer; "in the top-level
 /// object"; JSON leaves which one counts open, nlohmann would keep the last silently) or
 /// "JSON nested deeper than 64 levels".
-nlohmann::json ParseJson(std::string_view text, std::string* error);
+///
+/// With `sink`, the elements of the arrays at `sink->path` are handed to `sink->take` as the
+/// parser completes each, in document order, and are left out of the returned value (those
+/// arrays come back empty): a document of a million such elements is never held whole. A
+/// document ParseJson refuses may have had some of its elements taken before the refusal.
+struct JsonElementSink {
+  /// Object keys from the top level down to the array; "*" stands for any element of an
+  /// array on the way. {"tensors"}: the elements of the top-level object's "tensors" array.
+  std::vector<std::string> path;
+  /// The element's index in its array, and the element.
+  std::function<void(size_t index, nlohmann::json&& element)> take;
+};
+nlohmann::json ParseJson(std::string_view text, std::string* error,
+                         const JsonElementSink* sink = nullptr);
 
 /// At most `max_chars` characters of `j`'s compact JSON text ("..." marks the cut), without
 /// descending more than a few levels; invalid UTF-8 in strings is replaced.

@@ -226,7 +226,13 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
             "tensor 'w' piece 0 (rank 0, [0:80, 70:139]) is not its layout's (rank 0, [0:80, "
             "0:70])"},
            {[](nlohmann::json& j) { j["tensors"].push_back(j["tensors"][0]); },
-            "tensor 'w' is listed twice"}}) {
+            "tensor 'w' is listed twice"},
+           // Checked once the whole index is parsed (its world and version may follow the
+           // tensors): a rank beyond the world, cells in an index of version 1.
+           {[](nlohmann::json& j) { j["tensors"][0]["pieces"][2]["rank"] = 6; },
+            "piece rank out of range"},
+           {[](nlohmann::json& j) { j["version"] = 1; },
+            "tensor 'w' piece 0: 'cells' needs a version 2 index"}}) {
     ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
     ASSERT_NO_FATAL_FAILURE(EditIndex(t1, edit));
     auto odd = DistCatalog::Open(t1);

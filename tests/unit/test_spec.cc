@@ -377,6 +377,50 @@ TEST(Spec, ARepeatedKeyIsRefusedNamingItAndWhere) {
   EXPECT_FALSE(ParseJson(R"({"a": 1, "A": 1, "a\u0000": 1})", &err).is_discarded()) << err;
   EXPECT_TRUE(ParseJson(R"({"a": 1, "\u0061": 2})", &err).is_discarded());
   EXPECT_EQ(err, "malformed JSON: duplicate key \"a\" in the top-level object");
+  // Objects of many keys (searched in a set past 16): a repeat found wherever it is.
+  for (int at : {0, 15, 16, 17, 999}) {
+    std::string many = "{";
+    for (int k = 0; k < 1000; ++k) many += "\"k" + std::to_string(k) + "\": 0, ";
+    many += "\"k" + std::to_string(at) + "\": 1}";
+    EXPECT_TRUE(ParseJson(many, &err).is_discarded()) << at;
+    EXPECT_EQ(err, "malformed JSON: duplicate key \"k" + std::to_string(at) +
+                       "\" in the top-level object");
+    many.replace(many.rfind("\"k"), 1, "\"x");
+    EXPECT_FALSE(ParseJson(many, &err).is_discarded()) << at << ": " << err;
+  }
+}
+
+// A sink takes the elements of the arrays at its path as they are parsed, in document order,
+// and the document comes back without them; everything else is kept, and refusals stand.
+TEST(ParseJson, ElementSinkTakesTheArraysElementsAtItsPath) {
+  std::vector<std::pair<size_t, nlohmann::json>> got;
+  JsonElementSink sink{{"t", "*", "p"},
+                       [&](size_t k, nlohmann::json&& e) { got.emplace_back(k, std::move(e)); }};
+  std::string err;
+  const std::string text =
+      R"({"p": [9], "t": [{"p": [1, {"a": [2]}, [3], "s"], "n": "x"}, 5, {"q": [4], "p": []},)"
+      R"( {"p": {"p": [6]}}, {"n": "y", "p": [null, 7]}], "z": {"t": [{"p": [8]}]}})";
+  const nlohmann::json j = ParseJson(text, &err, &sink);
+  ASSERT_FALSE(j.is_discarded()) << err;
+  const std::vector<std::pair<size_t, nlohmann::json>> want = {
+      {0, 1}, {1, {{"a", {2}}}}, {2, {3}}, {3, "s"}, {0, nullptr}, {1, 7}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(j, nlohmann::json::parse(
+                   R"({"p": [9], "t": [{"p": [], "n": "x"}, 5, {"q": [4], "p": []},)"
+                   R"( {"p": {"p": [6]}}, {"n": "y", "p": []}], "z": {"t": [{"p": [8]}]}})"));
+  // Every element of a top-level array; a repeated key inside a taken element still refuses
+  // the document (after the elements before it were taken).
+  got.clear();
+  sink.path = {};
+  EXPECT_FALSE(ParseJson("[1, [2], {}]", &err, &sink).is_discarded()) << err;
+  EXPECT_EQ(got.size(), 3u);
+  got.clear();
+  sink.path = {"t"};
+  EXPECT_TRUE(
+      ParseJson(R"({"t": [{"a": 1}, {"a": 1, "a": 2}, {"b": 3}]})", &err, &sink).is_discarded());
+  EXPECT_EQ(err, "malformed JSON: duplicate key \"a\" in the object at /t/1");
+  EXPECT_TRUE(ParseJson(R"({"t": [{"a": 1}, )", &err, &sink).is_discarded());
+  EXPECT_NE(err.find("malformed JSON"), std::string::npos) << err;
 }
 
 }  // namespace
