@@ -296,6 +296,11 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
   } catch (const std::exception& e) {
     return bad(e.what());
   }
+  c->by_rank_.resize(c->rank_files_.size());
+  for (size_t i = 0; i < c->pieces_.size(); ++i)
+    for (size_t p = 0; p < c->pieces_[i].size(); ++p)
+      c->by_rank_[c->pieces_[i][p].rank].push_back(
+          PieceAt{static_cast<uint32_t>(i), static_cast<uint32_t>(p)});
   for (int r = 0; check_rank_files && r < c->world(); ++r)
     SEEDSTORE_RETURN_IF_ERROR(RankFileReachable(path, r, c->rank_files_[r], ""));
   return c;
@@ -474,6 +479,13 @@ Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const
   return std::optional<Fingerprint>();
 }
 
+int DistCatalog::FindRecord(const H5Store& s, const std::string& name, size_t* hint) {
+  const auto& ts = s.tensors();
+  int k = *hint < ts.size() && ts[*hint].name == name ? static_cast<int>(*hint) : s.Find(name);
+  if (k >= 0) *hint = static_cast<size_t>(k) + 1;
+  return k;
+}
+
 void DistCatalog::set_max_open_rank_files(size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   max_open_ = std::max<size_t>(n, 1);
@@ -538,48 +550,48 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
                      reading + "rank file version " + std::to_string((*s)->format_version()) +
                          " in a version " + std::to_string(version_) + " save");
   // Every piece this rank holds must be there with its local shape and dtype.
-  for (size_t i = 0; i < records_.size(); ++i)
-    for (const Piece& p : pieces_[i]) {
-      if (p.rank != rank) continue;
-      const int k = (*s)->Find(records_[i].name);
-      if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
-          (*s)->tensors()[k].shape != LocalShape(p.stored))
-        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-                         reading + "tensor '" + records_[i].name + "' piece " +
-                             DescribeRegion(p.stored) +
-                             " is missing or has another shape or dtype");
-      // A padded piece must be recorded as such (its padding is in the global frame).
-      const std::optional<Region>& rp = (*s)->tensors()[k].piece;
-      if ((rp && !SameRegion(*rp, p.stored)) || (!rp && !SameRegion(p.stored, p.region)))
-        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-                         reading + "tensor '" + records_[i].name + "' is recorded as piece " +
-                             (rp ? DescribeRegion(*rp) : std::string("(none)")) +
-                             ", the index says " + DescribeRegion(p.stored));
-      // The same piece of this save: its record's fingerprint is the one the index took from
-      // the writer (a rank file of another save, or one changed since, holds other values).
-      const std::optional<Fingerprint>& rf = (*s)->tensors()[k].fingerprint;
-      if (p.fingerprint && (!rf || *rf != *p.fingerprint))
-        return DistError(
-            "rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-            reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
-                " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
-                ", the index says " + FingerprintHex(*p.fingerprint) +
-                ": the file is not this save's (another save's rank file, or changed since)");
-      // Its cells are where the index maps them from (a damaged record fails its reads).
-      const StoredTensor& st = (*s)->stored(k);
-      std::optional<PieceCells> held;
-      if (st.cell_set >= 0) held = PieceCells{st.cell_set, st.first_cell, st.chunk};
-      auto cells_text = [](const std::optional<PieceCells>& c) {
-        return c ? "cells " + std::to_string(c->first) + ".. of set " + std::to_string(c->set) +
-                       " (chunks " + ShapeText(c->chunk) + ")"
-                 : std::string("no cells");
-      };
-      if ((*s)->Damage(k).ok() && held != p.cells)
-        return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-                         reading + "tensor '" + records_[i].name + "' piece " +
-                             DescribeRegion(p.stored) + " is stored in " + cells_text(held) +
-                             ", the index says " + cells_text(p.cells));
-    }
+  size_t hint = 0;
+  for (const PieceAt& at : by_rank_[rank]) {
+    const size_t i = at.i;
+    const Piece& p = pieces_[i][at.p];
+    const int k = FindRecord(**s, records_[i].name, &hint);
+    if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
+        (*s)->tensors()[k].shape != LocalShape(p.stored))
+      return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                       reading + "tensor '" + records_[i].name + "' piece " +
+                           DescribeRegion(p.stored) + " is missing or has another shape or dtype");
+    // A padded piece must be recorded as such (its padding is in the global frame).
+    const std::optional<Region>& rp = (*s)->tensors()[k].piece;
+    if ((rp && !SameRegion(*rp, p.stored)) || (!rp && !SameRegion(p.stored, p.region)))
+      return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                       reading + "tensor '" + records_[i].name + "' is recorded as piece " +
+                           (rp ? DescribeRegion(*rp) : std::string("(none)")) +
+                           ", the index says " + DescribeRegion(p.stored));
+    // The same piece of this save: its record's fingerprint is the one the index took from
+    // the writer (a rank file of another save, or one changed since, holds other values).
+    const std::optional<Fingerprint>& rf = (*s)->tensors()[k].fingerprint;
+    if (p.fingerprint && (!rf || *rf != *p.fingerprint))
+      return DistError(
+          "rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+          reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
+              " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
+              ", the index says " + FingerprintHex(*p.fingerprint) +
+              ": the file is not this save's (another save's rank file, or changed since)");
+    // Its cells are where the index maps them from (a damaged record fails its reads).
+    const StoredTensor& st = (*s)->stored(k);
+    std::optional<PieceCells> held;
+    if (st.cell_set >= 0) held = PieceCells{st.cell_set, st.first_cell, st.chunk};
+    auto cells_text = [](const std::optional<PieceCells>& c) {
+      return c ? "cells " + std::to_string(c->first) + ".. of set " + std::to_string(c->set) +
+                     " (chunks " + ShapeText(c->chunk) + ")"
+               : std::string("no cells");
+    };
+    if ((*s)->Damage(k).ok() && held != p.cells)
+      return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
+                       reading + "tensor '" + records_[i].name + "' piece " +
+                           DescribeRegion(p.stored) + " is stored in " + cells_text(held) +
+                           ", the index says " + cells_text(p.cells));
+  }
   return std::move(*s);
 }
 
@@ -594,16 +606,17 @@ Result<std::vector<DistCatalog::StoredTotals>> DistCatalog::StorageOfAll() const
   out.assign(records_.size(), StoredTotals{});
   for (int r = 0; r < world(); ++r) {
     SEEDSTORE_ASSIGN_OR_RETURN(const std::unique_ptr<H5Store> s, OpenRank(r));
-    for (size_t i = 0; i < records_.size(); ++i)
-      for (const Piece& p : pieces_[i]) {
-        if (p.rank != r) continue;
-        const size_t k = static_cast<size_t>(s->Find(records_[i].name));  // checked by OpenRank
-        if (const Status& d = s->Damage(k); !d.ok())
-          return DistError("rank-file-corrupt", d.code(), path_, r, rank_files_[r], d.message());
-        const StoredTensor& st = s->stored(k);
-        out[i].chunks += st.num_chunks;
-        out[i].stored_bytes += st.stored_bytes;
-      }
+    size_t hint = 0;
+    for (const PieceAt& at : by_rank_[r]) {
+      const size_t i = at.i;
+      const size_t k =
+          static_cast<size_t>(FindRecord(*s, records_[i].name, &hint));  // checked by OpenRank
+      if (const Status& d = s->Damage(k); !d.ok())
+        return DistError("rank-file-corrupt", d.code(), path_, r, rank_files_[r], d.message());
+      const StoredTensor& st = s->stored(k);
+      out[i].chunks += st.num_chunks;
+      out[i].stored_bytes += st.stored_bytes;
+    }
   }
   return out;
 }

@@ -162,48 +162,49 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
       if (i >= 0) bad[i] = true;
       rep.problems.push_back(std::move(p));
     }
-    for (size_t i = 0; i < records_.size(); ++i)
-      for (size_t q = 0; q < pieces_[i].size(); ++q) {
-        const Piece& p = pieces_[i][q];
-        if (p.rank != r) continue;
-        const size_t k = static_cast<size_t>((*s)->Find(records_[i].name));  // checked by OpenRank
-        counted[i].chunks += (*s)->stored(k).num_chunks;
-        counted[i].stored_bytes += (*s)->stored(k).stored_bytes;
-        if ((*s)->tensors()[k].piece) {
-          rep.fingerprints[i].Add(rr.fingerprints[k]);  // already in the global frame
-          if (SameRegion(p.stored, p.region)) continue;
-          // A padded piece: less its padding, which must hold what the pieces owning those
-          // elements hold (a later reshard may copy it).
-          auto pad = PaddingFingerprint(i, q, o);
-          Status st = pad.status();
-          Fingerprint owners;
-          if (st.ok()) {
-            auto f = PaddingFingerprint(i, q, o, /*from_owners=*/true);
-            st = f.status();
-            if (f.ok()) owners = *f;
-          }
-          if (st.ok() && *pad != owners)
-            st = DistError("padding-mismatch", Code::kMismatch, path_, r, rank_files_[r],
-                           "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region) +
-                               " stored as " + DescribeRegion(p.stored) +
-                               ": its padding differs from the pieces that own those elements");
-          if (!st.ok()) {
-            rep.problems.push_back({records_[i].name, -1, st});
-            bad[i] = true;
-          } else {
-            rep.fingerprints[i].Sub(*pad);
-          }
-          continue;
+    size_t hint = 0;
+    for (const PieceAt& at : by_rank_[r]) {
+      const size_t i = at.i, q = at.p;
+      const Piece& p = pieces_[i][q];
+      const size_t k =
+          static_cast<size_t>(FindRecord(**s, records_[i].name, &hint));  // checked by OpenRank
+      counted[i].chunks += (*s)->stored(k).num_chunks;
+      counted[i].stored_bytes += (*s)->stored(k).stored_bytes;
+      if ((*s)->tensors()[k].piece) {
+        rep.fingerprints[i].Add(rr.fingerprints[k]);  // already in the global frame
+        if (SameRegion(p.stored, p.region)) continue;
+        // A padded piece: less its padding, which must hold what the pieces owning those
+        // elements hold (a later reshard may copy it).
+        auto pad = PaddingFingerprint(i, q, o);
+        Status st = pad.status();
+        Fingerprint owners;
+        if (st.ok()) {
+          auto f = PaddingFingerprint(i, q, o, /*from_owners=*/true);
+          st = f.status();
+          if (f.ok()) owners = *f;
         }
-        // A rank file from before piece records: its fingerprints are in its own frame.
-        auto f = FingerprintRegion(i, p.region, o);
-        if (!f.ok()) {
-          rep.problems.push_back({records_[i].name, -1, f.status()});
+        if (st.ok() && *pad != owners)
+          st = DistError("padding-mismatch", Code::kMismatch, path_, r, rank_files_[r],
+                         "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region) +
+                             " stored as " + DescribeRegion(p.stored) +
+                             ": its padding differs from the pieces that own those elements");
+        if (!st.ok()) {
+          rep.problems.push_back({records_[i].name, -1, st});
           bad[i] = true;
         } else {
-          rep.fingerprints[i].Add(*f);
+          rep.fingerprints[i].Sub(*pad);
         }
+        continue;
       }
+      // A rank file from before piece records: its fingerprints are in its own frame.
+      auto f = FingerprintRegion(i, p.region, o);
+      if (!f.ok()) {
+        rep.problems.push_back({records_[i].name, -1, f.status()});
+        bad[i] = true;
+      } else {
+        rep.fingerprints[i].Add(*f);
+      }
+    }
   }
   VerifyMasterDatasets(bad, &rep.problems);
   rep.complete.assign(records_.size(), false);
