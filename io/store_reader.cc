@@ -642,7 +642,7 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path, OpenFor 
   auto bad = [&](const std::string& m) { return BadIndex(w, m); };
   std::set<std::string> names;
   for (size_t k = 0; k < idx["tensors"].size(); ++k) {
-    json rec = idx["tensors"][k];
+    json rec = std::move(idx["tensors"][k]);  // taken, not copied: a record is read once
     const std::string where = "tensors[" + std::to_string(k) + "]";
     if (!rec.is_object() || !rec.contains("kind") || !rec["kind"].is_string())
       return bad(where + ": missing 'kind'");
