@@ -459,8 +459,11 @@ Status DistCatalog::PartError(size_t i, int piece, const Status& st) const {
 }
 
 Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const Region& r,
-                                                                 bool cells, CpuOptions o) const {
-  for (size_t p = 0; p < pieces_.at(i).size(); ++p) {
+                                                                 bool cells, CpuOptions o,
+                                                                 size_t hint) const {
+  const size_t n = pieces_.at(i).size();
+  for (size_t q = 0; q < n; ++q) {
+    const size_t p = hint < n ? (hint + q) % n : q;  // from the hint on
     if (!SameRegion(pieces_[i][p].region, r)) continue;
     if (cells) {
       SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, ProveCells(i, p, o));

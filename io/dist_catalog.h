@@ -165,7 +165,7 @@ class DistCatalog : public Catalog, public StoredChunks {
   /// file records it as a piece of this save with a chunk-info table, that file's ProveStored
   /// less the padding it stores beyond r (PaddingFingerprint, decoded); else nullopt.
   Result<std::optional<Fingerprint>> ProveStoredPiece(size_t i, const Region& r, bool cells,
-                                                      CpuOptions o) const override;
+                                                      CpuOptions o, size_t hint) const override;
 
  private:
   DistCatalog() = default;

@@ -197,52 +197,87 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
 // Adds the index and the virtual datasets to the (closed, committed) master file at `file`.
 namespace {
 
-// The text of the master's /distributed/index (docs/FORMAT.md 10): the save's id, world,
+// Appends the decimal integers `v` joined by commas.
+template <typename T>
+void AppendInts(std::string& out, const T* v, size_t n) {
+  for (size_t d = 0; d < n; ++d) {
+    if (d) out += ',';
+    out += std::to_string(v[d]);
+  }
+}
+
+// Appends RegionToJson(r) as compact JSON text.
+void AppendRegion(std::string& out, const Region& r) {
+  if (r.flat) {
+    const uint64_t be[2] = {r.begin, r.end};
+    out += "{\"flat\":[";
+    AppendInts(out, be, 2);
+    out += "]}";
+    return;
+  }
+  out += "{\"start\":[";
+  AppendInts(out, r.start, static_cast<size_t>(r.rank));
+  out += "],\"stop\":[";
+  AppendInts(out, r.stop, static_cast<size_t>(r.rank));
+  out += "]}";
+}
+
+// The text of the master's /distributed/index (docs/FORMAT.md 10, 11): the save's id, world,
 // layout and rank files, and every tensor -- a dense one with its fingerprint, its chunk and
-// byte counts and its pieces (rank, region, stored box when padded, recorded fingerprint).
+// byte counts and its pieces (rank, region, stored box when padded, recorded fingerprint,
+// cells). Written out directly rather than built as one JSON document: a save of 740,000
+// pieces has a 180 MB index, whose document would take several times that. The text is what
+// nlohmann's compact dump of that document gives (keys in sorted order).
 std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& layout, uint32_t id,
                             const std::string& path, const std::vector<Fingerprint>& fps,
                             const std::vector<uint64_t>& counts, const PieceReports& reports,
                             int version) {
   const auto& ts = src.tensors();
-  json tensors = json::array();
-  for (size_t i = 0; i < ts.size(); ++i) {
-    if (ts[i].lazy) {
-      tensors.push_back(json{{"name", ts[i].name}, {"kind", "lazy"}});
-      continue;
-    }
-    json pieces = json::array();
-    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-      const Shard& s = plan.shards[i][k];
-      json piece = {{"rank", s.replicas[0]}, {"region", RegionToJson(s.region)}};
-      if (!SameRegion(plan.stored[i][k], s.region))
-        piece["stored"] = RegionToJson(plan.stored[i][k]);
-      const size_t q = plan.first_piece[i] + k;
-      piece["fingerprint"] = FingerprintHex(reports.fingerprint(q));
-      if (const std::optional<PieceCells> c = reports.cells(q)) {
-        piece["cells"] = {{"set", c->set}, {"first", c->first}, {"chunk", c->chunk}};
-      }
-      pieces.push_back(std::move(piece));
-    }
-    tensors.push_back(json{{"name", ts[i].name},
-                           {"kind", "dense"},
-                           {"shape", ts[i].shape},
-                           {"dtype", DTypeName(ts[i].dtype)},
-                           {"fingerprint", FingerprintHex(fps[i])},
-                           {"chunks", counts[kCounts * i] + counts[kCounts * i + 1]},
-                           {"stored_bytes", counts[kCounts * i + 2]},
-                           {"pieces", pieces}});
-  }
   json files = json::array();
   for (int r = 0; r < layout.world_size(); ++r)
     files.push_back(BaseName(RankFileName(path, id, r)));
   char idhex[16];
   std::snprintf(idhex, sizeof idhex, "%08x", id);
-  const json index = {
-      {"format", "seedstore-distributed"}, {"version", version},        {"save_id", idhex},
-      {"world", layout.world_size()},      {"layout", layout.ToJson()}, {"rank_files", files},
-      {"flat_mappings", "boxes"},          {"tensors", tensors}};
-  return index.dump();
+  std::string out = "{\"flat_mappings\":\"boxes\",\"format\":\"seedstore-distributed\",\"layout\":";
+  out += layout.ToJson().dump();
+  out += ",\"rank_files\":" + files.dump() + ",\"save_id\":\"" + idhex + "\",\"tensors\":[";
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (i) out += ',';
+    const std::string name = json(ts[i].name).dump();
+    if (ts[i].lazy) {
+      out += "{\"kind\":\"lazy\",\"name\":" + name + "}";
+      continue;
+    }
+    out += "{\"chunks\":" + std::to_string(counts[kCounts * i] + counts[kCounts * i + 1]) +
+           ",\"dtype\":\"" + DTypeName(ts[i].dtype) + "\",\"fingerprint\":\"" +
+           FingerprintHex(fps[i]) + "\",\"kind\":\"dense\",\"name\":" + name + ",\"pieces\":[";
+    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
+      const Shard& s = plan.shards[i][k];
+      const size_t q = plan.first_piece[i] + k;
+      if (k) out += ',';
+      out += '{';
+      if (const std::optional<PieceCells> c = reports.cells(q)) {
+        out += "\"cells\":{\"chunk\":[";
+        AppendInts(out, c->chunk.data(), c->chunk.size());
+        out +=
+            "],\"first\":" + std::to_string(c->first) + ",\"set\":" + std::to_string(c->set) + "},";
+      }
+      out += "\"fingerprint\":\"" + FingerprintHex(reports.fingerprint(q)) +
+             "\",\"rank\":" + std::to_string(s.replicas[0]) + ",\"region\":";
+      AppendRegion(out, s.region);
+      if (!SameRegion(plan.stored[i][k], s.region)) {
+        out += ",\"stored\":";
+        AppendRegion(out, plan.stored[i][k]);
+      }
+      out += '}';
+    }
+    out += "],\"shape\":[";
+    AppendInts(out, ts[i].shape.data(), ts[i].shape.size());
+    out += "],\"stored_bytes\":" + std::to_string(counts[kCounts * i + 2]) + "}";
+  }
+  out += "],\"version\":" + std::to_string(version) +
+         ",\"world\":" + std::to_string(layout.world_size()) + "}";
+  return out;
 }
 
 }  // namespace

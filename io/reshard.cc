@@ -486,7 +486,7 @@ Status SaveJob::Prove() {
         st_ = AddUp(
             MyRegions(i, true),
             [&](const Region& r) {
-              return ProvePiece(*out_, i, r, o_.cpu, o_.full_proof, off_[i] == 0);
+              return ProvePiece(*out_, i, r, o_.cpu, o_.full_proof, off_[i] == 0, SIZE_MAX);
             },
             &ofp[2 * i]);
   } else if (st_.ok()) {
@@ -499,7 +499,7 @@ Status SaveJob::Prove() {
       const MyPiece& m = mine[j];
       if (!out_->tensors()[m.i].lazy) {
         auto f = ProvePiece(*out_, m.i, plan_.shards[m.i][m.k].region, o_.cpu, o_.full_proof,
-                            off_[m.i] == 0);
+                            off_[m.i] == 0, m.k);
         st_ = f.status();
         if (!f.ok()) break;
         ofp[2 * m.i] += f->lane0;

@@ -55,9 +55,10 @@ Result<Fingerprint> ReadBackFingerprint(const Catalog& out, size_t i, const Regi
 }  // namespace
 
 Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o,
-                               bool full, bool cells) {
+                               bool full, bool cells, size_t hint) {
   if (const StoredChunks* sc = out.stored_chunks(); sc && !full) {
-    SEEDSTORE_ASSIGN_OR_RETURN(std::optional<Fingerprint> f, sc->ProveStoredPiece(i, r, cells, o));
+    SEEDSTORE_ASSIGN_OR_RETURN(std::optional<Fingerprint> f,
+                               sc->ProveStoredPiece(i, r, cells, o, hint));
     if (f) return *f;
   }
   return ReadBackFingerprint(out, i, r, o);

@@ -15,7 +15,9 @@ namespace seedstore {
 /// the cells whose first element r holds (DistCatalog::ProveCells); else less what a padded
 /// piece stores beyond r (decoded: DistCatalog::PaddingFingerprint). With `full`, or for a
 /// piece without a table in the global frame, decoded and fingerprinted chunk by chunk.
+/// `hint`: r's index among tensor i's pieces when the caller knows it
+/// (StoredChunks::ProveStoredPiece).
 Result<Fingerprint> ProvePiece(const Catalog& out, size_t i, const Region& r, CpuOptions o,
-                               bool full, bool cells);
+                               bool full, bool cells, size_t hint);
 
 }  // namespace seedstore

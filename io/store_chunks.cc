@@ -344,7 +344,7 @@ Result<std::pair<std::shared_ptr<const H5Store>, size_t>> H5Store::PartStore(siz
 }
 
 Result<std::optional<Fingerprint>> H5Store::ProveStoredPiece(size_t i, const Region&, bool,
-                                                             CpuOptions o) const {
+                                                             CpuOptions o, size_t) const {
   if (chunk_info(i).empty() || records_[i].piece) return std::optional<Fingerprint>();
   SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, ProveStored(i, o));
   return std::optional<Fingerprint>(f);

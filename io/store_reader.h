@@ -111,7 +111,7 @@ class H5Store : public Catalog, public StoredChunks {
   /// ProveStored(i) when tensor i has a chunk-info table and is no piece (its table is then in
   /// the global frame, whatever `r` is: a store's pieces are whole tensors); else nullopt.
   Result<std::optional<Fingerprint>> ProveStoredPiece(size_t i, const Region& r, bool cells,
-                                                      CpuOptions o) const override;
+                                                      CpuOptions o, size_t hint) const override;
   std::optional<int> shard_rank() const override { return rank_; }
   /// The file's format version: kStoreFormatVersion, or kCellsFormatVersion for a rank file
   /// whose pieces are packed into cell sets (docs/FORMAT.md 11).

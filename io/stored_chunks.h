@@ -45,9 +45,11 @@ class StoredChunks {
   /// bytes checked against its chunk-info table, whose fingerprints are summed (H5Store::
   /// ProveStored); `cells`: every piece of the tensor stores whole cells of one chunk grid
   /// (DistCatalog::ProveCells). nullopt when r is no piece whose table is in the global frame:
-  /// the caller then decodes it.
+  /// the caller then decodes it. `hint`: where r is among tensor i's pieces, when the caller
+  /// knows (a save proving its own plan: DistCatalog's index lists them in plan order), looked
+  /// at first; any other value only costs a search.
   virtual Result<std::optional<Fingerprint>> ProveStoredPiece(size_t i, const Region& r, bool cells,
-                                                              CpuOptions o) const = 0;
+                                                              CpuOptions o, size_t hint) const = 0;
 };
 
 }  // namespace seedstore

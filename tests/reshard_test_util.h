@@ -431,6 +431,9 @@ inline void EditIndex(const std::string& file, const std::function<void(nlohmann
     H5Dclose(d);
   }
   nlohmann::json j = nlohmann::json::parse(text);
+  // The writer emits the index's text directly (MasterIndexText): it must be exactly the
+  // compact dump, keys sorted, of the document it holds.
+  EXPECT_EQ(j.dump(), text) << file;
   edit(j);
   text = j.dump();
   ASSERT_GE(H5Ldelete(f, "/distributed/index", H5P_DEFAULT), 0);
