@@ -121,6 +121,20 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
       auto c = (*d)->ProveCells(i, p, CpuOptions{1});
       ASSERT_TRUE(c.ok()) << c.status().ToString();
       sum.Add(*c);
+      // By region, whatever the hint (the piece's own index, another piece's, none): by cells,
+      // the share above; by stored chunks less the padding (decoded), the region's own
+      // fingerprint.
+      const Region& r = (*d)->pieces(i)[p].region;
+      auto own = (*d)->FingerprintRegion(i, r, CpuOptions{1});
+      ASSERT_TRUE(own.ok()) << own.status().ToString();
+      const size_t n = (*d)->pieces(i).size();
+      for (const bool cells : {true, false})
+        for (const size_t hint : {p, (p + 1) % n, n, SIZE_MAX}) {
+          auto h = (*d)->ProveStoredPiece(i, r, cells, CpuOptions{1}, hint);
+          ASSERT_TRUE(h.ok()) << h.status().ToString();
+          ASSERT_TRUE(h->has_value()) << "cells " << cells << " hint " << hint;
+          EXPECT_EQ(**h, cells ? *c : *own) << "cells " << cells << " hint " << hint;
+        }
     }
     EXPECT_EQ(sum, *(*src)->tensors()[i].fingerprint);
   }
