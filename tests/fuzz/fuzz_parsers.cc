@@ -2,7 +2,8 @@
 // arguments, fingerprints, dtype/distribution names, regions (pieces), safetensors indexes and
 // headers (seedstore.shards metadata included). Bad input must give an error Status, never a crash,
 // leak or UB (ASan + UBSan). The target is chosen by $SEEDSTORE_FUZZ_TARGET: spec, layout, box,
-// misc, index (Hugging Face safetensors index), safetensors. Build and run (bounded):
+// misc, sink (ParseJson's element sink against a plain parse), index (Hugging Face safetensors
+// index), safetensors. Build and run (bounded):
 // tests/fuzz/run_fuzz.sh [seconds-per-target]
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "store/json_text.h"
 #include "store/layout.h"
 #include "store/spec.h"
 
@@ -84,6 +86,36 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           if (r->start[d] > r->stop[d] || r->stop[d] > s[d]) std::abort();
         (void)LocalShape(*r);
       }
+    }
+  } else if (target == "sink") {
+    // ParseJson with an element sink (how a distributed save's index is read) accepts exactly
+    // what a plain parse accepts, and takes exactly the elements the plain parse holds at the
+    // sink's path, in order, leaving that array empty and the rest as it was.
+    std::string err;
+    const nlohmann::json plain = ParseJson(text, &err);
+    for (const std::vector<std::string>& path : {std::vector<std::string>{}, {"t"}}) {
+      std::vector<nlohmann::json> taken;
+      size_t next = 0;
+      bool in_order = true;
+      const JsonElementSink sink{path, [&](size_t k, nlohmann::json&& e) {
+                                   in_order = in_order && k == next++;
+                                   taken.push_back(std::move(e));
+                                 }};
+      std::string err2;
+      nlohmann::json sunk = ParseJson(text, &err2, &sink);
+      if (plain.is_discarded() != sunk.is_discarded()) std::abort();
+      if (plain.is_discarded()) continue;
+      if (!in_order) std::abort();
+      nlohmann::json* at = path.empty()                             ? &sunk
+                           : sunk.is_object() && sunk.contains("t") ? &sunk["t"]
+                                                                    : nullptr;
+      if (!at || !at->is_array()) {  // no such array: nothing taken, nothing changed
+        if (!taken.empty() || sunk != plain) std::abort();
+        continue;
+      }
+      if (!at->empty()) std::abort();
+      for (auto& e : taken) at->push_back(std::move(e));
+      if (sunk != plain) std::abort();
     }
   } else if (target == "index") {
     // A Hugging Face model.safetensors.index.json: what it accepts names files in its folder,

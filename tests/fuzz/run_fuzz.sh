@@ -7,16 +7,31 @@ SECS=${1:-30}
 OUT=${2:-build-fuzz}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$OUT"
-SRCS=("$ROOT"/store/spec.cc "$ROOT"/store/layout.cc "$ROOT"/store/status.cc "$ROOT"/io/safetensors.cc
-      "$ROOT"/io/atomic_file.cc "$ROOT"/tests/fuzz/fuzz_parsers.cc)
-if [ ! -x "$OUT/fuzz_parsers" ] || [ -n "$(find "${SRCS[@]}" -newer "$OUT/fuzz_parsers" 2>/dev/null)" ]; then
+SRCS=("$ROOT"/store/spec.cc "$ROOT"/store/layout.cc "$ROOT"/store/status.cc "$ROOT"/store/json_text.cc
+      "$ROOT"/io/safetensors.cc "$ROOT"/io/atomic_file.cc "$ROOT"/io/parallel.cc "$ROOT"/gen/materialize_cpu.cc
+      "$ROOT"/tests/fuzz/fuzz_parsers.cc)
+# The CPU generator's per-instruction-set files (chunk checksums, as the safetensors reader
+# uses them), with the flags gen/CMakeLists.txt gives them.
+MATH="-fno-math-errno -fno-trapping-math"
+ISA_SRCS=("generic:$MATH" "avx2:$MATH -mavx2 -mfma -mbmi -mbmi2"
+          "avx512:$MATH -mavx512f -mavx512vl -mavx512bw -mavx512dq -mavx2 -mfma -mbmi -mbmi2 -mprefer-vector-width=512")
+if [ ! -x "$OUT/fuzz_parsers" ] ||
+   [ -n "$(find "${SRCS[@]}" "$ROOT"/gen -newer "$OUT/fuzz_parsers" 2>/dev/null)" ]; then
   echo "fuzz: building $OUT/fuzz_parsers (clang, -fsanitize=fuzzer,address,undefined)"
-  clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -ffp-contract=off -I"$ROOT" "${SRCS[@]}" -o "$OUT/fuzz_parsers" -lxxhash -lpthread
+  FLAGS=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+         -ffp-contract=off -I"$ROOT")
+  OBJS=()
+  for isa in "${ISA_SRCS[@]}"; do
+    name=${isa%%:*}
+    # shellcheck disable=SC2086 # the flags are words
+    clang++ "${FLAGS[@]}" ${isa#*:} -c "$ROOT/gen/materialize_cpu_$name.cc" -o "$OUT/isa_$name.o"
+    OBJS+=("$OUT/isa_$name.o")
+  done
+  clang++ "${FLAGS[@]}" "${SRCS[@]}" "${OBJS[@]}" -o "$OUT/fuzz_parsers" -lxxhash -lpthread
 fi
 # Seed corpora.
 C="$OUT/corpus"
-mkdir -p "$C"/{spec,layout,box,misc,index,safetensors}
+mkdir -p "$C"/{spec,layout,box,misc,sink,index,safetensors}
 cat > "$C/spec/1.json" <<'J'
 {"seedstore": 1, "seed": 3, "generator": "threefry", "tensors": [
  {"name": "a", "shape": [4, 5], "dtype": "bfloat16", "init": {"dist": "normal", "scale": 0.02}},
@@ -33,6 +48,8 @@ printf '0:2,1:3' > "$C/box/1"; printf ':,:' > "$C/box/2"
 printf 'bfloat16' > "$C/misc/1"; printf '{"dist":"uniform","minval":-1,"maxval":1}' > "$C/misc/2"
 printf '0123456789abcdef0123456789abcdef' > "$C/misc/3"
 printf '{"start": [0, 1], "stop": [3, 4]}' > "$C/misc/4"; printf '{"flat": [2, 9]}' > "$C/misc/5"
+printf '{"t": [1, {"a": [2]}, "s", [null]], "u": {"t": [3]}}' > "$C/sink/1"
+printf '[1, [2], {"t": [3]}, "x"]' > "$C/sink/2"
 printf '{"metadata": {"total_size": 24}, "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"}}' > "$C/index/1"
 python3 - "$C/safetensors/1" <<'P'
 import json, struct, sys
@@ -50,7 +67,7 @@ for r in "$ROOT"/tests/fuzz/regressions/*; do
     echo "fuzz: regression $(basename "$r") FAILED (target $t)"; status=1
   fi
 done
-for t in spec layout box misc index safetensors; do
+for t in spec layout box misc sink index safetensors; do
   echo "fuzz: $t for ${SECS}s"
   mkdir -p "$OUT/work-$t"
   if ! SEEDSTORE_FUZZ_TARGET=$t "$OUT/fuzz_parsers" "$OUT/work-$t" "$C/$t" -max_total_time="$SECS" \
