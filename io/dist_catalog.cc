@@ -49,10 +49,10 @@ bool PiecePart(const DistCatalog::Piece& p, const Region& box, Region* local, ui
     lo[d] = std::max(box.start[d], g.start[d]);
     hi[d] = std::min(box.stop[d], g.stop[d]);
     if (hi[d] <= lo[d]) return false;
-    ls[d] = lo[d] - p.stored.start[d];
-    lp[d] = hi[d] - p.stored.start[d];
+    ls[d] = lo[d] - p.stored().start[d];
+    lp[d] = hi[d] - p.stored().start[d];
   }
-  *local = BoxRegion(LocalShape(p.stored), ls, lp);
+  *local = BoxRegion(LocalShape(p.stored()), ls, lp);
   return true;
 }
 
@@ -100,14 +100,14 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
     if (piece.rank < 0) return bad("piece rank out of range");
     auto reg = RegionFromJson(p.at("region"), rec.shape);
     if (!reg.ok()) return bad("tensor '" + name + "': " + reg.status().message());
-    piece.region = piece.stored = *reg;
+    piece.region = *reg;
     if (p.contains("stored")) {
       auto sb = RegionFromJson(p.at("stored"), rec.shape);
       if (!sb.ok()) return bad("tensor '" + name + "': stored: " + sb.status().message());
       if (reg->flat || sb->flat || !BoxWithin(*reg, *sb))
         return bad("tensor '" + name + "': stored box " + DescribeRegion(*sb) +
                    " does not hold the piece " + DescribeRegion(*reg));
-      piece.stored = *sb;
+      piece.set_stored(*sb);
     }
     if (p.contains("fingerprint")) {
       auto f = p["fingerprint"].is_string()
@@ -120,7 +120,7 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
     }
     if (p.contains("cells")) {  // docs/FORMAT.md 11
       const json& c = p["cells"];
-      const size_t crank = piece.stored.flat ? 1 : static_cast<size_t>(piece.stored.rank);
+      const size_t crank = piece.stored().flat ? 1 : static_cast<size_t>(piece.stored().rank);
       bool ok = c.is_object() && c.contains("set") && c["set"].is_number_unsigned() &&
                 c["set"].get<uint64_t>() <= 1u << 30 && c.contains("first") &&
                 c["first"].is_number_unsigned() && c.contains("chunk") && c["chunk"].is_array() &&
@@ -129,7 +129,7 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
       if (ok) {
         pc.set = c["set"].get<int>();
         pc.first = c["first"].get<uint64_t>();
-        const std::vector<uint64_t> local = LocalShape(piece.stored);
+        const std::vector<uint64_t> local = LocalShape(piece.stored());
         for (size_t d = 0; ok && d < crank; ++d) {
           ok = c["chunk"][d].is_number_unsigned() && c["chunk"][d].get<uint64_t>() >= 1 &&
                c["chunk"][d].get<uint64_t>() <= local[d];
@@ -309,7 +309,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
 Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptions o,
                                                     bool from_owners) const {
   const Piece& piece = pieces_.at(i).at(p);
-  const Region &g = piece.region, &sb = piece.stored;
+  const Region &g = piece.region, &sb = piece.stored();
   Fingerprint f;
   if (SameRegion(g, sb)) return f;
   SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
@@ -352,7 +352,7 @@ Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptio
 Result<std::vector<uint64_t>> DistCatalog::PieceGrid(size_t i, size_t p) const {
   const Piece& piece = pieces_.at(i).at(p);
   std::vector<uint64_t> none;
-  const Region& sb = piece.stored;
+  const Region& sb = piece.stored();
   if (sb.flat || sb.rank == 0) return none;
   SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
   const TensorRecord& pr = sk.first->tensors()[sk.second];
@@ -372,25 +372,25 @@ Result<Fingerprint> DistCatalog::ProveCells(size_t i, size_t p, CpuOptions o) co
   SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
   const std::vector<uint64_t>& c = sk.first->stored(sk.second).chunk;
   const std::vector<ChunkInfo>& info = sk.first->chunk_info(sk.second);
-  const int rank = me.stored.rank;
+  const int rank = me.stored().rank;
   // The chunk index, in piece q's grid, of the cell starting at global index x.
   auto index_in = [&](const Piece& q, const uint64_t* x) {
     uint64_t j = 0;
     for (int d = 0; d < rank; ++d)
-      j = j * ((q.stored.stop[d] - q.stored.start[d] + c[d] - 1) / c[d]) +
-          (x[d] - q.stored.start[d]) / c[d];
+      j = j * ((q.stored().stop[d] - q.stored().start[d] + c[d] - 1) / c[d]) +
+          (x[d] - q.stored().start[d]) / c[d];
     return j;
   };
   uint64_t count[kMaxRank], cells = 1;
   for (int d = 0; d < rank; ++d) {
-    count[d] = (me.stored.stop[d] - me.stored.start[d] + c[d] - 1) / c[d];
+    count[d] = (me.stored().stop[d] - me.stored().start[d] + c[d] - 1) / c[d];
     cells *= count[d];
   }
   for (uint64_t j = 0; j < cells; ++j) {
     uint64_t x[kMaxRank], q = j;
     bool mine = true;
     for (int d = rank - 1; d >= 0; --d) {
-      x[d] = me.stored.start[d] + (q % count[d]) * c[d];
+      x[d] = me.stored().start[d] + (q % count[d]) * c[d];
       q /= count[d];
       mine &= me.region.start[d] <= x[d] && x[d] < me.region.stop[d];
     }
@@ -406,7 +406,7 @@ Result<Fingerprint> DistCatalog::ProveCells(size_t i, size_t p, CpuOptions o) co
     auto mismatch = [&](const std::string& why) {
       return DistError("padding-mismatch", Code::kMismatch, path_, me.rank, rank_files_[me.rank],
                        "tensor '" + records_[i].name + "' piece " + DescribeRegion(me.region) +
-                           " stored as " + DescribeRegion(me.stored) + ": chunk " +
+                           " stored as " + DescribeRegion(me.stored()) + ": chunk " +
                            std::to_string(j) + " " + why);
     };
     if (owner == pieces_[i].size()) return mismatch("starts where no piece is");
@@ -443,7 +443,7 @@ std::vector<StoredPart> DistCatalog::StoredParts(size_t i) const {
   std::vector<StoredPart> parts;
   for (size_t p = 0; p < pieces_.at(i).size(); ++p) {
     const Piece& piece = pieces_[i][p];
-    if (!piece.region.flat) parts.push_back({piece.region, piece.stored, static_cast<int>(p)});
+    if (!piece.region.flat) parts.push_back({piece.region, piece.stored(), static_cast<int>(p)});
   }
   return parts;
 }
@@ -472,7 +472,7 @@ Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const
     SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
     const TensorRecord& pr = sk.first->tensors()[sk.second];
     if (sk.first->chunk_info(sk.second).empty() || !pr.piece ||
-        !SameRegion(*pr.piece, pieces_[i][p].stored))
+        !SameRegion(*pr.piece, pieces_[i][p].stored()))
       return std::optional<Fingerprint>();
     SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
     SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint pad, PaddingFingerprint(i, p, o));
@@ -559,24 +559,25 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
     const Piece& p = pieces_[i][at.p];
     const int k = FindRecord(**s, records_[i].name, &hint);
     if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
-        (*s)->tensors()[k].shape != LocalShape(p.stored))
+        (*s)->tensors()[k].shape != LocalShape(p.stored()))
       return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
                        reading + "tensor '" + records_[i].name + "' piece " +
-                           DescribeRegion(p.stored) + " is missing or has another shape or dtype");
+                           DescribeRegion(p.stored()) +
+                           " is missing or has another shape or dtype");
     // A padded piece must be recorded as such (its padding is in the global frame).
     const std::optional<Region>& rp = (*s)->tensors()[k].piece;
-    if ((rp && !SameRegion(*rp, p.stored)) || (!rp && !SameRegion(p.stored, p.region)))
+    if ((rp && !SameRegion(*rp, p.stored())) || (!rp && !SameRegion(p.stored(), p.region)))
       return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
                        reading + "tensor '" + records_[i].name + "' is recorded as piece " +
                            (rp ? DescribeRegion(*rp) : std::string("(none)")) +
-                           ", the index says " + DescribeRegion(p.stored));
+                           ", the index says " + DescribeRegion(p.stored()));
     // The same piece of this save: its record's fingerprint is the one the index took from
     // the writer (a rank file of another save, or one changed since, holds other values).
     const std::optional<Fingerprint>& rf = (*s)->tensors()[k].fingerprint;
     if (p.fingerprint && (!rf || *rf != *p.fingerprint))
       return DistError(
           "rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-          reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored) +
+          reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored()) +
               " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
               ", the index says " + FingerprintHex(*p.fingerprint) +
               ": the file is not this save's (another save's rank file, or changed since)");
@@ -592,7 +593,7 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
     if ((*s)->Damage(k).ok() && held != p.cells)
       return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
                        reading + "tensor '" + records_[i].name + "' piece " +
-                           DescribeRegion(p.stored) + " is stored in " + cells_text(held) +
+                           DescribeRegion(p.stored()) + " is stored in " + cells_text(held) +
                            ", the index says " + cells_text(p.cells));
   }
   return std::move(*s);

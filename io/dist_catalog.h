@@ -37,7 +37,12 @@ class DistCatalog : public Catalog, public StoredChunks {
     Region region;  // global indices (box or flat range): the elements this piece serves
     /// Global box its rank file stores: `region`, or a padded box around it (docs/FORMAT.md
     /// 10, "Padded pieces"): the rank file's tensor has this box's shape and piece record.
-    Region stored;
+    const Region& stored() const { return padded_ ? *padded_ : region; }
+    /// Sets stored() (after `region`): a box that differs from `region` is held apart, and
+    /// only then, so that a save of 740,000 pieces holds no second 416-byte box for each.
+    void set_stored(const Region& s) {
+      padded_ = SameRegion(s, region) ? nullptr : std::make_shared<const Region>(s);
+    }
     /// The fingerprint the rank file records for it (its `stored` box, in the global frame),
     /// when the index gives one (docs/FORMAT.md 9): a rank file whose
     /// record differs is not this save's (rank-file-corrupt at open).
@@ -45,6 +50,9 @@ class DistCatalog : public Catalog, public StoredChunks {
     /// In a version 2 save, where the piece's chunks lie in its rank file when they are cells
     /// (docs/FORMAT.md 11): the rank file's record must say the same.
     std::optional<PieceCells> cells;
+
+   private:
+    std::shared_ptr<const Region> padded_;
   };
   /// Opens the save at `path` (its master). With `check_rank_files`, every rank file the index
   /// names must be reachable (rank-file-missing / rank-file-unreadable otherwise); without,

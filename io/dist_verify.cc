@@ -172,7 +172,7 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
       counted[i].stored_bytes += (*s)->stored(k).stored_bytes;
       if ((*s)->tensors()[k].piece) {
         rep.fingerprints[i].Add(rr.fingerprints[k]);  // already in the global frame
-        if (SameRegion(p.stored, p.region)) continue;
+        if (SameRegion(p.stored(), p.region)) continue;
         // A padded piece: less its padding, which must hold what the pieces owning those
         // elements hold (a later reshard may copy it).
         auto pad = PaddingFingerprint(i, q, o);
@@ -186,7 +186,7 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
         if (st.ok() && *pad != owners)
           st = DistError("padding-mismatch", Code::kMismatch, path_, r, rank_files_[r],
                          "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region) +
-                             " stored as " + DescribeRegion(p.stored) +
+                             " stored as " + DescribeRegion(p.stored()) +
                              ": its padding differs from the pieces that own those elements");
         if (!st.ok()) {
           rep.problems.push_back({records_[i].name, -1, st});
@@ -308,7 +308,7 @@ std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w,
                               want_src) +
               " (piece " + std::to_string(m.piece) + ", " + DescribeRegion(p.region) + " of rank " +
               std::to_string(p.rank) +
-              (SameRegion(p.region, p.stored) ? "" : " stored as " + DescribeRegion(p.stored)) +
+              (SameRegion(p.region, p.stored()) ? "" : " stored as " + DescribeRegion(p.stored())) +
               ")";
     }
   }

@@ -53,7 +53,7 @@ void AddCellMappings(const TensorRecord& t, const DistCatalog::Piece& p, size_t 
   const PieceCells& c = *p.cells;
   const std::string source = std::string(kCellsGroup) + "/" + std::to_string(c.set);
   const Region& g = p.region;
-  const Region& sb = p.stored;
+  const Region& sb = p.stored();
   const Grid grid = Grid::Make(LocalShape(sb), c.chunk);
   const int crank = grid.rank;
   uint64_t sdims[kMaxRank + 1], sst[kMaxRank + 1], cnt[kMaxRank + 1];
@@ -150,7 +150,7 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
       continue;
     }
     if (!g.flat) {
-      const Region& sb = p.stored;
+      const Region& sb = p.stored();
       uint64_t cnt[kMaxRank], sdims[kMaxRank], sst[kMaxRank];
       for (int d = 0; d < rank; ++d) {
         cnt[d] = g.stop[d] - g.start[d];

@@ -64,8 +64,12 @@ std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i,
                                               const PieceReports* reports) {
   std::vector<DistCatalog::Piece> ps;
   for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-    ps.push_back({plan.shards[i][k].replicas[0], plan.shards[i][k].region, plan.stored[i][k],
-                  std::nullopt, reports ? reports->cells(plan.first_piece[i] + k) : std::nullopt});
+    DistCatalog::Piece p;
+    p.rank = plan.shards[i][k].replicas[0];
+    p.region = plan.shards[i][k].region;
+    p.set_stored(plan.stored[i][k]);
+    if (reports) p.cells = reports->cells(plan.first_piece[i] + k);
+    ps.push_back(std::move(p));
   }
   return ps;
 }

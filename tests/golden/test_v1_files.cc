@@ -160,7 +160,7 @@ TEST(V1Files, PaddedDistributedSaveReadsVerifiesAndReshards) {
   auto describe = [&](size_t i) {
     std::string s;
     for (const auto& p : (*d)->pieces(i))
-      s += DescribeRegion(p.region) + " in " + DescribeRegion(p.stored) + "; ";
+      s += DescribeRegion(p.region) + " in " + DescribeRegion(p.stored()) + "; ";
     return s;
   };
   EXPECT_EQ(describe((*d)->Find("w")),

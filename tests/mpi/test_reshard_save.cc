@@ -122,8 +122,8 @@ TEST(Reshard, ManySmallPiecesSharingSourceChunksAreBitExact) {
         std::vector<unsigned char> got(pr.NumBytes()), want(pr.NumBytes());
         ASSERT_TRUE(
             ps->first->Read(ps->second, WholeTensor(pr.shape), got.data(), CpuOptions{1}).ok());
-        ASSERT_TRUE((*src)->Read(i, piece.stored, want.data(), CpuOptions{1}).ok());
-        EXPECT_EQ(got, want) << t.name << " piece " << DescribeRegion(piece.stored) << " of rank "
+        ASSERT_TRUE((*src)->Read(i, piece.stored(), want.data(), CpuOptions{1}).ok());
+        EXPECT_EQ(got, want) << t.name << " piece " << DescribeRegion(piece.stored()) << " of rank "
                              << piece.rank;
       }
     }
@@ -243,9 +243,9 @@ TEST(ReshardPadded, UnderMpirunTheWritersAgreeOnThePadding) {
   for (size_t i = 0; i < 2; ++i) {
     ASSERT_EQ((*a)->pieces(i).size(), (*b)->pieces(i).size());
     for (size_t k = 0; k < (*a)->pieces(i).size(); ++k)
-      EXPECT_TRUE(SameRegion((*a)->pieces(i)[k].stored, (*b)->pieces(i)[k].stored))
-          << DescribeRegion((*a)->pieces(i)[k].stored) << " vs "
-          << DescribeRegion((*b)->pieces(i)[k].stored);
+      EXPECT_TRUE(SameRegion((*a)->pieces(i)[k].stored(), (*b)->pieces(i)[k].stored()))
+          << DescribeRegion((*a)->pieces(i)[k].stored()) << " vs "
+          << DescribeRegion((*b)->pieces(i)[k].stored());
   }
   ExpectRawSameAsSource(out, f);
 }

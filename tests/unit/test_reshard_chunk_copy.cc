@@ -32,8 +32,8 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
     const auto& pb = (*d)->pieces((*d)->Find("b"));
     ASSERT_EQ(pb.size(), 2u);
     EXPECT_EQ(DescribeRegion(pb[0].region), "[0:19, 0:23]");
-    EXPECT_EQ(DescribeRegion(pb[0].stored), "[0:20, 0:23]");
-    EXPECT_EQ(DescribeRegion(pb[1].stored), "[19:37, 0:23]");
+    EXPECT_EQ(DescribeRegion(pb[0].stored()), "[0:20, 0:23]");
+    EXPECT_EQ(DescribeRegion(pb[1].stored()), "[19:37, 0:23]");
     // Piece 1 is off the grid, so b's proof cannot go by cells (PieceGrid empty).
     auto g0 = (*d)->PieceGrid((*d)->Find("b"), 0), g1 = (*d)->PieceGrid((*d)->Find("b"), 1);
     ASSERT_TRUE(g0.ok() && g1.ok());

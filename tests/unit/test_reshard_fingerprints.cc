@@ -99,8 +99,8 @@ TEST(ReshardRaw, RankFilesHoldPiecesWhoseFingerprintsSumToTheTensor) {
         ASSERT_TRUE(sk.ok()) << sk.status().ToString();
         const TensorRecord& pr = sk->first->tensors()[sk->second];
         ASSERT_TRUE(pr.piece.has_value());
-        EXPECT_TRUE(SameRegion(*pr.piece, (*d)->pieces(i)[p].stored))
-            << DescribeRegion(*pr.piece) << " vs " << DescribeRegion((*d)->pieces(i)[p].stored);
+        EXPECT_TRUE(SameRegion(*pr.piece, (*d)->pieces(i)[p].stored()))
+            << DescribeRegion(*pr.piece) << " vs " << DescribeRegion((*d)->pieces(i)[p].stored());
         EXPECT_EQ(sk->first->chunk_info(sk->second).size(),
                   sk->first->stored(sk->second).num_chunks);
         auto proven = sk->first->ProveStored(sk->second, CpuOptions{1});
@@ -108,7 +108,7 @@ TEST(ReshardRaw, RankFilesHoldPiecesWhoseFingerprintsSumToTheTensor) {
         EXPECT_EQ(*proven, *pr.fingerprint);
         auto pad = (*d)->PaddingFingerprint(i, p, CpuOptions{1});
         ASSERT_TRUE(pad.ok()) << pad.status().ToString();
-        if (SameRegion((*d)->pieces(i)[p].stored, (*d)->pieces(i)[p].region)) {
+        if (SameRegion((*d)->pieces(i)[p].stored(), (*d)->pieces(i)[p].region)) {
           EXPECT_EQ(*pad, Fingerprint{});
         }
         sum.Add(*pr.fingerprint);

@@ -40,8 +40,8 @@ TEST(ReshardPadded, MaxPaddingBoundsThePadding) {
     auto d = DistCatalog::Open(out);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     const auto& pb = (*d)->pieces((*d)->Find("b"));
-    EXPECT_EQ(DescribeRegion(pb[0].stored), c.stored0);
-    EXPECT_EQ(DescribeRegion(pb[1].stored), c.stored1);
+    EXPECT_EQ(DescribeRegion(pb[0].stored()), c.stored0);
+    EXPECT_EQ(DescribeRegion(pb[1].stored()), c.stored1);
     ExpectRawSameAsSource(out);
   }
   auto bad = run(-0.1, TempDir() + "/rp_max_bad.h5");
@@ -82,21 +82,21 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
     const TensorRecord& t = (*d)->tensors()[i];
     for (const auto& p : (*d)->pieces(i)) {
       SCOPED_TRACE(t.name + " piece " + DescribeRegion(p.region) + " stored " +
-                   DescribeRegion(p.stored));
+                   DescribeRegion(p.stored()));
       uint64_t n = 1;
       int dims_padded = 0;
       for (int k = 0; k < p.region.rank; ++k) {
-        EXPECT_LE(p.stored.start[k], p.region.start[k]);
-        EXPECT_GE(p.stored.stop[k], p.region.stop[k]);
-        EXPECT_EQ(p.stored.start[k] % c[k], 0u);
-        EXPECT_TRUE(p.stored.stop[k] % c[k] == 0 || p.stored.stop[k] == t.shape[k]);
-        EXPECT_LT(p.region.start[k] - p.stored.start[k], c[k]);
-        EXPECT_LT(p.stored.stop[k] - p.region.stop[k], c[k]);
-        dims_padded += p.stored.start[k] < p.region.start[k];
-        n *= (p.stored.stop[k] - p.stored.start[k] + c[k] - 1) / c[k];
+        EXPECT_LE(p.stored().start[k], p.region.start[k]);
+        EXPECT_GE(p.stored().stop[k], p.region.stop[k]);
+        EXPECT_EQ(p.stored().start[k] % c[k], 0u);
+        EXPECT_TRUE(p.stored().stop[k] % c[k] == 0 || p.stored().stop[k] == t.shape[k]);
+        EXPECT_LT(p.region.start[k] - p.stored().start[k], c[k]);
+        EXPECT_LT(p.stored().stop[k] - p.region.stop[k], c[k]);
+        dims_padded += p.stored().start[k] < p.region.start[k];
+        n *= (p.stored().stop[k] - p.stored().start[k] + c[k] - 1) / c[k];
       }
-      EXPECT_LE(p.stored.Count() - p.region.Count(), p.region.Count() / 4);
-      EXPECT_FALSE(SameRegion(p.stored, p.region));
+      EXPECT_LE(p.stored().Count() - p.region.Count(), p.region.Count() / 4);
+      EXPECT_FALSE(SameRegion(p.stored(), p.region));
       padded_twice += dims_padded == 2;
       stored_chunks += n;
     }
@@ -108,7 +108,7 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   ASSERT_EQ(pw.size(), 6u);
   EXPECT_EQ(pw[3].rank, 3);
   EXPECT_EQ(DescribeRegion(pw[3].region), "[80:160, 70:139]");
-  EXPECT_EQ(DescribeRegion(pw[3].stored), "[75:165, 63:139]");
+  EXPECT_EQ(DescribeRegion(pw[3].stored()), "[75:165, 63:139]");
   ExpectRawSameAsSource(d6, f);
   // Every piece stores whole cells of the source's grid, so the proof goes by cells: each
   // piece's cells whose first element it owns add up to the tensor (no decoding).
