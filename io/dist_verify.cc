@@ -136,11 +136,10 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
     if (!s.ok()) {
       // Name what the file's loss leaves unchecked: its tensors get no fingerprint.
       std::vector<std::string> affected;
-      for (size_t i = 0; i < records_.size(); ++i) {
-        bool holds = false;
-        for (const Piece& p : pieces_[i]) holds = holds || p.rank == r;
-        if (holds) affected.push_back(records_[i].name);
-        bad[i] = bad[i] || holds;
+      for (const PieceAt& at : by_rank_[r]) {  // in tensor order
+        if (!affected.empty() && affected.back() == records_[at.i].name) continue;
+        affected.push_back(records_[at.i].name);
+        bad[at.i] = true;
       }
       std::string names;
       for (size_t k = 0; k < affected.size() && k < 4; ++k)
