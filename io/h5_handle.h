@@ -92,14 +92,12 @@ Hid StorageType(DType d);
 /// (H5TypeStores takes it).
 bool TypeMatches(hid_t t, DType d);
 
-/// `path` ("/group/name") and its group are hard links: objects stored in this file. Chunks are
-/// read at the addresses HDF5 reports, from this file's descriptor, so an external link (whose
-/// chunks lie in another file) or a soft link would be read wrong; both are refused (bad-layout).
-Status InThisFile(hid_t f, const std::string& path, const std::string& where);
-
-/// Whether link `path` ("/group/name") exists in file `f`, each of its groups checked in turn;
-/// metadata-corrupt (or kIo) naming `where` when HDF5 cannot read a group's links.
-Result<bool> LinkExists(hid_t f, const std::string& path, const std::string& where);
+/// Whether link `path` ("/group/name") exists in file `f`, each of its groups looked up in
+/// turn; where it does, it and its groups must be hard links: objects stored in this file.
+/// Chunks are read at the addresses HDF5 reports, from this file's descriptor, so an external
+/// link (whose chunks lie in another file) or a soft link would be read wrong; both are refused
+/// (bad-layout). Metadata-corrupt (or kIo) naming `where` when HDF5 cannot read a group's links.
+Result<bool> StoredLinkExists(hid_t f, const std::string& path, const std::string& where);
 
 /// Writes uint64 attribute `name` = `v` on `obj`: a scalar (v has one word) or a 1-d array.
 Status WriteU64Attr(hid_t obj, const char* name, const std::vector<uint64_t>& v, bool scalar);

@@ -48,32 +48,23 @@ Hid StorageType(DType d) {
   return Hid();
 }
 
-// `path` ("/group/name") and its group are hard links: objects stored in this file. Chunks are
-// read at the addresses HDF5 reports, from this file's descriptor, so an external link (whose
-// chunks lie in another file) or a soft link would be read wrong; both are refused (bad-layout).
-Status InThisFile(hid_t f, const std::string& path, const std::string& where) {
+Result<bool> StoredLinkExists(hid_t f, const std::string& path, const std::string& where) {
   for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
     const std::string p = path.substr(0, end);
     H5L_info_t info;
-    if (H5Lget_info(f, p.c_str(), &info, H5P_DEFAULT) < 0)
+    if (H5Lget_info(f, p.c_str(), &info, H5P_DEFAULT) < 0) {
+      // Absent (the common failure), or a group whose links HDF5 cannot read.
+      H5ErrorText();
+      const htri_t e = H5Lexists(f, p.c_str(), H5P_DEFAULT);
+      if (e < 0) return H5ReadFailure(where + ": looking up '" + p + "'");
+      if (e == 0) return false;
       return H5ReadFailure(where + ": reading the link '" + p + "'");
+    }
     if (info.type != H5L_TYPE_HARD)
       return StoreStatus(StoreError::kBadLayout,
                          where + ": '" + p + "' is " +
                              (info.type == H5L_TYPE_EXTERNAL ? "an external" : "a soft") +
                              " link; seedstore reads only objects stored in the file itself");
-    if (end == std::string::npos) return Status::Ok();
-  }
-}
-
-// Whether link `path` ("/group/name") exists in file `f`, each of its groups checked in turn;
-// metadata-corrupt (or kIo) naming `where` when HDF5 cannot read a group's links.
-Result<bool> LinkExists(hid_t f, const std::string& path, const std::string& where) {
-  for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
-    const std::string p = path.substr(0, end);
-    const htri_t e = H5Lexists(f, p.c_str(), H5P_DEFAULT);
-    if (e < 0) return H5ReadFailure(where + ": looking up '" + p + "'");
-    if (e == 0) return false;
     if (end == std::string::npos) return true;
   }
 }

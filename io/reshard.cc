@@ -490,23 +490,39 @@ Status SaveJob::Prove() {
             },
             &ofp[2 * i]);
   } else if (st_.ok()) {
-    // Rank file by rank file, each closed when done with (one thread: HDF5 calls take turns,
-    // and a second thread proving other files measured slower). Small pieces' hashing gains
-    // nothing from more threads; large ones use o_.cpu's inside ProvePiece.
-    std::vector<MyPiece> mine = MyPiecesByFile();
+    // Rank file by rank file, each by one thread and closed when done with. Two threads
+    // overlap: opening a file parses and checks its index, and proving reads and hashes its
+    // chunks, outside the HDF5 lock. With several threads over the files, each piece is hashed
+    // on its file's thread alone.
+    const std::vector<MyPiece> mine = MyPiecesByFile();
+    std::vector<size_t> starts;  // where each file's pieces start in `mine`
+    for (size_t j = 0; j < mine.size(); ++j)
+      if (j == 0 || mine[j].rank != mine[j - 1].rank) starts.push_back(j);
     dout_->set_rank_files_read_once(true);
-    for (size_t j = 0; j < mine.size() && st_.ok(); ++j) {
-      const MyPiece& m = mine[j];
-      if (!out_->tensors()[m.i].lazy) {
-        auto f = ProvePiece(*out_, m.i, plan_.shards[m.i][m.k].region, o_.cpu, o_.full_proof,
-                            off_[m.i] == 0, m.k);
-        st_ = f.status();
-        if (!f.ok()) break;
-        ofp[2 * m.i] += f->lane0;
-        ofp[2 * m.i + 1] += f->lane1;
+    const int threads = ThreadCount(o_.cpu.threads, starts.size());
+    CpuOptions each = o_.cpu;
+    if (threads > 1) each.threads = 1;
+    std::vector<std::vector<uint64_t>> part(std::max(threads, 1), std::vector<uint64_t>(2 * n_, 0));
+    st_ = ParallelFor(starts.size(), threads, false, [&](uint64_t f, int t) -> Status {
+      const size_t end = f + 1 < starts.size() ? starts[f + 1] : mine.size();
+      Status e;
+      for (size_t j = starts[f]; j < end && e.ok(); ++j) {
+        const MyPiece& m = mine[j];
+        if (out_->tensors()[m.i].lazy) continue;
+        auto fp = ProvePiece(*out_, m.i, plan_.shards[m.i][m.k].region, each, o_.full_proof,
+                             off_[m.i] == 0, m.k);
+        if (!fp.ok()) {
+          e = fp.status();
+        } else {
+          part[t][2 * m.i] += fp->lane0;
+          part[t][2 * m.i + 1] += fp->lane1;
+        }
       }
-      if (j + 1 == mine.size() || mine[j + 1].rank != m.rank) dout_->CloseRankFile(m.rank);
-    }
+      dout_->CloseRankFile(mine[starts[f]].rank);
+      return e;
+    });
+    for (const auto& q : part)
+      for (size_t c = 0; c < ofp.size(); ++c) ofp[c] += q[c];
   }
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "prove"));
   SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(ofp.data(), ofp.size(), "prove"));

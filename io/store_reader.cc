@@ -155,10 +155,9 @@ Status CheckRootAttributes(hid_t f, const std::string& w, int* version) {
 
 // The text of /seedstore/index, its checksum verified (bad-index, missing-object).
 Result<std::string> ReadIndexText(hid_t f, const std::string& w) {
-  SEEDSTORE_ASSIGN_OR_RETURN(bool has_index, LinkExists(f, "/seedstore/index", w));
+  SEEDSTORE_ASSIGN_OR_RETURN(bool has_index, StoredLinkExists(f, "/seedstore/index", w));
   if (!has_index)
     return StoreStatus(StoreError::kMissingObject, w + ": dataset '/seedstore/index' is missing");
-  SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, "/seedstore/index", w));
   std::string text;
   Hid d(H5Dopen2(f, "/seedstore/index", H5P_DEFAULT), H5Dclose);
   if (!d.ok()) return H5ReadFailure(w + ": opening /seedstore/index");
@@ -424,9 +423,8 @@ Result<std::vector<ChunkInfo>> ReadChunkInfoTable(hid_t f, const std::string& in
                                                   const Grid& grid, const Fingerprint* fp,
                                                   const std::string& tw) {
   std::vector<ChunkInfo> infos;
-  SEEDSTORE_ASSIGN_OR_RETURN(bool has_info, LinkExists(f, info_path, tw));
+  SEEDSTORE_ASSIGN_OR_RETURN(bool has_info, StoredLinkExists(f, info_path, tw));
   if (!has_info) return infos;
-  SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, info_path, tw));
   Hid ci(H5Dopen2(f, info_path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!ci.ok()) return H5ReadFailure(tw + ": opening " + info_path);
   Hid isp(H5Dget_space(ci.get()), H5Sclose);
@@ -465,10 +463,9 @@ Status CheckDenseObjects(hid_t f, const TensorRecord& tr, const std::optional<Fi
   StoredTensor& stt = out->stored;
   const std::string sums_path = "/checksums/" + esc;
   for (const std::string& p : {stt.dataset, sums_path}) {
-    SEEDSTORE_ASSIGN_OR_RETURN(bool exists, LinkExists(f, p, tw));
+    SEEDSTORE_ASSIGN_OR_RETURN(bool exists, StoredLinkExists(f, p, tw));
     if (!exists)
       return StoreStatus(StoreError::kMissingObject, tw + ": dataset '" + p + "' is missing");
-    SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, tw));
   }
   // Closed once checked, as are its tables: reads open it again when they need its chunk
   // addresses (H5Store::Dataset; a few are kept open). Chunks never go through HDF5's
@@ -512,10 +509,9 @@ Status LoadCellSet(hid_t f, int k, const std::string& w, CellSetObjects* out) {
   out->status = Status::Ok();
   for (const std::string& p :
        {path, std::string(kCellSumsGroup) + "/" + name, std::string(kCellInfoGroup) + "/" + name}) {
-    SEEDSTORE_ASSIGN_OR_RETURN(bool exists, LinkExists(f, p, sw));
+    SEEDSTORE_ASSIGN_OR_RETURN(bool exists, StoredLinkExists(f, p, sw));
     if (!exists)
       return StoreStatus(StoreError::kMissingObject, sw + ": dataset '" + p + "' is missing");
-    SEEDSTORE_RETURN_IF_ERROR(InThisFile(f, p, sw));
   }
   Hid d(H5Dopen2(f, path.c_str(), NoChunkCache()), H5Dclose);
   if (!d.ok()) return H5ReadFailure(sw + ": opening it");
@@ -616,30 +612,42 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path, OpenFor 
   const std::string w = "file '" + path + "'";
   struct stat st;
   SEEDSTORE_RETURN_IF_ERROR(CheckOpenable(path, w, &st));
-  H5Guard g;
   std::unique_ptr<H5Store> s(new H5Store());
   s->path_ = path;
   s->file_bytes_ = static_cast<uint64_t>(st.st_size);
-  s->file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (s->file_ < 0) {
-    Status e = H5ReadFailure(w + ": opening it");
-    if (e.message().find("truncated") != std::string::npos)
-      return StoreStatus(
-          StoreError::kTruncated,
-          w + ": the file is truncated (" + std::to_string(st.st_size) + " bytes): " + e.message());
-    return e;
+  std::string text;
+  {
+    H5Guard g;
+    s->file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (s->file_ < 0) {
+      Status e = H5ReadFailure(w + ": opening it");
+      if (e.message().find("truncated") != std::string::npos)
+        return StoreStatus(StoreError::kTruncated, w + ": the file is truncated (" +
+                                                       std::to_string(st.st_size) +
+                                                       " bytes): " + e.message());
+      return e;
+    }
+    s->AttachDescriptor();
+    SEEDSTORE_RETURN_IF_ERROR(CheckRootAttributes(s->file_, w, &s->version_));
+    SEEDSTORE_ASSIGN_OR_RETURN(text, ReadIndexText(s->file_, w));
   }
-  s->AttachDescriptor();
-  const hid_t f = s->file_;
-  SEEDSTORE_RETURN_IF_ERROR(CheckRootAttributes(f, w, &s->version_));
-  SEEDSTORE_ASSIGN_OR_RETURN(const std::string text, ReadIndexText(f, w));
+  // The index is parsed and its records checked without the HDF5 lock (other threads' HDF5
+  // calls go on meanwhile); only the records' objects are then looked at under it.
   json idx = ParseJson(text, nullptr);
+  text = std::string();
   SEEDSTORE_ASSIGN_OR_RETURN(const IndexHeader h, ParseIndexHeader(idx, s->version_, w));
-  std::map<int, CellSetObjects> sets;  // a version 2 rank file's cell sets, loaded when named
   s->seed_ = h.seed;
   s->generator_ = h.generator;
   s->rank_ = h.rank;
   auto bad = [&](const std::string& m) { return BadIndex(w, m); };
+  // A dense record's objects, checked in the second pass: its cells (set, first) in a version
+  // 2 rank file, else its own datasets.
+  struct Pending {
+    size_t k = 0;
+    int set = -1;
+    uint64_t first = 0;
+  };
+  std::vector<Pending> dense;
   std::set<std::string> names;
   for (size_t k = 0; k < idx["tensors"].size(); ++k) {
     json rec = std::move(idx["tensors"][k]);  // taken, not copied: a record is read once
@@ -655,16 +663,16 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path, OpenFor 
       fp = *f2;
     }
     TensorRecord tr;
-    DenseObjects obj;
-    Status damage;  // of a dense tensor's own objects (Damage)
+    StoredTensor stored;
     if (kind == "lazy") {
       SEEDSTORE_ASSIGN_OR_RETURN(tr, ParseLazyRecord(std::move(rec), where, h, w));
     } else if (kind == "dense") {
       uint64_t stored_bytes = 0;
       SEEDSTORE_ASSIGN_OR_RETURN(tr, ParseDenseRecord(rec, where, w, &stored_bytes));
-      obj.stored.stored_bytes = stored_bytes;
-      obj.stored.dense = true;
-      obj.stored.dataset = "/tensors/" + EscapeH5Name(tr.name);
+      stored.stored_bytes = stored_bytes;
+      stored.dense = true;
+      stored.dataset = "/tensors/" + EscapeH5Name(tr.name);
+      Pending d{k, -1, 0};
       if (rec.contains("cells")) {  // a piece packed into a cell set (docs/FORMAT.md 11)
         const json& c = rec["cells"];
         if (s->version_ != kCellsFormatVersion || !tr.piece || !c.is_object() ||
@@ -674,39 +682,60 @@ Result<std::unique_ptr<H5Store>> H5Store::Open(const std::string& path, OpenFor 
           return bad(where + " ('" + tr.name + "'): 'cells' needs a piece of a version " +
                      std::to_string(kCellsFormatVersion) +
                      " file, 'set' and 'first' (unsigned integers)");
-        const int k = c["set"].get<int>();
-        obj.stored.dataset = std::string(kCellsGroup) + "/" + std::to_string(k);
-        auto it = sets.find(k);
-        if (it == sets.end()) {
-          CellSetObjects cs;
-          cs.status = LoadCellSet(f, k, w + " tensor '" + tr.name + "'", &cs);
-          it = sets.emplace(k, std::move(cs)).first;
-        } else if (!it->second.status.ok()) {  // named again for this tensor
-          CellSetObjects again;
-          it->second.status = LoadCellSet(f, k, w + " tensor '" + tr.name + "'", &again);
-        }
-        damage = it->second.status.ok() ? CheckCellObjects(tr, fp, k, c["first"].get<uint64_t>(),
-                                                           where, w, it->second, &obj)
-                                        : it->second.status;
-      } else {
-        damage = CheckDenseObjects(f, tr, fp, where, w, &obj);
+        d.set = c["set"].get<int>();
+        d.first = c["first"].get<uint64_t>();
+        stored.dataset = std::string(kCellsGroup) + "/" + std::to_string(d.set);
       }
-      if (!damage.ok()) {  // the record stands; its reads fail with `damage`
-        obj = DenseObjects{
-            StoredTensor{true, stored_bytes, {}, 0, {}, 0, obj.stored.dataset}, {}, {}, {}};
-        H5ErrorText();  // what the checks left on HDF5's error stack
-      }
+      dense.push_back(d);
     } else {
       return bad(where + ": unknown kind '" + kind + "'");
     }
     if (!names.insert(tr.name).second) return bad(where + ": duplicate tensor '" + tr.name + "'");
     tr.fingerprint = fp;
     s->records_.push_back(std::move(tr));
-    s->stored_.push_back(std::move(obj.stored));
-    s->checksums_.push_back(std::move(obj.checksums));
-    s->info_.push_back(std::move(obj.info));
-    s->located_.push_back(std::move(obj.located));
-    s->damage_.push_back(std::move(damage));
+    s->stored_.push_back(std::move(stored));
+  }
+  const size_t n = s->records_.size();
+  s->checksums_.resize(n);
+  s->info_.resize(n);
+  s->located_.resize(n);
+  s->damage_.resize(n);
+  H5Guard g;
+  const hid_t f = s->file_;
+  std::map<int, CellSetObjects> sets;  // a version 2 rank file's cell sets, loaded when named
+  for (const Pending& d : dense) {
+    const TensorRecord& tr = s->records_[d.k];
+    const std::string where = "tensors[" + std::to_string(d.k) + "]";
+    DenseObjects obj;
+    obj.stored = s->stored_[d.k];
+    Status damage;  // of a dense tensor's own objects (Damage)
+    if (d.set >= 0) {
+      auto it = sets.find(d.set);
+      if (it == sets.end()) {
+        CellSetObjects cs;
+        cs.status = LoadCellSet(f, d.set, w + " tensor '" + tr.name + "'", &cs);
+        it = sets.emplace(d.set, std::move(cs)).first;
+      } else if (!it->second.status.ok()) {  // named again for this tensor
+        CellSetObjects again;
+        it->second.status = LoadCellSet(f, d.set, w + " tensor '" + tr.name + "'", &again);
+      }
+      damage = it->second.status.ok() ? CheckCellObjects(tr, tr.fingerprint, d.set, d.first, where,
+                                                         w, it->second, &obj)
+                                      : it->second.status;
+    } else {
+      damage = CheckDenseObjects(f, tr, tr.fingerprint, where, w, &obj);
+    }
+    if (!damage.ok()) {  // the record stands; its reads fail with `damage`
+      const StoredTensor& was = s->stored_[d.k];
+      obj =
+          DenseObjects{StoredTensor{true, was.stored_bytes, {}, 0, {}, 0, was.dataset}, {}, {}, {}};
+      H5ErrorText();  // what the checks left on HDF5's error stack
+    }
+    s->stored_[d.k] = std::move(obj.stored);
+    s->checksums_[d.k] = std::move(obj.checksums);
+    s->info_[d.k] = std::move(obj.info);
+    s->located_[d.k] = std::move(obj.located);
+    s->damage_[d.k] = std::move(damage);
   }
   sets.clear();  // their datasets closed: an object left open would keep the file open
   if (use == OpenFor::kReads) SEEDSTORE_RETURN_IF_ERROR(s->DropCachedMetadata());
