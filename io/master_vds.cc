@@ -10,6 +10,7 @@
 #include "io/path.h"
 #include "io/rank_files.h"
 #include "io/store_format.h"
+#include "store/json_text.h"
 
 namespace seedstore {
 
@@ -197,31 +198,6 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
 // Adds the index and the virtual datasets to the (closed, committed) master file at `file`.
 namespace {
 
-// Appends the decimal integers `v` joined by commas.
-template <typename T>
-void AppendInts(std::string& out, const T* v, size_t n) {
-  for (size_t d = 0; d < n; ++d) {
-    if (d) out += ',';
-    out += std::to_string(v[d]);
-  }
-}
-
-// Appends RegionToJson(r) as compact JSON text.
-void AppendRegion(std::string& out, const Region& r) {
-  if (r.flat) {
-    const uint64_t be[2] = {r.begin, r.end};
-    out += "{\"flat\":[";
-    AppendInts(out, be, 2);
-    out += "]}";
-    return;
-  }
-  out += "{\"start\":[";
-  AppendInts(out, r.start, static_cast<size_t>(r.rank));
-  out += "],\"stop\":[";
-  AppendInts(out, r.stop, static_cast<size_t>(r.rank));
-  out += "]}";
-}
-
 // The text of the master's /distributed/index (docs/FORMAT.md 10, 11): the save's id, world,
 // layout and rank files, and every tensor -- a dense one with its fingerprint, its chunk and
 // byte counts and its pieces (rank, region, stored box when padded, recorded fingerprint,
@@ -258,21 +234,21 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
       out += '{';
       if (const std::optional<PieceCells> c = reports.cells(q)) {
         out += "\"cells\":{\"chunk\":[";
-        AppendInts(out, c->chunk.data(), c->chunk.size());
+        AppendJsonIntegers(out, c->chunk.data(), c->chunk.size());
         out +=
             "],\"first\":" + std::to_string(c->first) + ",\"set\":" + std::to_string(c->set) + "},";
       }
       out += "\"fingerprint\":\"" + FingerprintHex(reports.fingerprint(q)) +
              "\",\"rank\":" + std::to_string(s.replicas[0]) + ",\"region\":";
-      AppendRegion(out, s.region);
+      AppendRegionJson(out, s.region);
       if (!SameRegion(plan.stored[i][k], s.region)) {
         out += ",\"stored\":";
-        AppendRegion(out, plan.stored[i][k]);
+        AppendRegionJson(out, plan.stored[i][k]);
       }
       out += '}';
     }
     out += "],\"shape\":[";
-    AppendInts(out, ts[i].shape.data(), ts[i].shape.size());
+    AppendJsonIntegers(out, ts[i].shape.data(), ts[i].shape.size());
     out += "],\"stored_bytes\":" + std::to_string(counts[kCounts * i + 2]) + "}";
   }
   out += "],\"version\":" + std::to_string(version) +

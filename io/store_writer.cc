@@ -16,6 +16,7 @@
 #include "io/parallel.h"
 #include "io/store_chunks.h"
 #include "io/zstd_filter.h"
+#include "store/json_text.h"
 
 namespace seedstore {
 
@@ -23,29 +24,37 @@ namespace {
 
 using json = nlohmann::json;
 
-// A dense tensor's index record (docs/FORMAT.md 4.1).
-json DenseRecordJson(const std::string& name, const std::vector<uint64_t>& shape, DType dtype,
-                     const Fingerprint& fp, uint64_t stored_bytes,
-                     const std::optional<Region>& piece, const PieceCells* cells = nullptr) {
-  json rec = {{"name", name},
-              {"shape", shape},
-              {"dtype", DTypeName(dtype)},
-              {"kind", "dense"},
-              {"fingerprint", FingerprintHex(fp)},
-              {"stored_bytes", stored_bytes}};
-  if (piece)
-    rec["piece"] = {{"shape", std::vector<uint64_t>(piece->shape, piece->shape + piece->rank)},
-                    {"region", RegionToJson(*piece)}};
-  if (cells) rec["cells"] = {{"set", cells->set}, {"first", cells->first}};
-  return rec;
+// A dense tensor's index record (docs/FORMAT.md 4.1) as compact JSON text, keys in sorted
+// order (what nlohmann's dump of the record gives): a rank file of many pieces writes one per
+// piece.
+std::string DenseRecordText(const std::string& name, const std::vector<uint64_t>& shape,
+                            DType dtype, const Fingerprint& fp, uint64_t stored_bytes,
+                            const std::optional<Region>& piece, const PieceCells* cells = nullptr) {
+  std::string out = "{";
+  if (cells)
+    out += "\"cells\":{\"first\":" + std::to_string(cells->first) +
+           ",\"set\":" + std::to_string(cells->set) + "},";
+  out += "\"dtype\":\"" + std::string(DTypeName(dtype)) + "\",\"fingerprint\":\"" +
+         FingerprintHex(fp) + "\",\"kind\":\"dense\",\"name\":" + json(name).dump();
+  if (piece) {
+    out += ",\"piece\":{\"region\":";
+    AppendRegionJson(out, *piece);
+    out += ",\"shape\":[";
+    AppendJsonIntegers(out, piece->shape, static_cast<size_t>(piece->rank));
+    out += "]}";
+  }
+  out += ",\"shape\":[";
+  AppendJsonIntegers(out, shape.data(), shape.size());
+  out += "],\"stored_bytes\":" + std::to_string(stored_bytes) + "}";
+  return out;
 }
 
-json LazyRecordJson(const LazyTensor& l, const std::optional<Fingerprint>& fp) {
+std::string LazyRecordText(const LazyTensor& l, const std::optional<Fingerprint>& fp) {
   json j = TensorSpecToJson(l.spec);
   j["kind"] = "lazy";
   j["key_words"] = {l.key.k0, l.key.k1};
   if (fp) j["fingerprint"] = FingerprintHex(*fp);
-  return j;
+  return j.dump();
 }
 
 }  // namespace
@@ -85,7 +94,7 @@ struct StoreWriter::Impl {
   Generator generator = Generator::kThreefry;
   std::optional<int> rank;
   WriteOptions opt;
-  json records = json::array();
+  std::vector<std::string> records;  // each record's compact JSON text
   std::set<std::string> names;
   bool committed = false;
   int fd = -1;  // the temporary's descriptor (sec2 driver), for early writeback
@@ -216,7 +225,7 @@ Status StoreWriter::AddLazy(const TensorSpec& t, const Fingerprint* fingerprint,
   } else if (compute_fingerprint) {
     SEEDSTORE_ASSIGN_OR_RETURN(fp, l.FingerprintWhole(o));
   }
-  m.records.push_back(LazyRecordJson(l, fp));
+  m.records.push_back(LazyRecordText(l, fp));
   return Status::Ok();
 }
 
@@ -599,7 +608,7 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
         WriteU64Attr(dset.get(), "seedstore.fingerprint", {fp.lane0, fp.lane1}, false));
   }
   m.counts.stored_bytes += stored.load() + g.num * 32;
-  m.records.push_back(DenseRecordJson(name, shape, dtype, fp, stored.load() + g.num * 32,
+  m.records.push_back(DenseRecordText(name, shape, dtype, fp, stored.load() + g.num * 32,
                                       frame.piece, m.last_cells ? &*m.last_cells : nullptr));
   m.last_dense = fp;
   return Status::Ok();
@@ -616,7 +625,7 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
       l.spec.key.kind = KeySpec::Kind::kRaw;  // keep the very same key under another root seed
       l.spec.key.raw = l.key;
     }
-    m.records.push_back(LazyRecordJson(l, t.fingerprint));
+    m.records.push_back(LazyRecordText(l, t.fingerprint));
     return Status::Ok();
   }
   const StoredTensor& st = src.stored(i);
@@ -650,7 +659,7 @@ Status StoreWriter::CopyFrom(const H5Store& src, size_t i) {
     return SEEDSTORE_H5_ERROR("copying tensor '" + t.name + "' from '" + src.origin() + "'");
   m.counts.copied += src.stored(i).num_chunks;
   m.counts.stored_bytes += src.stored(i).stored_bytes;
-  m.records.push_back(DenseRecordJson(t.name, t.shape, t.dtype, *t.fingerprint,
+  m.records.push_back(DenseRecordText(t.name, t.shape, t.dtype, *t.fingerprint,
                                       src.stored(i).stored_bytes, t.piece));
   m.last_dense = *t.fingerprint;
   return Status::Ok();
@@ -705,13 +714,18 @@ Status StoreWriter::Finish() {
     SEEDSTORE_RETURN_IF_ERROR(WriteChunkTables(m.g_cellsums, m.g_cellinfo, name, m.sets[k].sums,
                                                m.sets[k].infos, "cell set " + name));
   }
-  json idx = {{"format", "seedstore"},
-              {"version", m.opt.cells ? kCellsFormatVersion : kStoreFormatVersion},
-              {"seed", m.seed},
-              {"generator", GeneratorName(m.generator)},
-              {"tensors", m.records}};
-  if (m.rank) idx["rank"] = *m.rank;
-  const std::string text = idx.dump();
+  // The index's compact JSON text, keys in sorted order, the records as written.
+  std::string text =
+      "{\"format\":\"seedstore\",\"generator\":\"" + std::string(GeneratorName(m.generator)) + "\"";
+  if (m.rank) text += ",\"rank\":" + std::to_string(*m.rank);
+  text += ",\"seed\":" + std::to_string(m.seed) + ",\"tensors\":[";
+  for (size_t k = 0; k < m.records.size(); ++k) {
+    if (k) text += ',';
+    text += m.records[k];
+  }
+  text +=
+      "],\"version\":" + std::to_string(m.opt.cells ? kCellsFormatVersion : kStoreFormatVersion) +
+      "}";
   {
     H5Guard gl;
     const hsize_t n = text.size();

@@ -51,6 +51,16 @@ struct JsonElementSink {
 nlohmann::json ParseJson(std::string_view text, std::string* error,
                          const JsonElementSink* sink = nullptr);
 
+/// Appends the decimal integers v[0..n) joined by commas (the inside of a JSON array, as
+/// nlohmann's compact dump writes it).
+template <typename T>
+void AppendJsonIntegers(std::string& out, const T* v, size_t n) {
+  for (size_t d = 0; d < n; ++d) {
+    if (d) out += ',';
+    out += std::to_string(v[d]);
+  }
+}
+
 /// At most `max_chars` characters of `j`'s compact JSON text ("..." marks the cut), without
 /// descending more than a few levels; invalid UTF-8 in strings is replaced.
 std::string JsonPreview(const nlohmann::json& j, size_t max_chars = 60);

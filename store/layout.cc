@@ -719,6 +719,21 @@ json RegionToJson(const Region& r) {
   return json{{"start", st}, {"stop", sp}};
 }
 
+void AppendRegionJson(std::string& out, const Region& r) {
+  if (r.flat) {
+    const uint64_t be[2] = {r.begin, r.end};
+    out += "{\"flat\":[";
+    AppendJsonIntegers(out, be, 2);
+    out += "]}";
+    return;
+  }
+  out += "{\"start\":[";
+  AppendJsonIntegers(out, r.start, static_cast<size_t>(r.rank));
+  out += "],\"stop\":[";
+  AppendJsonIntegers(out, r.stop, static_cast<size_t>(r.rank));
+  out += "]}";
+}
+
 Result<Region> RegionFromJson(const json& j, const std::vector<uint64_t>& shape) {
   auto u64s = [](const json& a, std::vector<uint64_t>* out) {
     if (!a.is_array()) return false;

@@ -207,6 +207,8 @@ class Layout {
 // DescribeRegion, SameRegion, BoxRegion, FlatRegion, LocalShape: gen/region.h.
 /// A region as JSON: {"start": [...], "stop": [...]} or {"flat": [b, e]} (docs/FORMAT.md 10).
 nlohmann::json RegionToJson(const Region& r);
+/// Appends RegionToJson(r) as compact JSON text (what its dump() gives).
+void AppendRegionJson(std::string& out, const Region& r);
 /// The inverse, for a tensor of `shape`; kCorrupt ("bad flat range", "bad box ...") when the
 /// JSON is malformed or the region does not lie in the tensor. Never throws.
 Result<Region> RegionFromJson(const nlohmann::json& j, const std::vector<uint64_t>& shape);

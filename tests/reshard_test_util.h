@@ -420,16 +420,8 @@ inline void EditChunkInfo(const std::string& file, const std::string& name, uint
 inline void EditIndex(const std::string& file, const std::function<void(nlohmann::json&)>& edit) {
   hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   ASSERT_GE(f, 0);
-  std::string text;
-  {
-    hid_t d = H5Dopen2(f, "/distributed/index", H5P_DEFAULT);
-    ASSERT_GE(d, 0);
-    hid_t sp = H5Dget_space(d);
-    text.resize(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)));
-    H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
-    H5Sclose(sp);
-    H5Dclose(d);
-  }
+  std::string text = testutil::DatasetText(f, "/distributed/index");
+  ASSERT_FALSE(text.empty()) << file;
   nlohmann::json j = nlohmann::json::parse(text);
   // The writer emits the index's text directly (MasterIndexText): it must be exactly the
   // compact dump, keys sorted, of the document it holds.

@@ -91,6 +91,19 @@ inline bool SetTableHash(hid_t table, const std::vector<uint64_t>& entries) {
   return ok;
 }
 
+/// The bytes of the 1-d uint8 dataset `dataset` ("/seedstore/index", "/distributed/index") of
+/// the open file `f`; empty when it cannot be read.
+inline std::string DatasetText(hid_t f, const char* dataset) {
+  hid_t d = H5Dopen2(f, dataset, H5P_DEFAULT);
+  if (d < 0) return "";
+  hid_t sp = H5Dget_space(d);
+  std::string text(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)), '\0');
+  H5Sclose(sp);
+  const bool read = H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0;
+  H5Dclose(d);
+  return read ? text : "";
+}
+
 /// Rewrites the index of the store at `path` through `edit` (chunked + zstd as the writer
 /// stores it), with its seedstore.xxh3 checksum correct when `fix_sum`, else off by one bit.
 /// Returns false when an HDF5 call fails.
@@ -99,14 +112,8 @@ inline bool RewriteIndex(const std::string& path, const std::function<void(nlohm
   RegisterZstdFilter();
   H5File f(path);
   if (f.id < 0) return false;
-  hid_t d = H5Dopen2(f.id, "/seedstore/index", H5P_DEFAULT);
-  if (d < 0) return false;
-  hid_t sp = H5Dget_space(d);
-  std::string text(static_cast<size_t>(H5Sget_simple_extent_npoints(sp)), '\0');
-  H5Sclose(sp);
-  const bool read = H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0;
-  H5Dclose(d);
-  if (!read) return false;
+  const std::string text = DatasetText(f.id, "/seedstore/index");
+  if (text.empty()) return false;
   nlohmann::json j = nlohmann::json::parse(text);
   edit(j);
   const std::string out = j.dump();
@@ -117,7 +124,8 @@ inline bool RewriteIndex(const std::string& path, const std::function<void(nlohm
   H5Pset_chunk(dcpl, 1, &n);
   const unsigned level = 3;
   H5Pset_filter(dcpl, kH5FilterZstd, H5Z_FLAG_MANDATORY, 1, &level);
-  d = H5Dcreate2(f.id, "/seedstore/index", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  hid_t d =
+      H5Dcreate2(f.id, "/seedstore/index", H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   bool ok = d >= 0 && H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0;
   const uint64_t sum = XXH3_64bits(out.data(), out.size()) ^ (fix_sum ? 0 : 1);
   hid_t s1 = H5Screate(H5S_SCALAR);

@@ -82,6 +82,36 @@ TEST(RankFileVersions, EachVersionReshardsIntoTheOtherCopyingEveryChunk) {
   }
 }
 
+// Writers emit an index's text directly, record by record (StoreWriter, MasterIndexText): each
+// must be exactly nlohmann's compact dump, keys sorted, of the document it holds -- for box,
+// flat and padded pieces, lazy, scalar and empty tensors, in rank files of both versions, the
+// master and the source store.
+TEST(RankFileVersions, EveryIndexIsTheCompactDumpOfItsDocument) {
+  auto expect_canonical = [](const std::string& file, const char* dataset) {
+    testutil::H5File h(file, H5F_ACC_RDONLY);
+    ASSERT_GE(h.id, 0) << file;
+    const std::string text = testutil::DatasetText(h.id, dataset);
+    ASSERT_FALSE(text.empty()) << file;
+    EXPECT_EQ(nlohmann::json::parse(text).dump(), text) << file;
+  };
+  const std::vector<std::pair<const RawFixture*, std::string>> cases = {
+      {&GetRaw(), RowsLayout(3)}, {&GetVds(), VdsLayout()}, {&GetPad(), PadLayout(3, 2)}};
+  for (const auto& [f, layout] : cases) {
+    expect_canonical(f->source, "/seedstore/index");
+    for (const int version : {kStoreFormatVersion, kCellsFormatVersion}) {
+      SCOPED_TRACE(layout + " version " + std::to_string(version));
+      const std::string out = TempDir() + "/rfv_canonical.h5";
+      auto r = ReshardHere(f->source, layout, out, false, false, {}, version);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_TRUE(r->ok()) << r->Table();
+      expect_canonical(out, "/distributed/index");
+      auto d = DistCatalog::Open(out);
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      for (const std::string& rf : (*d)->rank_files()) expect_canonical(rf, "/seedstore/index");
+    }
+  }
+}
+
 TEST(RankFileVersions, AMixedSaveIsRefusedByNameAndNothingIsReplaced) {
   const RawFixture& f = GetRaw();
   const std::string layout = RowsLayout(3);
