@@ -150,6 +150,94 @@ std::string PointerOf(const std::vector<Frame>& frames) {
   return p;
 }
 
+// Builds the document from the parser's events (as nlohmann's own DOM builder does), tracking
+// where it is to name a repeated key and to hand the sink its elements.
+class Builder : public nlohmann::json_sax<json> {
+ public:
+  explicit Builder(const JsonElementSink* sink) : sink_(sink) {}
+
+  bool null() override { return Value(json(nullptr)); }
+  bool boolean(bool v) override { return Value(json(v)); }
+  bool number_integer(number_integer_t v) override { return Value(json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return Value(json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return Value(json(v)); }
+  bool string(string_t& v) override { return Value(json(std::move(v))); }
+  bool binary(binary_t&) override { return false; }  // not in JSON text
+  bool start_object(std::size_t) override { return Open(json::value_t::object); }
+  bool start_array(std::size_t) override { return Open(json::value_t::array); }
+  bool end_object() override { return Close(); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& k) override {
+    Frame& f = frames_.back();
+    if (f.Repeats(k) && duplicate_.empty()) {
+      const std::string at = PointerOf(frames_);
+      duplicate_ = "duplicate key " +
+                   Printable(json(k).dump(-1, ' ', false, json::error_handler_t::replace)) +
+                   (at.empty() ? " in the top-level object" : " in the object at " + Printable(at));
+    }
+    f.key = k;
+    slot_ = &(*open_.back())[k];  // a repeated key's value replaces the earlier one
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error_ = Printable(e.what());
+    return false;
+  }
+
+  json root;
+  std::string error_, duplicate_;
+
+ private:
+  // Where a new value goes: the root, the end of the open array, or the open object's slot for
+  // the latest key.
+  json* Place(json&& v) {
+    if (open_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    *slot_ = std::move(v);
+    return slot_;
+  }
+  bool Value(json&& v) {
+    Place(std::move(v));
+    Done();
+    return true;
+  }
+  bool Open(json::value_t t) {
+    open_.push_back(Place(json(t)));
+    frames_.emplace_back();
+    frames_.back().object = t == json::value_t::object;
+    return true;
+  }
+  bool Close() {
+    open_.pop_back();
+    frames_.pop_back();
+    Done();
+    return true;
+  }
+  // A value is complete: an element at the sink's path is handed over and dropped from its
+  // array.
+  void Done() {
+    if (frames_.empty() || frames_.back().object) return;
+    if (sink_ && AtSinkPath(frames_, sink_->path)) {
+      json& parent = *open_.back();
+      sink_->take(frames_.back().index, std::move(parent.back()));
+      parent.erase(parent.size() - 1);
+    }
+    ++frames_.back().index;
+  }
+
+  const JsonElementSink* sink_;
+  std::vector<json*> open_;  // the open arrays and objects, outermost first
+  std::vector<Frame> frames_;
+  json* slot_ = nullptr;
+};
+
 }  // namespace
 
 json ParseJson(std::string_view text, std::string* error, const JsonElementSink* sink) {
@@ -164,59 +252,13 @@ json ParseJson(std::string_view text, std::string* error, const JsonElementSink*
   }
   // JSON leaves a repeated key's meaning open and nlohmann keeps the last one silently: a
   // document with one is refused, naming the key and where it is.
-  std::vector<Frame> frames;
-  std::string duplicate;
-  // An element completes: handed to the sink (and dropped from the document: false) when it
-  // lies at the sink's path.
-  auto element_done = [&frames, sink](json& parsed) {
-    bool keep = true;
-    if (sink && AtSinkPath(frames, sink->path)) {
-      sink->take(frames.back().index, std::move(parsed));
-      keep = false;
-    }
-    if (!frames.empty() && !frames.back().object) ++frames.back().index;
-    return keep;
-  };
-  const json::parser_callback_t watch = [&](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        frames.emplace_back();
-        frames.back().object = event == json::parse_event_t::object_start;
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!frames.empty()) frames.pop_back();
-        return element_done(parsed);
-      case json::parse_event_t::key:
-        if (!frames.empty() && parsed.is_string()) {
-          Frame& f = frames.back();
-          f.key = parsed.get<std::string>();
-          if (f.Repeats(f.key) && duplicate.empty()) {
-            const std::string at = PointerOf(frames);
-            duplicate =
-                "duplicate key " +
-                Printable(json(f.key).dump(-1, ' ', false, json::error_handler_t::replace)) +
-                (at.empty() ? " in the top-level object" : " in the object at " + Printable(at));
-          }
-        }
-        break;
-      case json::parse_event_t::value:
-        return element_done(parsed);
-    }
-    return true;
-  };
-  try {
-    json j = json::parse(text.begin(), text.end(), watch);
-    if (!duplicate.empty()) {
-      if (error) *error = "malformed JSON: " + duplicate;
-      return json(json::value_t::discarded);
-    }
-    return j;
-  } catch (const json::exception& e) {  // syntax errors and out-of-range numbers alike
-    if (error) *error = "malformed JSON: " + Printable(e.what());
+  Builder b(sink);
+  const bool ok = json::sax_parse(text.begin(), text.end(), &b);
+  if (!ok || !b.duplicate_.empty()) {
+    if (error) *error = "malformed JSON: " + (ok ? b.duplicate_ : b.error_);
     return json(json::value_t::discarded);
   }
+  return std::move(b.root);
 }
 
 std::string JsonPreview(const json& j, size_t max_chars) {

@@ -2,8 +2,8 @@
 // arguments, fingerprints, dtype/distribution names, regions (pieces), safetensors indexes and
 // headers (seedstore.shards metadata included). Bad input must give an error Status, never a crash,
 // leak or UB (ASan + UBSan). The target is chosen by $SEEDSTORE_FUZZ_TARGET: spec, layout, box,
-// misc, sink (ParseJson's element sink against a plain parse), index (Hugging Face safetensors
-// index), safetensors. Build and run (bounded):
+// misc, sink (ParseJson against nlohmann's own parse, and its element sink against a plain
+// parse), index (Hugging Face safetensors index), safetensors. Build and run (bounded):
 // tests/fuzz/run_fuzz.sh [seconds-per-target]
 #include <unistd.h>
 
@@ -93,6 +93,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // sink's path, in order, leaving that array empty and the rest as it was.
     std::string err;
     const nlohmann::json plain = ParseJson(text, &err);
+    // ParseJson builds nlohmann's own document: a text both accept is the same document; one
+    // only nlohmann accepts is one ParseJson refuses by design (a repeated key, a NUL byte,
+    // nesting past kMaxJsonDepth).
+    const nlohmann::json ref = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+    if (!plain.is_discarded() && (ref.is_discarded() || ref != plain)) std::abort();
+    if (plain.is_discarded() && !ref.is_discarded() &&
+        err.find("duplicate key") == std::string::npos && err.find("NUL") == std::string::npos &&
+        err.find("nested deeper") == std::string::npos)
+      std::abort();
     for (const std::vector<std::string>& path : {std::vector<std::string>{}, {"t"}}) {
       std::vector<nlohmann::json> taken;
       size_t next = 0;
