@@ -50,6 +50,8 @@ printf '0123456789abcdef0123456789abcdef' > "$C/misc/3"
 printf '{"start": [0, 1], "stop": [3, 4]}' > "$C/misc/4"; printf '{"flat": [2, 9]}' > "$C/misc/5"
 printf '{"t": [1, {"a": [2]}, "s", [null]], "u": {"t": [3]}}' > "$C/sink/1"
 printf '[1, [2], {"t": [3]}, "x"]' > "$C/sink/2"
+printf '{"a": {"b": 1, "b": [2]}, "t": [{"c": 1e308}, -0.5, true, null]}' > "$C/sink/3"
+printf '{"t": [1, 2], "u": 18446744073709551615, "v": -9223372036854775808, "w": 1e999}' > "$C/sink/4"
 printf '{"metadata": {"total_size": 24}, "weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors", "c": "model-00001-of-00002.safetensors"}}' > "$C/index/1"
 python3 - "$C/safetensors/1" <<'P'
 import json, struct, sys
