@@ -648,13 +648,23 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
   const size_t es = DTypeSize(t.dtype);
   const int rank = box.rank;
   if (box.Count() == 0) return Status::Ok();
-  for (const Piece& p : pieces_[i]) {
+  // The pieces write disjoint parts of `out`. A tensor of many pieces (one per rank file of a
+  // large world) is read a piece per thread, so that one thread's rank file opens (their HDF5
+  // calls take turns) overlap another's index parsing, chunk reads and decoding; a tensor of
+  // few, large pieces is read piece by piece, each on every thread.
+  const std::vector<Piece>& pieces = pieces_[i];
+  int threads = ThreadCount(o.threads, pieces.size());
+  if (pieces.size() < 4 * static_cast<size_t>(threads)) threads = 1;
+  const CpuOptions each = threads > 1 ? CpuOptions{1} : o;
+  std::vector<std::vector<unsigned char>> bufs(std::max(threads, 1));
+  return ParallelFor(pieces.size(), threads, false, [&](uint64_t q, int th) -> Status {
+    const Piece& p = pieces[q];
     const Region& g = p.region;
-    std::vector<unsigned char> tmp;
+    std::vector<unsigned char>& tmp = bufs[th];
     auto read_local = [&](const Region& local, void* dst) -> Status {
       SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
       const int k = s->Find(t.name);
-      Status st = s->Read(k, local, dst, o);
+      Status st = s->Read(k, local, dst, each);
       if (!st.ok())
         return DistError("rank-file-corrupt", st.code(), path_, p.rank, rank_files_[p.rank],
                          st.message());
@@ -663,7 +673,7 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
     if (!g.flat) {
       uint64_t lo[kMaxRank], hi[kMaxRank];
       Region local;
-      if (!PiecePart(p, box, &local, lo, hi)) continue;
+      if (!PiecePart(p, box, &local, lo, hi)) return Status::Ok();
       uint64_t ext[kMaxRank], dext[kMaxRank], off[kMaxRank];
       bool whole = true;
       for (int d = 0; d < rank; ++d) {
@@ -672,31 +682,28 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
         off[d] = lo[d] - box.start[d];
         whole &= ext[d] == dext[d];
       }
-      if (whole) {
-        SEEDSTORE_RETURN_IF_ERROR(read_local(local, out));
-        continue;
-      }
+      if (whole) return read_local(local, out);
       tmp.resize(local.Count() * es);
       SEEDSTORE_RETURN_IF_ERROR(read_local(local, tmp.data()));
       CopyBox(tmp.data(), ext, nullptr, out, dext, off, ext, rank, es);
-      continue;
+      return Status::Ok();
     }
     // Flat piece [b, e): read the span of it the box touches once, then copy run by run.
     const uint64_t L = box.RunLength(), runs = box.Count() / L;
     const uint64_t first = box.RunBase(0), last = box.RunBase(runs - 1) + L;
     const uint64_t s0 = std::max(first, g.begin), s1 = std::min(last, g.end);
-    if (s1 <= s0) continue;
+    if (s1 <= s0) return Status::Ok();
     tmp.resize((s1 - s0) * es);
     SEEDSTORE_RETURN_IF_ERROR(
         read_local(BoxRegion({g.end - g.begin}, {s0 - g.begin}, {s1 - g.begin}), tmp.data()));
-    for (uint64_t q = 0; q < runs; ++q) {
-      const uint64_t a = box.RunBase(q), b = a + L;
+    for (uint64_t r = 0; r < runs; ++r) {
+      const uint64_t a = box.RunBase(r), b = a + L;
       const uint64_t x0 = std::max(a, s0), x1 = std::min(b, s1);
       if (x1 <= x0) continue;
-      std::memcpy(out + (q * L + (x0 - a)) * es, tmp.data() + (x0 - s0) * es, (x1 - x0) * es);
+      std::memcpy(out + (r * L + (x0 - a)) * es, tmp.data() + (x0 - s0) * es, (x1 - x0) * es);
     }
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, CpuOptions o) const {
