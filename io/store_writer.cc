@@ -84,7 +84,8 @@ struct StoreWriter::Impl {
     std::vector<uint64_t> chunk;
     std::vector<int> filters;
     Hid dset;
-    uint64_t cells = 0;
+    uint64_t cells = 0;     // written (the set's extent once committed)
+    uint64_t capacity = 0;  // its extent meanwhile: grown by doubling, cut to `cells` at Finish
     std::vector<uint64_t> sums;
     std::vector<ChunkInfo> infos;
   };
@@ -495,12 +496,15 @@ Status StoreWriter::AddDenseFrom(const std::string& name, const std::vector<uint
   if (m.opt.cells && chunking.piece && g.chunked()) {
     SEEDSTORE_ASSIGN_OR_RETURN(set, m.CellSetFor(dtype, g, filters, tw));
     first = set->cells;
-    H5Guard gl;
-    std::vector<hsize_t> dims(g.chunk.begin(), g.chunk.end());
-    dims.insert(dims.begin(), first + g.num);
-    if (H5Dset_extent(set->dset.get(), dims.data()) < 0)
-      return SEEDSTORE_H5_ERROR(tw + ": growing cell set " + std::to_string(set - m.sets.data()));
     set->cells = first + g.num;
+    if (set->cells > set->capacity) {
+      H5Guard gl;
+      std::vector<hsize_t> dims(g.chunk.begin(), g.chunk.end());
+      dims.insert(dims.begin(), std::max(set->cells, 2 * set->capacity));
+      if (H5Dset_extent(set->dset.get(), dims.data()) < 0)
+        return SEEDSTORE_H5_ERROR(tw + ": growing cell set " + std::to_string(set - m.sets.data()));
+      set->capacity = dims[0];
+    }
   } else {
     SEEDSTORE_RETURN_IF_ERROR(
         CreateDenseDataset(m.g_tensors, esc, dtype, g, filters, m.opt, tw, &dset, &type));
@@ -711,6 +715,15 @@ Status StoreWriter::Finish() {
   for (size_t k = 0; k < m.sets.size(); ++k) {
     H5Guard gl;
     const std::string name = std::to_string(k);
+    Impl::CellSet& c = m.sets[k];
+    if (c.capacity != c.cells) {  // no chunk lies beyond `cells`: the cut drops none
+      std::vector<hsize_t> dims(c.chunk.begin(), c.chunk.end());
+      dims.insert(dims.begin(), c.cells);
+      if (H5Dset_extent(c.dset.get(), dims.data()) < 0)
+        return SEEDSTORE_H5_ERROR("cutting cell set " + name + " to its " +
+                                  std::to_string(c.cells) + " cells");
+      c.capacity = c.cells;
+    }
     SEEDSTORE_RETURN_IF_ERROR(WriteChunkTables(m.g_cellsums, m.g_cellinfo, name, m.sets[k].sums,
                                                m.sets[k].infos, "cell set " + name));
   }
