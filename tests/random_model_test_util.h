@@ -105,6 +105,29 @@ inline std::vector<unsigned char> Slice(const std::vector<unsigned char>& whole,
   return out;
 }
 
+// A random box (mostly non-empty) or flat range of a tensor of `shape`, one time in two each.
+inline Region RandomRegion(const std::vector<uint64_t>& shape, std::mt19937_64& rng) {
+  Region r = WholeTensor(shape);
+  if (rng() % 2) {
+    uint64_t n = 1;
+    for (uint64_t s : shape) n *= s;
+    uint64_t x = rng() % (n + 1), y = rng() % (n + 1);
+    if (x > y) std::swap(x, y);
+    r.flat = true, r.begin = x, r.end = y;
+    return r;
+  }
+  for (int d = 0; d < r.rank; ++d) {
+    uint64_t x = rng() % (shape[d] + 1), y = rng() % (shape[d] + 1);
+    if (x > y) std::swap(x, y);
+    if (rng() % 4) {  // mostly non-empty
+      y = std::max(y, std::min<uint64_t>(x + 1, shape[d]));
+      x = std::min(x, y == 0 ? 0 : y - 1);
+    }
+    r.start[d] = x, r.stop[d] = y;
+  }
+  return r;
+}
+
 // A random mesh of 1-3 axes (world <= 8) and a random placement for each tensor.
 inline std::string RandomLayout(std::mt19937_64& rng, const Model& m, const std::string& file) {
   static const char* axis_names[] = {"a", "b", "c"};

@@ -7,46 +7,15 @@
 
 #include <random>
 
+#include "tests/random_model_test_util.h"
 #include "tests/reshard_test_util.h"
 
 namespace seedstore {
 namespace {
 
 using namespace reshardtest;  // NOLINT
-
-// The source's bytes of region `r` of tensor `name` (row-major, as Read writes them).
-std::vector<unsigned char> SourceBytes(const RawFixture& f, const TensorRecord& t,
-                                       const Region& r) {
-  const std::vector<unsigned char>& all = f.values.at(t.name);
-  const size_t es = DTypeSize(t.dtype);
-  std::vector<unsigned char> out;
-  if (r.Count() == 0) return out;
-  if (r.rank == 0) return all;
-  const uint64_t runs = r.Count() / r.RunLength();
-  for (uint64_t q = 0; q < runs; ++q) {
-    const auto* p = all.data() + r.RunBase(q) * es;
-    out.insert(out.end(), p, p + r.RunLength() * es);
-  }
-  return out;
-}
-
-Region RandomRegion(const std::vector<uint64_t>& shape, std::mt19937_64& rng) {
-  Region r = WholeTensor(shape);
-  if (r.rank == 0) return r;
-  if (rng() % 2) {
-    const uint64_t n = r.Count();
-    uint64_t x = rng() % (n + 1), y = rng() % (n + 1);
-    if (x > y) std::swap(x, y);
-    r.flat = true, r.begin = x, r.end = y;
-    return r;
-  }
-  for (int d = 0; d < r.rank; ++d) {
-    uint64_t x = rng() % (shape[d] + 1), y = rng() % (shape[d] + 1);
-    if (x > y) std::swap(x, y);
-    r.start[d] = x, r.stop[d] = y;
-  }
-  return r;
-}
+using ranktest::RandomRegion;
+using ranktest::Slice;
 
 std::string FlatLayout(int world) {
   return Write("mp_flat" + std::to_string(world) + ".json",
@@ -75,7 +44,7 @@ TEST(ManyPieceReads, EveryRegionHoldsTheSourcesBytesOnAnyThreadCount) {
           std::vector<unsigned char> got(reg.Count() * DTypeSize(t.dtype), 0xAB);
           const Status st = (*cat)->Read(i, reg, got.data(), CpuOptions{threads});
           ASSERT_TRUE(st.ok()) << st.ToString();
-          ASSERT_EQ(got, SourceBytes(f, t, reg));
+          ASSERT_EQ(got, Slice(f.values.at(t.name), reg, DTypeSize(t.dtype)));
         }
       }
     }

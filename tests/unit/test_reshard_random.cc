@@ -35,35 +35,13 @@ using nlohmann::json;
 using ranktest::Model;
 using ranktest::RandomLayout;
 using ranktest::RandomModel;
+using ranktest::RandomRegion;
 using ranktest::Slice;
 using ranktest::TempDir;
 
 uint64_t RandomChunkBytes(std::mt19937_64& rng) {
   static const uint64_t c[] = {16, 64, 100, 256, 1000, 4096, 1 << 20};
   return c[rng() % (sizeof c / sizeof *c)];
-}
-
-// A random box (mostly non-empty) or flat range of a tensor of `shape`, one time in two each.
-Region RandomRegion(const std::vector<uint64_t>& shape, std::mt19937_64& rng) {
-  Region r = WholeTensor(shape);
-  if (rng() % 2) {
-    uint64_t n = 1;
-    for (uint64_t s : shape) n *= s;
-    uint64_t x = rng() % (n + 1), y = rng() % (n + 1);
-    if (x > y) std::swap(x, y);
-    r.flat = true, r.begin = x, r.end = y;
-    return r;
-  }
-  for (int d = 0; d < r.rank; ++d) {
-    uint64_t x = rng() % (shape[d] + 1), y = rng() % (shape[d] + 1);
-    if (x > y) std::swap(x, y);
-    if (rng() % 4) {  // mostly non-empty
-      y = std::max(y, std::min<uint64_t>(x + 1, shape[d]));
-      x = std::min(x, y == 0 ? 0 : y - 1);
-    }
-    r.start[d] = x, r.stop[d] = y;
-  }
-  return r;
 }
 
 // Every tensor of the catalog at `path` holds the model's values: whole, and random boxes and
