@@ -185,10 +185,19 @@ class DistCatalog : public Catalog, public StoredChunks {
                                             H5Store::OpenFor use = H5Store::OpenFor::kReads) const;
   Status ReadBox(size_t i, const Region& box, unsigned char* out, CpuOptions o) const;
   // Verify's check of the master's datasets under /tensors against the index (as the writer
-  // makes them: MasterDatasetOf in io/master_vds.h); appends vds-mismatch problems. bad[i]:
-  // tensor i's pieces could not all be read (a scalar's value is then not compared).
-  void VerifyMasterDatasets(const std::vector<bool>& bad,
-                            std::vector<H5Store::Problem>* problems) const;
+  // makes them: MasterDatasetOf in io/master_vds.h): vds-mismatch problems, per tensor and then
+  // those of links that name no tensor. It takes the HDF5 lock a dataset at a time, so that it
+  // can run beside the rank files' checks. A scalar dataset's value, which needs its piece
+  // read, is compared afterwards (CompareMasterScalars).
+  struct MasterCheck {
+    std::vector<std::vector<H5Store::Problem>> tensor;  // by tensor index
+    std::vector<H5Store::Problem> other;
+    std::vector<size_t> scalars;  // scalar datasets fit to compare with their piece's value
+  };
+  MasterCheck CheckMasterDatasets() const;
+  // Compares each of check->scalars with its piece's value, unless bad[i] (tensor i's pieces
+  // could not all be read); a difference goes to check->tensor[i].
+  void CompareMasterScalars(const std::vector<bool>& bad, MasterCheck* check) const;
   std::string path_;
   std::unique_ptr<H5Store> master_;
   Layout layout_;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <string_view>
 #include <unordered_map>
 
@@ -488,14 +489,17 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
   uint64_t chunks = 0, bytes = 0;
   // Dense tensors go in batches of consecutive ones, every chunk of a batch in one parallel
   // pass: a file of many one-chunk tensors (a rank file of a save over many ranks) keeps every
-  // thread busy, and at most a batch's datasets are open at once.
-  constexpr size_t kBatchTensors = 64;
+  // thread busy, and at most kBatchDatasets datasets are open at once. Pieces packed into one
+  // cell set share its dataset, and a piece whose chunks were located at open holds none: a
+  // rank file of such pieces is one pass.
+  constexpr size_t kBatchDatasets = 64;
   for (size_t i = 0; i < n;) {
     std::vector<size_t> batch;
     std::vector<ChunkWhere> where;
     std::vector<Grid> grids;
     std::vector<uint64_t> first{0};  // batch[k]'s chunks are items first[k] .. first[k + 1] - 1
-    for (; i < n && batch.size() < kBatchTensors; ++i) {
+    std::set<const Hid*> open_datasets;
+    for (; i < n && open_datasets.size() < kBatchDatasets; ++i) {
       const TensorRecord& t = records_[i];
       if (t.lazy) {
         auto f = t.lazy->FingerprintWhole(o);
@@ -518,6 +522,7 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
         continue;
       }
       batch.push_back(i);
+      if (ds->dataset) open_datasets.insert(ds->dataset.get());
       where.push_back(std::move(*ds));
       grids.push_back(Grid::Make(t.shape, stored_[i].chunk));
       first.push_back(first.back() + grids.back().num);
@@ -530,6 +535,10 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
     std::vector<std::unique_ptr<ChunkScratch>> scratch = ReadScratch().Take(threads);
     std::vector<std::vector<uint8_t>> bufs(threads);
     std::vector<Fingerprint> parts(batch.size() * threads);
+    // Progress goes out in steps of at least kProgressStep bytes per thread (a lock per chunk
+    // was most of the time of a rank file of many one-chunk pieces).
+    constexpr uint64_t kProgressStep = 8u << 20;
+    std::vector<uint64_t> unreported(threads, 0);
     (void)ParallelFor(first.back(), threads, true, [&](uint64_t item, int th) -> Status {
       const size_t k = std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1;
       const uint64_t j = item - first[k];
@@ -563,9 +572,14 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
         return s;
       }
       parts[k * threads + th].Add(f);
-      report(box.Count() * DTypeSize(t.dtype));
+      unreported[th] += box.Count() * DTypeSize(t.dtype);
+      if (unreported[th] >= kProgressStep) {
+        report(unreported[th]);
+        unreported[th] = 0;
+      }
       return Status::Ok();
     });
+    for (const uint64_t b : unreported) report(b);
     ReadScratch().Return(std::move(scratch));
     for (size_t k = 0; k < batch.size(); ++k) {
       const size_t ti = batch[k];
