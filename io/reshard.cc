@@ -492,16 +492,17 @@ Status SaveJob::Prove() {
   } else if (st_.ok()) {
     // Rank file by rank file, each by one thread and closed when done with. Two threads
     // overlap: opening a file parses and checks its index, and proving reads and hashes its
-    // chunks, outside the HDF5 lock. With several threads over the files, each piece is hashed
-    // on its file's thread alone.
+    // chunks, outside the HDF5 lock. With fewer files than threads, each file's pieces are
+    // hashed on its share of the threads.
     const std::vector<MyPiece> mine = MyPiecesByFile();
     std::vector<size_t> starts;  // where each file's pieces start in `mine`
     for (size_t j = 0; j < mine.size(); ++j)
       if (j == 0 || mine[j].rank != mine[j - 1].rank) starts.push_back(j);
     dout_->set_rank_files_read_once(true);
+    const int all = ThreadCount(o_.cpu.threads, UINT64_MAX);
     const int threads = ThreadCount(o_.cpu.threads, starts.size());
     CpuOptions each = o_.cpu;
-    if (threads > 1) each.threads = 1;
+    if (threads > 1) each.threads = std::max(1, all / threads);  // the rest, inside each file
     std::vector<std::vector<uint64_t>> part(std::max(threads, 1), std::vector<uint64_t>(2 * n_, 0));
     st_ = ParallelFor(starts.size(), threads, false, [&](uint64_t f, int t) -> Status {
       const size_t end = f + 1 < starts.size() ? starts[f + 1] : mine.size();
