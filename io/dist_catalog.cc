@@ -656,7 +656,7 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
   int threads = ThreadCount(o.threads, pieces.size());
   if (pieces.size() < 4 * static_cast<size_t>(threads)) threads = 1;
   const CpuOptions each = threads > 1 ? CpuOptions{1} : o;
-  std::vector<std::vector<unsigned char>> bufs(std::max(threads, 1));
+  std::vector<std::vector<unsigned char>> bufs(threads);  // ThreadCount is at least 1
   return ParallelFor(pieces.size(), threads, false, [&](uint64_t q, int th) -> Status {
     const Piece& p = pieces[q];
     const Region& g = p.region;

@@ -198,6 +198,8 @@ class DistCatalog : public Catalog, public StoredChunks {
   // Compares each of check->scalars with its piece's value, unless bad[i] (tensor i's pieces
   // could not all be read); a difference goes to check->tensor[i].
   void CompareMasterScalars(const std::vector<bool>& bad, MasterCheck* check) const;
+  // A vds-mismatch problem of `tensor` ("" for none): "master <what>".
+  H5Store::Problem VdsProblem(const std::string& tensor, const std::string& what) const;
   std::string path_;
   std::unique_ptr<H5Store> master_;
   Layout layout_;

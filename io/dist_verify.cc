@@ -342,6 +342,10 @@ bool LinksOf(hid_t f, const char* group, std::vector<std::string>* links) {
 
 }  // namespace
 
+H5Store::Problem DistCatalog::VdsProblem(const std::string& tensor, const std::string& what) const {
+  return {tensor, -1, DistError("vds-mismatch", Code::kCorrupt, path_, -1, "", "master " + what)};
+}
+
 DistCatalog::MasterCheck DistCatalog::CheckMasterDatasets() const {
   MasterCheck check;
   check.tensor.resize(records_.size());
@@ -354,10 +358,7 @@ DistCatalog::MasterCheck DistCatalog::CheckMasterDatasets() const {
   const std::string master_file = resolved.ok() ? *resolved : path_;
   const hid_t f = master_->h5_file();
   auto problem_in = [&](std::vector<H5Store::Problem>& to, const std::string& tensor,
-                        const std::string& what) {
-    to.push_back(
-        {tensor, -1, DistError("vds-mismatch", Code::kCorrupt, path_, -1, "", "master " + what)});
-  };
+                        const std::string& what) { to.push_back(VdsProblem(tensor, what)); };
   // Link name under /tensors -> tensor (dense or lazy): every link must be an expected dataset.
   std::map<std::string, size_t> by_link;
   for (size_t i = 0; i < records_.size(); ++i) by_link[EscapeH5Name(records_[i].name)] = i;
@@ -492,9 +493,7 @@ void DistCatalog::CompareMasterScalars(const std::vector<bool>& bad, MasterCheck
                std::to_string(pieces_[i][0].rank) + " file '" +
                BaseName(rank_files_[pieces_[i][0].rank]) + "')";
     }
-    if (!what.empty())
-      check->tensor[i].push_back(
-          {t.name, -1, DistError("vds-mismatch", Code::kCorrupt, path_, -1, "", "master " + what)});
+    if (!what.empty()) check->tensor[i].push_back(VdsProblem(t.name, what));
   }
 }
 

@@ -503,7 +503,7 @@ Status SaveJob::Prove() {
     const int threads = ThreadCount(o_.cpu.threads, starts.size());
     CpuOptions each = o_.cpu;
     if (threads > 1) each.threads = std::max(1, all / threads);  // the rest, inside each file
-    std::vector<std::vector<uint64_t>> part(std::max(threads, 1), std::vector<uint64_t>(2 * n_, 0));
+    std::vector<std::vector<uint64_t>> part(threads, std::vector<uint64_t>(2 * n_, 0));
     st_ = ParallelFor(starts.size(), threads, false, [&](uint64_t f, int t) -> Status {
       const size_t end = f + 1 < starts.size() ? starts[f + 1] : mine.size();
       Status e;

@@ -579,7 +579,8 @@ H5Store::VerifyReport H5Store::Verify(CpuOptions o, std::function<void(uint64_t)
       }
       return Status::Ok();
     });
-    for (const uint64_t b : unreported) report(b);
+    for (const uint64_t b : unreported)
+      if (b) report(b);
     ReadScratch().Return(std::move(scratch));
     for (size_t k = 0; k < batch.size(); ++k) {
       const size_t ti = batch[k];

@@ -162,7 +162,10 @@ class Builder : public nlohmann::json_sax<json> {
   bool number_unsigned(number_unsigned_t v) override { return Value(json(v)); }
   bool number_float(number_float_t v, const string_t&) override { return Value(json(v)); }
   bool string(string_t& v) override { return Value(json(std::move(v))); }
-  bool binary(binary_t&) override { return false; }  // not in JSON text
+  bool binary(binary_t&) override {  // JSON text has none; refused rather than dropped
+    error_ = "a binary value";
+    return false;
+  }
   bool start_object(std::size_t) override { return Open(json::value_t::object); }
   bool start_array(std::size_t) override { return Open(json::value_t::array); }
   bool end_object() override { return Close(); }
