@@ -43,16 +43,16 @@ Result<Fingerprint> ReadAndFingerprint(const H5Store& s, int k, const Region& lo
 // False when the box does not meet the piece.
 bool PiecePart(const DistCatalog::Piece& p, const Region& box, Region* local, uint64_t* lo,
                uint64_t* hi) {
-  const Region& g = p.region;
+  const Region g = p.region(), sb = p.stored();
   std::vector<uint64_t> ls(box.rank), lp(box.rank);
   for (int d = 0; d < box.rank; ++d) {
     lo[d] = std::max(box.start[d], g.start[d]);
     hi[d] = std::min(box.stop[d], g.stop[d]);
     if (hi[d] <= lo[d]) return false;
-    ls[d] = lo[d] - p.stored().start[d];
-    lp[d] = hi[d] - p.stored().start[d];
+    ls[d] = lo[d] - sb.start[d];
+    lp[d] = hi[d] - sb.start[d];
   }
-  *local = BoxRegion(LocalShape(p.stored()), ls, lp);
+  *local = BoxRegion(LocalShape(sb), ls, lp);
   return true;
 }
 
@@ -95,12 +95,11 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
   std::vector<Piece> ps;
   uint64_t covered = 0;
   for (const auto& p : pieces) {
-    Piece piece;
-    piece.rank = p.at("rank");
-    if (piece.rank < 0) return bad("piece rank out of range");
+    const int rank = p.at("rank");
+    if (rank < 0) return bad("piece rank out of range");
     auto reg = RegionFromJson(p.at("region"), rec.shape);
     if (!reg.ok()) return bad("tensor '" + name + "': " + reg.status().message());
-    piece.region = *reg;
+    Piece piece(rank, *reg);
     if (p.contains("stored")) {
       auto sb = RegionFromJson(p.at("stored"), rec.shape);
       if (!sb.ok()) return bad("tensor '" + name + "': stored: " + sb.status().message());
@@ -120,7 +119,8 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
     }
     if (p.contains("cells")) {  // docs/FORMAT.md 11
       const json& c = p["cells"];
-      const size_t crank = piece.stored().flat ? 1 : static_cast<size_t>(piece.stored().rank);
+      const Region stored = piece.stored();
+      const size_t crank = stored.flat ? 1 : static_cast<size_t>(stored.rank);
       bool ok = c.is_object() && c.contains("set") && c["set"].is_number_unsigned() &&
                 c["set"].get<uint64_t>() <= 1u << 30 && c.contains("first") &&
                 c["first"].is_number_unsigned() && c.contains("chunk") && c["chunk"].is_array() &&
@@ -129,7 +129,7 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
       if (ok) {
         pc.set = c["set"].get<int>();
         pc.first = c["first"].get<uint64_t>();
-        const std::vector<uint64_t> local = LocalShape(piece.stored());
+        const std::vector<uint64_t> local = LocalShape(stored);
         for (size_t d = 0; ok && d < crank; ++d) {
           ok = c["chunk"][d].is_number_unsigned() && c["chunk"][d].get<uint64_t>() >= 1 &&
                c["chunk"][d].get<uint64_t>() <= local[d];
@@ -140,10 +140,10 @@ Result<std::vector<DistCatalog::Piece>> ParsePieces(const json& pieces, const Te
         return bad("tensor '" + name + "' piece " + std::to_string(ps.size()) +
                    ": 'cells' needs a version " + std::to_string(kCellsFormatVersion) +
                    " index and 'set', 'first' and a 'chunk' shape that fits the piece");
-      piece.cells = std::move(pc);
+      piece.set_cells(pc);
     }
-    covered += piece.region.Count();
-    ps.push_back(piece);
+    covered += piece.Count();
+    ps.push_back(std::move(piece));
   }
   if (covered != rec.NumElements()) return bad("pieces of '" + name + "' do not cover it");
   return ps;
@@ -196,6 +196,86 @@ Result<IndexedTensor> ParseIndexedTensor(const json& t, const H5Store& master,
 
 DistCatalog::~DistCatalog() = default;
 
+DistCatalog::Piece::Piece(int r, const Region& region)
+    : rank(r), dims_(static_cast<uint8_t>(region.rank)), flat_(region.flat) {
+  c_.assign(region.shape, region.shape + region.rank);
+  if (flat_) {
+    c_.push_back(region.begin);
+    c_.push_back(region.end);
+  } else {
+    c_.insert(c_.end(), region.start, region.start + region.rank);
+    c_.insert(c_.end(), region.stop, region.stop + region.rank);
+  }
+}
+
+Region DistCatalog::Piece::At(size_t off, bool flat) const {
+  Region r;
+  r.rank = dims_;
+  r.flat = flat;
+  std::copy(c_.begin(), c_.begin() + dims_, r.shape);
+  const uint64_t* c = c_.data() + off;
+  if (flat) {
+    r.begin = c[0];
+    r.end = c[1];
+  } else {
+    std::copy(c, c + dims_, r.start);
+    std::copy(c + dims_, c + 2 * dims_, r.stop);
+  }
+  return r;
+}
+
+Region DistCatalog::Piece::region() const { return At(dims_, flat_); }
+
+uint64_t DistCatalog::Piece::Count() const {
+  const uint64_t* c = c_.data() + dims_;
+  if (flat_) return c[1] - c[0];
+  uint64_t n = 1;
+  for (int d = 0; d < dims_; ++d) n *= c[dims_ + d] - c[d];
+  return n;
+}
+
+Region DistCatalog::Piece::stored() const {
+  if (!padded()) return region();
+  return At(dims_ + (flat_ ? 2 : 2 * dims_), stored_flat_);
+}
+
+void DistCatalog::Piece::set_stored(const Region& s) {
+  const size_t at = dims_ + (flat_ ? 2 : 2 * dims_);
+  const std::vector<uint64_t> chunk = has_cells() ? cells()->chunk : std::vector<uint64_t>();
+  c_.resize(at);  // the cells' chunk shape, if any, goes back after
+  stored_len_ = 0;
+  if (!SameRegion(s, region())) {
+    if (s.flat) {
+      c_.push_back(s.begin);
+      c_.push_back(s.end);
+    } else {
+      c_.insert(c_.end(), s.start, s.start + s.rank);
+      c_.insert(c_.end(), s.stop, s.stop + s.rank);
+    }
+    stored_len_ = static_cast<uint8_t>(c_.size() - at);
+    stored_flat_ = s.flat;
+  }
+  c_.insert(c_.end(), chunk.begin(), chunk.end());
+}
+
+std::optional<PieceCells> DistCatalog::Piece::cells() const {
+  if (!has_cells()) return std::nullopt;
+  const auto chunk = c_.end() - chunk_len_;
+  return PieceCells{cell_set_, first_cell_, std::vector<uint64_t>(chunk, c_.end())};
+}
+
+void DistCatalog::Piece::set_cells(const std::optional<PieceCells>& c) {
+  c_.resize(c_.size() - chunk_len_);
+  chunk_len_ = 0;
+  cell_set_ = -1;
+  first_cell_ = 0;
+  if (!c) return;
+  cell_set_ = c->set;
+  first_cell_ = c->first;
+  c_.insert(c_.end(), c->chunk.begin(), c->chunk.end());
+  chunk_len_ = static_cast<uint8_t>(c->chunk.size());
+}
+
 Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
                                                        bool check_rank_files) {
   std::unique_ptr<DistCatalog> c(new DistCatalog());
@@ -226,7 +306,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
     }
     for (size_t k = 0; k < x->pieces.size(); ++k) {
       max_rank = std::max(max_rank, x->pieces[k].rank);
-      if (x->pieces[k].cells && cells_at.empty())
+      if (x->pieces[k].has_cells() && cells_at.empty())
         cells_at = "tensor '" + x->rec.name + "' piece " + std::to_string(k);
     }
     c->records_.push_back(std::move(x->rec));
@@ -287,9 +367,9 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
         return bad("tensor '" + name + "' has " + std::to_string(ps.size()) +
                    " pieces; its layout gives " + std::to_string(want.size()));
       for (size_t k = 0; k < ps.size(); ++k)
-        if (ps[k].rank != want[k].replicas[0] || !SameRegion(ps[k].region, want[k].region))
+        if (ps[k].rank != want[k].replicas[0] || !SameRegion(ps[k].region(), want[k].region))
           return bad("tensor '" + name + "' piece " + std::to_string(k) + " (rank " +
-                     std::to_string(ps[k].rank) + ", " + DescribeRegion(ps[k].region) +
+                     std::to_string(ps[k].rank) + ", " + DescribeRegion(ps[k].region()) +
                      ") is not its layout's (rank " + std::to_string(want[k].replicas[0]) + ", " +
                      DescribeRegion(want[k].region) + ")");
     }
@@ -309,7 +389,7 @@ Result<std::unique_ptr<DistCatalog>> DistCatalog::Open(const std::string& path,
 Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptions o,
                                                     bool from_owners) const {
   const Piece& piece = pieces_.at(i).at(p);
-  const Region &g = piece.region, &sb = piece.stored();
+  const Region g = piece.region(), sb = piece.stored();
   Fingerprint f;
   if (SameRegion(g, sb)) return f;
   SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
@@ -352,7 +432,7 @@ Result<Fingerprint> DistCatalog::PaddingFingerprint(size_t i, size_t p, CpuOptio
 Result<std::vector<uint64_t>> DistCatalog::PieceGrid(size_t i, size_t p) const {
   const Piece& piece = pieces_.at(i).at(p);
   std::vector<uint64_t> none;
-  const Region& sb = piece.stored();
+  const Region sb = piece.stored();
   if (sb.flat || sb.rank == 0) return none;
   SEEDSTORE_ASSIGN_OR_RETURN(auto sk, PieceStore(i, p));
   const TensorRecord& pr = sk.first->tensors()[sk.second];
@@ -372,41 +452,42 @@ Result<Fingerprint> DistCatalog::ProveCells(size_t i, size_t p, CpuOptions o) co
   SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, sk.first->ProveStored(sk.second, o));
   const std::vector<uint64_t>& c = sk.first->stored(sk.second).chunk;
   const std::vector<ChunkInfo>& info = sk.first->chunk_info(sk.second);
-  const int rank = me.stored().rank;
+  const Region my = me.region(), my_stored = me.stored();
+  const int rank = my_stored.rank;
   // The chunk index, in piece q's grid, of the cell starting at global index x.
   auto index_in = [&](const Piece& q, const uint64_t* x) {
+    const Region qs = q.stored();
     uint64_t j = 0;
     for (int d = 0; d < rank; ++d)
-      j = j * ((q.stored().stop[d] - q.stored().start[d] + c[d] - 1) / c[d]) +
-          (x[d] - q.stored().start[d]) / c[d];
+      j = j * ((qs.stop[d] - qs.start[d] + c[d] - 1) / c[d]) + (x[d] - qs.start[d]) / c[d];
     return j;
   };
   uint64_t count[kMaxRank], cells = 1;
   for (int d = 0; d < rank; ++d) {
-    count[d] = (me.stored().stop[d] - me.stored().start[d] + c[d] - 1) / c[d];
+    count[d] = (my_stored.stop[d] - my_stored.start[d] + c[d] - 1) / c[d];
     cells *= count[d];
   }
   for (uint64_t j = 0; j < cells; ++j) {
     uint64_t x[kMaxRank], q = j;
     bool mine = true;
     for (int d = rank - 1; d >= 0; --d) {
-      x[d] = me.stored().start[d] + (q % count[d]) * c[d];
+      x[d] = my_stored.start[d] + (q % count[d]) * c[d];
       q /= count[d];
-      mine &= me.region.start[d] <= x[d] && x[d] < me.region.stop[d];
+      mine &= my.start[d] <= x[d] && x[d] < my.stop[d];
     }
     if (mine) continue;
     // A cell of p's padding: the owner of its first element stores it too.
     size_t owner = pieces_[i].size();
     for (size_t k = 0; k < pieces_[i].size() && owner == pieces_[i].size(); ++k) {
-      const Region& g = pieces_[i][k].region;
+      const Region g = pieces_[i][k].region();
       bool in = !g.flat;
       for (int d = 0; in && d < rank; ++d) in = g.start[d] <= x[d] && x[d] < g.stop[d];
       if (in) owner = k;
     }
     auto mismatch = [&](const std::string& why) {
       return DistError("padding-mismatch", Code::kMismatch, path_, me.rank, rank_files_[me.rank],
-                       "tensor '" + records_[i].name + "' piece " + DescribeRegion(me.region) +
-                           " stored as " + DescribeRegion(me.stored()) + ": chunk " +
+                       "tensor '" + records_[i].name + "' piece " + DescribeRegion(my) +
+                           " stored as " + DescribeRegion(my_stored) + ": chunk " +
                            std::to_string(j) + " " + why);
     };
     if (owner == pieces_[i].size()) return mismatch("starts where no piece is");
@@ -443,7 +524,7 @@ std::vector<StoredPart> DistCatalog::StoredParts(size_t i) const {
   std::vector<StoredPart> parts;
   for (size_t p = 0; p < pieces_.at(i).size(); ++p) {
     const Piece& piece = pieces_[i][p];
-    if (!piece.region.flat) parts.push_back({piece.region, piece.stored(), static_cast<int>(p)});
+    if (!piece.flat()) parts.push_back({piece.region(), piece.stored(), static_cast<int>(p)});
   }
   return parts;
 }
@@ -464,7 +545,7 @@ Result<std::optional<Fingerprint>> DistCatalog::ProveStoredPiece(size_t i, const
   const size_t n = pieces_.at(i).size();
   for (size_t q = 0; q < n; ++q) {
     const size_t p = hint < n ? (hint + q) % n : q;  // from the hint on
-    if (!SameRegion(pieces_[i][p].region, r)) continue;
+    if (!SameRegion(pieces_[i][p].region(), r)) continue;
     if (cells) {
       SEEDSTORE_ASSIGN_OR_RETURN(Fingerprint f, ProveCells(i, p, o));
       return std::optional<Fingerprint>(f);
@@ -557,27 +638,27 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
   for (const PieceAt& at : by_rank_[rank]) {
     const size_t i = at.i;
     const Piece& p = pieces_[i][at.p];
+    const Region stored = p.stored();
     const int k = FindRecord(**s, records_[i].name, &hint);
     if (k < 0 || (*s)->tensors()[k].lazy || (*s)->tensors()[k].dtype != records_[i].dtype ||
-        (*s)->tensors()[k].shape != LocalShape(p.stored()))
+        (*s)->tensors()[k].shape != LocalShape(stored))
       return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
                        reading + "tensor '" + records_[i].name + "' piece " +
-                           DescribeRegion(p.stored()) +
-                           " is missing or has another shape or dtype");
+                           DescribeRegion(stored) + " is missing or has another shape or dtype");
     // A padded piece must be recorded as such (its padding is in the global frame).
     const std::optional<Region>& rp = (*s)->tensors()[k].piece;
-    if ((rp && !SameRegion(*rp, p.stored())) || (!rp && !SameRegion(p.stored(), p.region)))
+    if ((rp && !SameRegion(*rp, stored)) || (!rp && p.padded()))
       return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
                        reading + "tensor '" + records_[i].name + "' is recorded as piece " +
                            (rp ? DescribeRegion(*rp) : std::string("(none)")) +
-                           ", the index says " + DescribeRegion(p.stored()));
+                           ", the index says " + DescribeRegion(stored));
     // The same piece of this save: its record's fingerprint is the one the index took from
     // the writer (a rank file of another save, or one changed since, holds other values).
     const std::optional<Fingerprint>& rf = (*s)->tensors()[k].fingerprint;
     if (p.fingerprint && (!rf || *rf != *p.fingerprint))
       return DistError(
           "rank-file-corrupt", Code::kCorrupt, path_, rank, f,
-          reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.stored()) +
+          reading + "tensor '" + records_[i].name + "' piece " + DescribeRegion(stored) +
               " has fingerprint " + (rf ? FingerprintHex(*rf) : std::string("(none)")) +
               ", the index says " + FingerprintHex(*p.fingerprint) +
               ": the file is not this save's (another save's rank file, or changed since)");
@@ -590,11 +671,11 @@ Result<std::unique_ptr<H5Store>> DistCatalog::OpenRank(int rank, const std::stri
                      " (chunks " + ShapeText(c->chunk) + ")"
                : std::string("no cells");
     };
-    if ((*s)->Damage(k).ok() && held != p.cells)
+    if ((*s)->Damage(k).ok() && held != p.cells())
       return DistError("rank-file-corrupt", Code::kCorrupt, path_, rank, f,
                        reading + "tensor '" + records_[i].name + "' piece " +
-                           DescribeRegion(p.stored()) + " is stored in " + cells_text(held) +
-                           ", the index says " + cells_text(p.cells));
+                           DescribeRegion(stored) + " is stored in " + cells_text(held) +
+                           ", the index says " + cells_text(p.cells()));
   }
   return std::move(*s);
 }
@@ -659,7 +740,7 @@ Status DistCatalog::ReadBox(size_t i, const Region& box, unsigned char* out, Cpu
   std::vector<std::vector<unsigned char>> bufs(threads);  // ThreadCount is at least 1
   return ParallelFor(pieces.size(), threads, false, [&](uint64_t q, int th) -> Status {
     const Piece& p = pieces[q];
-    const Region& g = p.region;
+    const Region g = p.region();
     std::vector<unsigned char>& tmp = bufs[th];
     auto read_local = [&](const Region& local, void* dst) -> Status {
       SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
@@ -716,7 +797,7 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
        r.flat ? FlatRangeToBoxes(t.shape, r.begin, r.end) : std::vector<Region>{r}) {
     if (box.Count() == 0) continue;
     for (const Piece& p : pieces_[i]) {
-      if (!p.region.flat) {
+      if (!p.flat()) {
         // The rank file hashes its part chunk by chunk, in the global frame (its piece record).
         uint64_t lo[kMaxRank], hi[kMaxRank];
         Region local;
@@ -737,13 +818,14 @@ Result<Fingerprint> DistCatalog::FingerprintRegion(size_t i, const Region& r, Cp
       // A flat piece [b, e): its rank file's tensor is 1-D, element k at global flat index
       // b + k. A contiguous box's part is one range of it, hashed there chunk by chunk; other
       // boxes read the span they touch once and hash it run by run at the global indices.
-      const uint64_t L = box.RunLength(), runs = box.Count() / L, b = p.region.begin;
+      const Region g = p.region();
+      const uint64_t L = box.RunLength(), runs = box.Count() / L, b = g.begin;
       const uint64_t s0 = std::max(box.RunBase(0), b),
-                     s1 = std::min(box.RunBase(runs - 1) + L, p.region.end);
+                     s1 = std::min(box.RunBase(runs - 1) + L, g.end);
       if (s1 <= s0) continue;
       SEEDSTORE_ASSIGN_OR_RETURN(std::shared_ptr<const H5Store> s, RankStore(p.rank, t.name));
       const int k = s->Find(t.name);
-      const Region local = BoxRegion({p.region.end - b}, {s0 - b}, {s1 - b});
+      const Region local = BoxRegion({g.end - b}, {s0 - b}, {s1 - b});
       auto corrupt = [&](const Status& st) {
         return DistError("rank-file-corrupt", st.code(), path_, p.rank, rank_files_[p.rank],
                          st.message());

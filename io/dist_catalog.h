@@ -32,27 +32,48 @@ namespace seedstore {
 ///   bad-index (kCorrupt) for a malformed or tampered /distributed/index.
 class DistCatalog : public Catalog, public StoredChunks {
  public:
-  struct Piece {
+  /// A piece of a dense tensor: the elements rank `rank` serves, and how its rank file holds
+  /// them. A reader holds every piece of the save (740,352 for Llama-3-70B over 1,024 ranks),
+  /// so a piece keeps its coordinates in one small array rather than in `Region`s (416 bytes
+  /// each, room for 16 dims): ~110 bytes for a 1-D flat piece with cells, not ~550.
+  class Piece {
+   public:
+    Piece() = default;
+    /// A piece of `rank` serving `region` (global indices: a box or a flat range), stored as
+    /// it is, without cells.
+    Piece(int rank, const Region& region);
     int rank = 0;
-    Region region;  // global indices (box or flat range): the elements this piece serves
-    /// Global box its rank file stores: `region`, or a padded box around it (docs/FORMAT.md
+    /// The elements this piece serves, in global indices.
+    Region region() const;
+    bool flat() const { return flat_; }  // region() is a flat range
+    /// The global box its rank file stores: region(), or a padded box around it (docs/FORMAT.md
     /// 10, "Padded pieces"): the rank file's tensor has this box's shape and piece record.
-    const Region& stored() const { return padded_ ? *padded_ : region; }
-    /// Sets stored() (after `region`): a box that differs from `region` is held apart, and
-    /// only then, so that a save of 740,000 pieces holds no second 416-byte box for each.
-    void set_stored(const Region& s) {
-      padded_ = SameRegion(s, region) ? nullptr : std::make_shared<const Region>(s);
-    }
-    /// The fingerprint the rank file records for it (its `stored` box, in the global frame),
-    /// when the index gives one (docs/FORMAT.md 9): a rank file whose
-    /// record differs is not this save's (rank-file-corrupt at open).
-    std::optional<Fingerprint> fingerprint;
+    Region stored() const;
+    bool padded() const { return stored_len_ != 0; }
+    /// Sets stored(): a region of the same global shape as region() that holds it.
+    void set_stored(const Region& s);
+    /// The elements region() serves (its Count()), without building it.
+    uint64_t Count() const;
     /// In a version 2 save, where the piece's chunks lie in its rank file when they are cells
     /// (docs/FORMAT.md 11): the rank file's record must say the same.
-    std::optional<PieceCells> cells;
+    std::optional<PieceCells> cells() const;
+    bool has_cells() const { return cell_set_ >= 0; }
+    void set_cells(const std::optional<PieceCells>& c);
+    /// The fingerprint the rank file records for it (its stored() box, in the global frame),
+    /// when the index gives one (docs/FORMAT.md 9): a rank file whose record differs is not
+    /// this save's (rank-file-corrupt at open).
+    std::optional<Fingerprint> fingerprint;
 
    private:
-    std::shared_ptr<const Region> padded_;
+    // c_: the global shape (dims_ values), then region()'s [begin, end] (flat) or start and
+    // stop (a box); then stored()'s, when padded (stored_len_ values, stored_flat_ saying
+    // which); then the cells' chunk shape (chunk_len_ values).
+    std::vector<uint64_t> c_;
+    uint8_t dims_ = 0, stored_len_ = 0, chunk_len_ = 0;
+    bool flat_ = false, stored_flat_ = false;
+    int32_t cell_set_ = -1;  // -1: no cells
+    uint64_t first_cell_ = 0;
+    Region At(size_t off, bool flat) const;
   };
   /// Opens the save at `path` (its master). With `check_rank_files`, every rank file the index
   /// names must be reachable (rank-file-missing / rank-file-unreadable otherwise); without,
@@ -215,10 +236,10 @@ class DistCatalog : public Catalog, public StoredChunks {
   // stores a rank's pieces in tensor order, so the one after the last found is tried first),
   // else found by name (-1: none); *hint becomes the record after it.
   static int FindRecord(const H5Store& s, const std::string& name, size_t* hint);
-  std::vector<std::optional<StoredTotals>> storage_;
+  std::vector<std::optional<StoredTotals>> storage_;  // per tensor, from the index (none: not
+                                                      // recorded)
   int version_ = kStoreFormatVersion;  // the index's "version" (docs/FORMAT.md 9, 11)
   bool flat_boxes_ = false;  // the index's flat_mappings: "boxes" (else "runs", docs/FORMAT.md 10)
-                             // // per tensor, from the index (none: not recorded)
   std::vector<std::string> rank_files_;
   mutable std::mutex mu_;
   mutable std::vector<std::shared_ptr<const H5Store>> rank_stores_;

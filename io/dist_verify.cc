@@ -175,7 +175,7 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
       counted[i].stored_bytes += (*s)->stored(k).stored_bytes;
       if ((*s)->tensors()[k].piece) {
         rep.fingerprints[i].Add(rr.fingerprints[k]);  // already in the global frame
-        if (SameRegion(p.stored(), p.region)) continue;
+        if (!p.padded()) continue;
         // A padded piece: less its padding, which must hold what the pieces owning those
         // elements hold (a later reshard may copy it).
         auto pad = PaddingFingerprint(i, q, o);
@@ -188,7 +188,7 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
         }
         if (st.ok() && *pad != owners)
           st = DistError("padding-mismatch", Code::kMismatch, path_, r, rank_files_[r],
-                         "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region) +
+                         "tensor '" + records_[i].name + "' piece " + DescribeRegion(p.region()) +
                              " stored as " + DescribeRegion(p.stored()) +
                              ": its padding differs from the pieces that own those elements");
         if (!st.ok()) {
@@ -200,7 +200,7 @@ H5Store::VerifyReport DistCatalog::Verify(CpuOptions o,
         continue;
       }
       // A rank file from before piece records: its fingerprints are in its own frame.
-      auto f = FingerprintRegion(i, p.region, o);
+      auto f = FingerprintRegion(i, p.region(), o);
       if (!f.ok()) {
         rep.problems.push_back({records_[i].name, -1, f.status()});
         bad[i] = true;
@@ -313,10 +313,9 @@ std::vector<std::string> MappingProblems(hid_t dcpl, const MasterDataset& w,
               "; the index says " +
               DescribeMapping({m.to, m.to.Count(), true}, {m.from, m.from.Count(), true}, want_file,
                               want_src) +
-              " (piece " + std::to_string(m.piece) + ", " + DescribeRegion(p.region) + " of rank " +
-              std::to_string(p.rank) +
-              (SameRegion(p.region, p.stored()) ? "" : " stored as " + DescribeRegion(p.stored())) +
-              ")";
+              " (piece " + std::to_string(m.piece) + ", " + DescribeRegion(p.region()) +
+              " of rank " + std::to_string(p.rank) +
+              (p.padded() ? " stored as " + DescribeRegion(p.stored()) : "") + ")";
     }
   }
   if (differ)

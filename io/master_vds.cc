@@ -51,10 +51,9 @@ void AddCellMappings(const TensorRecord& t, const DistCatalog::Piece& p, size_t 
                      std::vector<VdsMapping>* out) {
   const int rank = static_cast<int>(t.shape.size());
   const uint64_t* gshape = t.shape.data();
-  const PieceCells& c = *p.cells;
+  const PieceCells c = *p.cells();
   const std::string source = std::string(kCellsGroup) + "/" + std::to_string(c.set);
-  const Region& g = p.region;
-  const Region& sb = p.stored();
+  const Region g = p.region(), sb = p.stored();
   const Grid grid = Grid::Make(LocalShape(sb), c.chunk);
   const int crank = grid.rank;
   uint64_t sdims[kMaxRank + 1], sst[kMaxRank + 1], cnt[kMaxRank + 1];
@@ -133,7 +132,7 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
   }
   uint64_t flat_runs = 0;
   for (const DistCatalog::Piece& p : pieces)
-    if (p.region.flat) flat_runs += (p.region.end - p.region.begin) / t.shape.back() + 2;
+    if (p.flat()) flat_runs += p.Count() / t.shape.back() + 2;
   if (style == FlatMappings::kRuns && flat_runs > kMaxFlatRuns) {
     m.why_none =
         "its flat pieces would need more than " + std::to_string(kMaxFlatRuns) + " mappings";
@@ -145,13 +144,13 @@ MasterDataset MasterDatasetOf(const TensorRecord& t, const std::vector<DistCatal
   const std::string own = "/tensors/" + EscapeH5Name(t.name);
   for (size_t k = 0; k < pieces.size(); ++k) {
     const DistCatalog::Piece& p = pieces[k];
-    const Region& g = p.region;
-    if (p.cells) {
+    const Region g = p.region();
+    if (p.has_cells()) {
       AddCellMappings(t, p, k, &m.mappings);
       continue;
     }
     if (!g.flat) {
-      const Region& sb = p.stored();
+      const Region sb = p.stored();
       uint64_t cnt[kMaxRank], sdims[kMaxRank], sst[kMaxRank];
       for (int d = 0; d < rank; ++d) {
         cnt[d] = g.stop[d] - g.start[d];

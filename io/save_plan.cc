@@ -64,11 +64,9 @@ std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i,
                                               const PieceReports* reports) {
   std::vector<DistCatalog::Piece> ps;
   for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-    DistCatalog::Piece p;
-    p.rank = plan.shards[i][k].replicas[0];
-    p.region = plan.shards[i][k].region;
+    DistCatalog::Piece p(plan.shards[i][k].replicas[0], plan.shards[i][k].region);
     p.set_stored(plan.stored[i][k]);
-    if (reports) p.cells = reports->cells(plan.first_piece[i] + k);
+    if (reports) p.set_cells(reports->cells(plan.first_piece[i] + k));
     ps.push_back(std::move(p));
   }
   return ps;

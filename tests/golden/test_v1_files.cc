@@ -160,7 +160,7 @@ TEST(V1Files, PaddedDistributedSaveReadsVerifiesAndReshards) {
   auto describe = [&](size_t i) {
     std::string s;
     for (const auto& p : (*d)->pieces(i))
-      s += DescribeRegion(p.region) + " in " + DescribeRegion(p.stored()) + "; ";
+      s += DescribeRegion(p.region()) + " in " + DescribeRegion(p.stored()) + "; ";
     return s;
   };
   EXPECT_EQ(describe((*d)->Find("w")),
@@ -230,7 +230,7 @@ TEST(V2Files, CellSaveReadsVerifiesAndReshardsIntoEitherVersion) {
   }
   const auto& pw = (*d)->pieces((*d)->Find("w"));
   ASSERT_EQ(pw.size(), 3u);
-  for (const auto& p : pw) EXPECT_TRUE(p.cells.has_value()) << DescribeRegion(p.region);
+  for (const auto& p : pw) EXPECT_TRUE(p.cells().has_value()) << DescribeRegion(p.region());
   const auto rep = (*d)->Verify(CpuOptions{1});
   for (const auto& p : rep.problems) ADD_FAILURE() << p.status.ToString();
   for (size_t i = 0; i < (*d)->tensors().size(); ++i)

@@ -31,7 +31,7 @@ TEST(ReshardRaw, AlignedChunksAreCopiedMisalignedReencodedBytesIdentical) {
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     const auto& pb = (*d)->pieces((*d)->Find("b"));
     ASSERT_EQ(pb.size(), 2u);
-    EXPECT_EQ(DescribeRegion(pb[0].region), "[0:19, 0:23]");
+    EXPECT_EQ(DescribeRegion(pb[0].region()), "[0:19, 0:23]");
     EXPECT_EQ(DescribeRegion(pb[0].stored()), "[0:20, 0:23]");
     EXPECT_EQ(DescribeRegion(pb[1].stored()), "[19:37, 0:23]");
     // Piece 1 is off the grid, so b's proof cannot go by cells (PieceGrid empty).

@@ -30,7 +30,7 @@ TEST(Reshard, FingerprintsOfBoxesOverFlatPiecesAreThoseOfTheirBytes) {
   for (size_t i = 0; i < (*d)->tensors().size(); ++i) {
     const TensorRecord& t = (*d)->tensors()[i];
     ASSERT_EQ((*d)->pieces(i).size(), 3u);
-    ASSERT_TRUE((*d)->pieces(i)[0].region.flat);
+    ASSERT_TRUE((*d)->pieces(i)[0].region().flat);
     const size_t es = DTypeSize(t.dtype);
     for (int q = 0; q < 60; ++q) {
       Region r = WholeTensor(t.shape);
@@ -108,7 +108,7 @@ TEST(ReshardRaw, RankFilesHoldPiecesWhoseFingerprintsSumToTheTensor) {
         EXPECT_EQ(*proven, *pr.fingerprint);
         auto pad = (*d)->PaddingFingerprint(i, p, CpuOptions{1});
         ASSERT_TRUE(pad.ok()) << pad.status().ToString();
-        if (SameRegion((*d)->pieces(i)[p].stored(), (*d)->pieces(i)[p].region)) {
+        if (SameRegion((*d)->pieces(i)[p].stored(), (*d)->pieces(i)[p].region())) {
           EXPECT_EQ(*pad, Fingerprint{});
         }
         sum.Add(*pr.fingerprint);

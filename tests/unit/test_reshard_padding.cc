@@ -81,22 +81,22 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
     const std::vector<uint64_t>& c = (*src)->stored(i).chunk;
     const TensorRecord& t = (*d)->tensors()[i];
     for (const auto& p : (*d)->pieces(i)) {
-      SCOPED_TRACE(t.name + " piece " + DescribeRegion(p.region) + " stored " +
+      SCOPED_TRACE(t.name + " piece " + DescribeRegion(p.region()) + " stored " +
                    DescribeRegion(p.stored()));
       uint64_t n = 1;
       int dims_padded = 0;
-      for (int k = 0; k < p.region.rank; ++k) {
-        EXPECT_LE(p.stored().start[k], p.region.start[k]);
-        EXPECT_GE(p.stored().stop[k], p.region.stop[k]);
+      for (int k = 0; k < p.region().rank; ++k) {
+        EXPECT_LE(p.stored().start[k], p.region().start[k]);
+        EXPECT_GE(p.stored().stop[k], p.region().stop[k]);
         EXPECT_EQ(p.stored().start[k] % c[k], 0u);
         EXPECT_TRUE(p.stored().stop[k] % c[k] == 0 || p.stored().stop[k] == t.shape[k]);
-        EXPECT_LT(p.region.start[k] - p.stored().start[k], c[k]);
-        EXPECT_LT(p.stored().stop[k] - p.region.stop[k], c[k]);
-        dims_padded += p.stored().start[k] < p.region.start[k];
+        EXPECT_LT(p.region().start[k] - p.stored().start[k], c[k]);
+        EXPECT_LT(p.stored().stop[k] - p.region().stop[k], c[k]);
+        dims_padded += p.stored().start[k] < p.region().start[k];
         n *= (p.stored().stop[k] - p.stored().start[k] + c[k] - 1) / c[k];
       }
-      EXPECT_LE(p.stored().Count() - p.region.Count(), p.region.Count() / 4);
-      EXPECT_FALSE(SameRegion(p.stored(), p.region));
+      EXPECT_LE(p.stored().Count() - p.region().Count(), p.region().Count() / 4);
+      EXPECT_FALSE(SameRegion(p.stored(), p.region()));
       padded_twice += dims_padded == 2;
       stored_chunks += n;
     }
@@ -107,7 +107,7 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
   const auto& pw = (*d)->pieces(0);
   ASSERT_EQ(pw.size(), 6u);
   EXPECT_EQ(pw[3].rank, 3);
-  EXPECT_EQ(DescribeRegion(pw[3].region), "[80:160, 70:139]");
+  EXPECT_EQ(DescribeRegion(pw[3].region()), "[80:160, 70:139]");
   EXPECT_EQ(DescribeRegion(pw[3].stored()), "[75:165, 63:139]");
   ExpectRawSameAsSource(d6, f);
   // Every piece stores whole cells of the source's grid, so the proof goes by cells: each
@@ -124,7 +124,7 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
       // By region, whatever the hint (the piece's own index, another piece's, none): by cells,
       // the share above; by stored chunks less the padding (decoded), the region's own
       // fingerprint.
-      const Region& r = (*d)->pieces(i)[p].region;
+      const Region& r = (*d)->pieces(i)[p].region();
       auto own = (*d)->FingerprintRegion(i, r, CpuOptions{1});
       ASSERT_TRUE(own.ok()) << own.status().ToString();
       const size_t n = (*d)->pieces(i).size();

@@ -263,10 +263,10 @@ TEST(ReshardVds, UntouchedSavesVerifyCleanAndTheirVirtualDatasetsAreTheIndexs) {
   ASSERT_TRUE(d2.ok());
   const auto& pb = (*d2)->pieces((*d2)->Find("b"));
   ASSERT_EQ(pb.size(), 2u);
-  EXPECT_FALSE(SameRegion(pb[0].region, pb[0].stored()));  // padded
+  EXPECT_FALSE(SameRegion(pb[0].region(), pb[0].stored()));  // padded
   auto d6 = DistCatalog::Open(p6);
   ASSERT_TRUE(d6.ok());
-  EXPECT_FALSE(SameRegion((*d6)->pieces(0)[3].region, (*d6)->pieces(0)[3].stored()));
+  EXPECT_FALSE(SameRegion((*d6)->pieces(0)[3].region(), (*d6)->pieces(0)[3].stored()));
   d2->reset();  // HDF5 opens a file only once for writing
   d6->reset();
   // The padded piece maps its region from where it lies in its stored box.
@@ -294,8 +294,8 @@ TEST(ReshardVds, CellsAreMappedChunkByChunkAndH5pyReadsThem) {
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     const auto& pw = (*d)->pieces((*d)->Find("w"));
     ASSERT_EQ(pw.size(), 2u);
-    ASSERT_TRUE(pw[1].cells.has_value());
-    EXPECT_EQ(*pw[1].cells, (PieceCells{0, 0, {5, 8}}));
+    ASSERT_TRUE(pw[1].cells().has_value());
+    EXPECT_EQ(*pw[1].cells(), (PieceCells{0, 0, {5, 8}}));
     auto r1 = H5Store::Open(TempDir() + "/" + files[1]);
     ASSERT_TRUE(r1.ok()) << r1.status().ToString();
     EXPECT_EQ((*r1)->format_version(), kCellsFormatVersion);
