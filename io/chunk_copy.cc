@@ -98,11 +98,12 @@ Result<bool> ChunkMatcher::Copy(const Region& g, const std::vector<uint64_t>& ch
 // their chunks be copied (ChunkMatcher::Pad). Deterministic: every process computes the same.
 Status PadPieces(const Catalog& src, const WriteOptions& wo, double max_padding, Plan* plan) {
   if (!(max_padding > 0)) return Status::Ok();
-  for (size_t i = 0; i < plan->shards.size(); ++i) {
-    if (plan->shards[i].empty()) continue;
+  for (size_t i = 0; i < plan->pieces.size(); ++i) {
+    if (plan->pieces[i].empty()) continue;
     ChunkMatcher m(src, i, wo);
-    for (size_t k = 0; k < plan->shards[i].size(); ++k) {
-      SEEDSTORE_ASSIGN_OR_RETURN(plan->stored[i][k], m.Pad(plan->shards[i][k].region, max_padding));
+    for (DistCatalog::Piece& p : plan->pieces[i]) {
+      SEEDSTORE_ASSIGN_OR_RETURN(const Region stored, m.Pad(p.region(), max_padding));
+      p.set_stored(stored);
     }
   }
   return Status::Ok();

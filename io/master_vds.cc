@@ -226,8 +226,8 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
     out += "{\"chunks\":" + std::to_string(counts[kCounts * i] + counts[kCounts * i + 1]) +
            ",\"dtype\":\"" + DTypeName(ts[i].dtype) + "\",\"fingerprint\":\"" +
            FingerprintHex(fps[i]) + "\",\"kind\":\"dense\",\"name\":" + name + ",\"pieces\":[";
-    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-      const Shard& s = plan.shards[i][k];
+    for (size_t k = 0; k < plan.pieces[i].size(); ++k) {
+      const DistCatalog::Piece& p = plan.pieces[i][k];
       const size_t q = plan.first_piece[i] + k;
       if (k) out += ',';
       out += '{';
@@ -238,11 +238,11 @@ std::string MasterIndexText(const Catalog& src, const Plan& plan, const Layout& 
             "],\"first\":" + std::to_string(c->first) + ",\"set\":" + std::to_string(c->set) + "},";
       }
       out += "\"fingerprint\":\"" + FingerprintHex(reports.fingerprint(q)) +
-             "\",\"rank\":" + std::to_string(s.replicas[0]) + ",\"region\":";
-      AppendRegionJson(out, s.region);
-      if (!SameRegion(plan.stored[i][k], s.region)) {
+             "\",\"rank\":" + std::to_string(p.rank) + ",\"region\":";
+      AppendRegionJson(out, p.region());
+      if (p.padded()) {
         out += ",\"stored\":";
-        AppendRegionJson(out, plan.stored[i][k]);
+        AppendRegionJson(out, p.stored());
       }
       out += '}';
     }

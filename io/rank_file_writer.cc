@@ -216,29 +216,29 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
     const size_t es = DTypeSize(ts[i].dtype);
     ChunkMatcher matcher(src, i, o.write);
     struct Item {
-      size_t k;  // index in plan.shards[i]
+      size_t k;  // index in plan.pieces[i]
       StoreWriter* w;
       DenseChunking chunking;
       bool shared;  // may be read as part of a covering box
     };
     std::vector<Item> items;
-    for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-      const auto it = slot.find(plan.shards[i][k].replicas[0]);
+    for (size_t k = 0; k < plan.pieces[i].size(); ++k) {
+      const auto it = slot.find(plan.pieces[i][k].rank);
       if (it == slot.end()) continue;
-      const Region& g = plan.stored[i][k];
+      const Region g = plan.pieces[i][k].stored();
       SEEDSTORE_ASSIGN_OR_RETURN(DenseChunking c, matcher.For(g));
       const bool shared = !c.raw && g.rank > 0 && g.Count() > 0 && g.Count() * es <= kWindowBytes &&
                           !src.HostData(i, g);
       items.push_back({k, w[it->second].get(), std::move(c), shared});
-      *bytes += plan.shards[i][k].region.Count() * es;
+      *bytes += plan.pieces[i][k].Count() * es;
     }
     for (size_t a = 0; a < items.size();) {
       // The run [a, b) and the box it is read as.
-      Region cover = plan.stored[i][items[a].k];
+      Region cover = plan.pieces[i][items[a].k].stored();
       uint64_t own = cover.Count();
       size_t b = a + 1;
       for (; items[a].shared && b < items.size() && items[b].shared; ++b) {
-        const Region& g = plan.stored[i][items[b].k];
+        const Region g = plan.pieces[i][items[b].k].stored();
         if (g.flat != cover.flat) break;
         const Region c = Cover(cover, g);
         if (c.Count() * es > kWindowBytes || c.Count() > 2 * (own + g.Count())) break;
@@ -247,9 +247,8 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
       }
       if (b == a + 1) {  // alone: read as it is written, chunk by chunk (or copied as stored)
         Fingerprint f;
-        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, plan.stored[i][items[a].k],
-                                           items[a].chunking, true, nullptr, &counts[kCounts * i],
-                                           &f));
+        SEEDSTORE_RETURN_IF_ERROR(AddPiece(*items[a].w, src, i, cover, items[a].chunking, true,
+                                           nullptr, &counts[kCounts * i], &f));
         record(i, items[a].k, *items[a].w, f);
         ++a;
         continue;
@@ -261,7 +260,7 @@ Status WriteRankFiles(const Catalog& src, const Plan& plan, const std::vector<in
       uint64_t cext[kMaxRank];
       for (int d = 0; d < cover.rank; ++d) cext[d] = cover.stop[d] - cover.start[d];
       for (; a < b; ++a) {
-        const Region& g = plan.stored[i][items[a].k];
+        const Region g = plan.pieces[i][items[a].k].stored();
         const unsigned char* data;
         if (g.flat) {
           data = window.data() + (g.begin - cover.begin) * es;

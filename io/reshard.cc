@@ -161,7 +161,7 @@ class SaveJob {
   // whatever the cap on open files (DistCatalog::RankStore's least recently used).
   struct MyPiece {
     int rank;
-    size_t i, k;  // tensor, and its piece (plan_.shards[i][k])
+    size_t i, k;  // tensor, and its piece (plan_.pieces[i][k])
   };
   std::vector<MyPiece> MyPiecesByFile() const;
 
@@ -230,8 +230,7 @@ Status SaveJob::MakeAgreedPlan() {
     SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, ps, "plan"));
     plan_ = std::move(*p);
   } else {
-    plan_.shards.resize(n_);
-    plan_.stored.resize(n_);
+    plan_.pieces.resize(n_);
   }
   NumberPieces(&plan_);
   return Status::Ok();
@@ -250,8 +249,8 @@ std::vector<Region> SaveJob::MyRegions(size_t i, bool whole) const {
   if (whole) {
     if (me_ == static_cast<int>(i % np_)) mine.push_back(WholeTensor(ts_[i].shape));
   } else {
-    for (const Shard& s : plan_.shards[i])
-      if (WriterOf(s.replicas[0], np_, world_) == me_) mine.push_back(s.region);
+    for (const DistCatalog::Piece& p : plan_.pieces[i])
+      if (WriterOf(p.rank, np_, world_) == me_) mine.push_back(p.region());
   }
   return mine;
 }
@@ -282,8 +281,8 @@ Status SaveJob::SourceFingerprints() {
 std::vector<SaveJob::MyPiece> SaveJob::MyPiecesByFile() const {
   std::vector<MyPiece> v;
   for (size_t i = 0; i < n_; ++i)
-    for (size_t k = 0; k < plan_.shards[i].size(); ++k) {
-      const int r = plan_.shards[i][k].replicas[0];
+    for (size_t k = 0; k < plan_.pieces[i].size(); ++k) {
+      const int r = plan_.pieces[i][k].rank;
       if (WriterOf(r, np_, world_) == me_) v.push_back({r, i, k});
     }
   std::stable_sort(v.begin(), v.end(),
@@ -431,7 +430,7 @@ Status SaveJob::OpenOutputAndGrids() {
   off_.assign(n_, 0);
   std::vector<std::vector<std::vector<uint64_t>>> mine_grid(n_);
   const bool try_cells = dout_ && !o_.full_proof;
-  for (size_t i = 0; i < n_ && try_cells; ++i) mine_grid[i].resize(plan_.shards[i].size());
+  for (size_t i = 0; i < n_ && try_cells; ++i) mine_grid[i].resize(plan_.pieces[i].size());
   if (try_cells && st_.ok()) {
     for (const MyPiece& m : MyPiecesByFile()) {
       auto c = dout_->PieceGrid(m.i, m.k);
@@ -447,15 +446,14 @@ Status SaveJob::OpenOutputAndGrids() {
   SEEDSTORE_RETURN_IF_ERROR(Agree(comm_, st_, "prove: chunk grids"));
   SEEDSTORE_RETURN_IF_ERROR(comm_.AllReduceSum(ref.data(), ref.size(), "prove: chunk grids"));
   for (size_t i = 0; i < n_; ++i) {
-    if (!try_cells || plan_.shards[i].empty() || ref[i * gw] != 0) {
+    if (!try_cells || plan_.pieces[i].empty() || ref[i * gw] != 0) {
       off_[i] = 1;
       continue;
     }
     const std::vector<uint64_t> c0(ref.begin() + i * gw + 1,
                                    ref.begin() + i * gw + 1 + ts_[i].shape.size());
-    for (size_t k = 0; k < plan_.shards[i].size(); ++k)
-      if (WriterOf(plan_.shards[i][k].replicas[0], np_, world_) == me_ && mine_grid[i][k] != c0)
-        ++off_[i];
+    for (size_t k = 0; k < plan_.pieces[i].size(); ++k)
+      if (WriterOf(plan_.pieces[i][k].rank, np_, world_) == me_ && mine_grid[i][k] != c0) ++off_[i];
   }
   return comm_.AllReduceSum(off_.data(), off_.size(), "prove: chunk grids");
 }
@@ -510,7 +508,7 @@ Status SaveJob::Prove() {
       for (size_t j = starts[f]; j < end && e.ok(); ++j) {
         const MyPiece& m = mine[j];
         if (out_->tensors()[m.i].lazy) continue;
-        auto fp = ProvePiece(*out_, m.i, plan_.shards[m.i][m.k].region, each, o_.full_proof,
+        auto fp = ProvePiece(*out_, m.i, plan_.pieces[m.i][m.k].region(), each, o_.full_proof,
                              off_[m.i] == 0, m.k);
         if (!fp.ok()) {
           e = fp.status();
@@ -532,7 +530,7 @@ Status SaveJob::Prove() {
     row.name = ts_[i].name;
     row.lazy = ts_[i].lazy.has_value();
     if (!row.lazy) {
-      row.pieces = o_.consolidate ? 1 : plan_.shards[i].size();
+      row.pieces = o_.consolidate ? 1 : plan_.pieces[i].size();
       row.bytes = ts_[i].NumBytes();
     }
     row.source_ref = ts_[i].fingerprint ? "recorded" : "computed";

@@ -4,34 +4,30 @@ namespace seedstore {
 
 void NumberPieces(Plan* p) {
   p->first_piece.assign(1, 0);
-  for (const auto& s : p->shards) p->first_piece.push_back(p->first_piece.back() + s.size());
+  for (const auto& s : p->pieces) p->first_piece.push_back(p->first_piece.back() + s.size());
 }
 
 Result<Plan> MakePlan(const Catalog& src, const Layout& layout) {
   Plan p;
   for (const TensorRecord& t : src.tensors()) {
-    std::vector<Shard> keep;
-    std::vector<Region> stored;
+    std::vector<DistCatalog::Piece> keep;
     if (t.lazy) {  // no pieces, but the layout must still apply to it (as it would once dense)
       SEEDSTORE_RETURN_IF_ERROR(layout.ShardOf(t.name, t.shape, 0).status());
     } else {
       SEEDSTORE_ASSIGN_OR_RETURN(std::vector<Shard> all, layout.DistinctShards(t.name, t.shape));
-      for (auto& s : all)
-        if (!s.empty()) {
-          stored.push_back(s.region);
-          keep.push_back(std::move(s));
-        }
+      for (const Shard& s : all)
+        if (!s.empty()) keep.emplace_back(s.replicas[0], s.region);
     }
-    p.shards.push_back(std::move(keep));
-    p.stored.push_back(std::move(stored));
+    p.pieces.push_back(std::move(keep));
   }
   return p;
 }
 
 PieceReports PieceReports::For(const Plan& plan) {
   PieceReports r;
-  for (size_t i = 0; i < plan.stored.size(); ++i)
-    for (const Region& g : plan.stored[i]) {
+  for (const auto& pieces : plan.pieces)
+    for (const DistCatalog::Piece& p : pieces) {
+      const Region g = p.stored();
       r.at.push_back(r.words.size());
       r.words.resize(r.words.size() + 4 + (g.flat ? 1 : g.rank), 0);
     }
@@ -62,13 +58,9 @@ std::optional<PieceCells> PieceReports::cells(size_t p) const {
 
 std::vector<DistCatalog::Piece> PlannedPieces(const Plan& plan, size_t i,
                                               const PieceReports* reports) {
-  std::vector<DistCatalog::Piece> ps;
-  for (size_t k = 0; k < plan.shards[i].size(); ++k) {
-    DistCatalog::Piece p(plan.shards[i][k].replicas[0], plan.shards[i][k].region);
-    p.set_stored(plan.stored[i][k]);
-    if (reports) p.set_cells(reports->cells(plan.first_piece[i] + k));
-    ps.push_back(std::move(p));
-  }
+  std::vector<DistCatalog::Piece> ps = plan.pieces[i];
+  if (reports)
+    for (size_t k = 0; k < ps.size(); ++k) ps[k].set_cells(reports->cells(plan.first_piece[i] + k));
   return ps;
 }
 

@@ -12,13 +12,13 @@
 namespace seedstore {
 
 struct Plan {
-  // Per tensor: distinct non-empty shards (owner = replicas[0]); empty for lazy tensors.
-  std::vector<std::vector<Shard>> shards;
-  // Per tensor and shard: the box its rank file stores, the shard's region or a padded box
-  // around it (ChunkMatcher::Pad; docs/FORMAT.md 10). Set by PadPieces.
-  std::vector<std::vector<Region>> stored;
+  // Per tensor: its distinct non-empty shards as pieces (rank: the shard's first replica, who
+  // writes it; region: the shard's), in the layout's order; empty for lazy tensors. Each
+  // stores its region until PadPieces widens it to a padded box (ChunkMatcher::Pad;
+  // docs/FORMAT.md 10). Cells and fingerprints are left unset (PieceReports carry them).
+  std::vector<std::vector<DistCatalog::Piece>> pieces;
   // Pieces numbered tensor by tensor, in plan order: tensor i's first is first_piece[i]; the
-  // count is first_piece.back(). Set by NumberPieces once `shards` is final.
+  // count is first_piece.back(). Set by NumberPieces once `pieces` is final.
   std::vector<size_t> first_piece;
 };
 
