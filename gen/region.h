@@ -73,6 +73,18 @@ inline std::string DescribeRegion(const Region& r) {
   return s + "]";
 }
 
+/// Appends what places `r` within its shape: [begin, end] for a flat range, else its start
+/// then its stop (2 x rank values).
+inline void AppendRegionCoords(const Region& r, std::vector<uint64_t>* out) {
+  if (r.flat) {
+    out->push_back(r.begin);
+    out->push_back(r.end);
+  } else {
+    out->insert(out->end(), r.start, r.start + r.rank);
+    out->insert(out->end(), r.stop, r.stop + r.rank);
+  }
+}
+
 /// Whether two regions are the same: same kind, rank and shape, and the same box or range.
 inline bool SameRegion(const Region& a, const Region& b) {
   if (a.flat != b.flat || a.rank != b.rank) return false;

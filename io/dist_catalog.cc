@@ -199,13 +199,7 @@ DistCatalog::~DistCatalog() = default;
 DistCatalog::Piece::Piece(int r, const Region& region)
     : rank(r), dims_(static_cast<uint8_t>(region.rank)), flat_(region.flat) {
   c_.assign(region.shape, region.shape + region.rank);
-  if (flat_) {
-    c_.push_back(region.begin);
-    c_.push_back(region.end);
-  } else {
-    c_.insert(c_.end(), region.start, region.start + region.rank);
-    c_.insert(c_.end(), region.stop, region.stop + region.rank);
-  }
+  AppendRegionCoords(region, &c_);
 }
 
 Region DistCatalog::Piece::At(size_t off, bool flat) const {
@@ -245,13 +239,7 @@ void DistCatalog::Piece::set_stored(const Region& s) {
   c_.resize(at);  // the cells' chunk shape, if any, goes back after
   stored_len_ = 0;
   if (!SameRegion(s, region())) {
-    if (s.flat) {
-      c_.push_back(s.begin);
-      c_.push_back(s.end);
-    } else {
-      c_.insert(c_.end(), s.start, s.start + s.rank);
-      c_.insert(c_.end(), s.stop, s.stop + s.rank);
-    }
+    AppendRegionCoords(s, &c_);
     stored_len_ = static_cast<uint8_t>(c_.size() - at);
     stored_flat_ = s.flat;
   }

@@ -680,13 +680,7 @@ Result<std::vector<Shard>> Layout::DistinctShards(const std::string& tensor_name
   for (int p = 0; p < mesh_.world_size(); ++p) {
     const Region g = EvalRegion(mesh_, res, CoordsOfPosition(mesh_, p));
     std::vector<uint64_t> key{g.flat ? 1u : 0u};
-    if (g.flat) {
-      key.push_back(g.begin);
-      key.push_back(g.end);
-    } else {
-      key.insert(key.end(), g.start, g.start + g.rank);
-      key.insert(key.end(), g.stop, g.stop + g.rank);
-    }
+    AppendRegionCoords(g, &key);
     auto [it, inserted] = index.emplace(std::move(key), out.size());
     if (inserted) {
       out.emplace_back();
