@@ -35,7 +35,7 @@ class DistCatalog : public Catalog, public StoredChunks {
   /// A piece of a dense tensor: the elements rank `rank` serves, and how its rank file holds
   /// them. A reader holds every piece of the save (740,352 for Llama-3-70B over 1,024 ranks),
   /// so a piece keeps its coordinates in one small array rather than in `Region`s (416 bytes
-  /// each, room for 16 dims): ~110 bytes for a 1-D flat piece with cells, not ~550.
+  /// each, room for 16 dims): 80 bytes and a 32-byte array for a 1-D flat piece with cells.
   class Piece {
    public:
     Piece() = default;
@@ -58,6 +58,7 @@ class DistCatalog : public Catalog, public StoredChunks {
     /// (docs/FORMAT.md 11): the rank file's record must say the same.
     std::optional<PieceCells> cells() const;
     bool has_cells() const { return cell_set_ >= 0; }
+    /// Sets cells() (nullopt: none). Precondition: c->set >= 0, c->chunk at most 16 dims.
     void set_cells(const std::optional<PieceCells>& c);
     /// The fingerprint the rank file records for it (its stored() box, in the global frame),
     /// when the index gives one (docs/FORMAT.md 9): a rank file whose record differs is not
