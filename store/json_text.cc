@@ -106,6 +106,15 @@ struct Frame {
   bool object = false;
   std::string key;   // an object's latest key
   size_t index = 0;  // an array's elements so far
+  // As new, for another object or array (the buffers kept: the parser opens and closes
+  // millions of small objects).
+  void Reset(bool is_object) {
+    object = is_object;
+    key.clear();
+    index = 0;
+    few.clear();
+    many.clear();
+  }
   // Whether `k` was an earlier key of this object; records it. Objects of a few keys (nearly
   // all) are searched in a vector, larger ones (a safetensors header) in a set.
   bool Repeats(const std::string& k) {
@@ -213,12 +222,18 @@ class Builder : public nlohmann::json_sax<json> {
   }
   bool Open(json::value_t t) {
     open_.push_back(Place(json(t)));
-    frames_.emplace_back();
-    frames_.back().object = t == json::value_t::object;
+    if (spare_.empty()) {
+      frames_.emplace_back();
+    } else {
+      frames_.push_back(std::move(spare_.back()));
+      spare_.pop_back();
+    }
+    frames_.back().Reset(t == json::value_t::object);
     return true;
   }
   bool Close() {
     open_.pop_back();
+    spare_.push_back(std::move(frames_.back()));
     frames_.pop_back();
     Done();
     return true;
@@ -238,6 +253,7 @@ class Builder : public nlohmann::json_sax<json> {
   const JsonElementSink* sink_;
   std::vector<json*> open_;  // the open arrays and objects, outermost first
   std::vector<Frame> frames_;
+  std::vector<Frame> spare_;  // closed frames, reused by the next opened
   json* slot_ = nullptr;
 };
 
