@@ -227,6 +227,9 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
         << odd.status().ToString();
     EXPECT_NE(odd.status().message().find(needle), std::string::npos) << odd.status().ToString();
   }
+  const std::string kBadCells =
+      "tensor 'w' piece 0: 'cells' needs a version 2 index and 'set', 'first' and a 'chunk' shape "
+      "that fits the piece";
   // Pieces that still add up to the tensor but are not its layout's (two ranks' regions
   // swapped: a reader would take rank 1's bytes for rank 0's), and a tensor listed twice.
   for (const auto& [edit, needle] :
@@ -246,7 +249,34 @@ TEST(ReshardPadded, PiecesOffTheChunkGridArePaddedAndEveryChunkIsCopied) {
            {[](nlohmann::json& j) { j["tensors"][0]["pieces"][2]["rank"] = 6; },
             "piece rank out of range"},
            {[](nlohmann::json& j) { j["version"] = 1; },
-            "tensor 'w' piece 0: 'cells' needs a version 2 index"}}) {
+            "tensor 'w' piece 0: 'cells' needs a version 2 index"},
+           // A piece's fingerprint and cells, malformed field by field.
+           {[](nlohmann::json& j) { j["tensors"][0]["pieces"][1]["fingerprint"] = 7; },
+            "tensor 'w' piece 1: fingerprint: not a string"},
+           {[](nlohmann::json& j) {
+              j["tensors"][0]["pieces"][1]["fingerprint"] = std::string(32, 'G');
+            },
+            "tensor 'w' piece 1: fingerprint: fingerprint 'GGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGG': "
+            "not lowercase hex"},
+           {[](nlohmann::json& j) { j["tensors"][0]["pieces"][0]["cells"] = 3; }, kBadCells},
+           {[](nlohmann::json& j) { j["tensors"][0]["pieces"][0]["cells"]["set"] = "0"; },
+            kBadCells},
+           {[](nlohmann::json& j) {
+              j["tensors"][0]["pieces"][0]["cells"]["set"] = (uint64_t{1} << 30) + 1;
+            },
+            kBadCells},
+           {[](nlohmann::json& j) { j["tensors"][0]["pieces"][0]["cells"].erase("first"); },
+            kBadCells},
+           {[](nlohmann::json& j) { j["tensors"][0]["pieces"][0]["cells"]["chunk"] = 4; },
+            kBadCells},
+           {[](nlohmann::json& j) { j["tensors"][0]["pieces"][0]["cells"]["chunk"][1] = 0; },
+            kBadCells},
+           {[](nlohmann::json& j) {
+              j["tensors"][0]["pieces"][0]["cells"]["chunk"][0] = 1000;  // beyond the piece
+            },
+            kBadCells},
+           {[](nlohmann::json& j) { j["tensors"][0]["pieces"][0]["cells"]["chunk"].push_back(1); },
+            kBadCells}}) {
     ASSERT_EQ(Shell("cp " + d6 + " " + t1).code, 0);
     ASSERT_NO_FATAL_FAILURE(EditIndex(t1, edit));
     auto odd = DistCatalog::Open(t1);
