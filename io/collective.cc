@@ -191,7 +191,7 @@ Result<bool> UseCuda(const std::string& device) {
 Status FingerprintLocal(const Catalog& cat, size_t i, const Region& region, int rank, bool cuda,
                         const VerifyOptions& o, bool flip_here, LocalShard* out) {
   const TensorRecord& rec = cat.tensors()[i];
-  const bool lazy = rec.lazy.has_value();
+  const bool lazy = rec.lazy != nullptr;
   const Simulate sim = o.simulate;
   // The simulations hold the shard whole: one too large for memory is refused by name.
   if (flip_here || (lazy && sim == Simulate::kLayoutRng))

@@ -528,7 +528,7 @@ Status SaveJob::Prove() {
   for (size_t i = 0; i < n_; ++i) {
     ReshardRow row;
     row.name = ts_[i].name;
-    row.lazy = ts_[i].lazy.has_value();
+    row.lazy = ts_[i].lazy != nullptr;
     if (!row.lazy) {
       row.pieces = o_.consolidate ? 1 : plan_.pieces[i].size();
       row.bytes = ts_[i].NumBytes();

@@ -244,7 +244,7 @@ Result<TensorRecord> ParseLazyRecord(json rec, const std::string& where, const I
   tr.name = t->name;
   tr.shape = t->shape;
   tr.dtype = t->dtype;
-  tr.lazy = std::move(*l);
+  tr.lazy = std::make_shared<const LazyTensor>(std::move(*l));
   return tr;
 }
 

@@ -273,7 +273,8 @@ Result<std::unique_ptr<SpecCatalog>> SpecCatalog::Create(const ModelSpec& spec,
     rec.name = t.name;
     rec.shape = t.shape;
     rec.dtype = t.dtype;
-    SEEDSTORE_ASSIGN_OR_RETURN(rec.lazy, LazyTensor::Resolve(t, spec.seed));
+    SEEDSTORE_ASSIGN_OR_RETURN(LazyTensor lazy, LazyTensor::Resolve(t, spec.seed));
+    rec.lazy = std::make_shared<const LazyTensor>(std::move(lazy));
     c->records_.push_back(std::move(rec));
   }
   return c;

@@ -22,7 +22,10 @@ struct TensorRecord {
   std::string name;
   std::vector<uint64_t> shape;
   DType dtype = DType::kF32;
-  std::optional<LazyTensor> lazy;          // set for lazy tensors
+  /// Set for lazy tensors. Shared and immutable: records are copied between catalogs, and a
+  /// dense one (a rank file holds hundreds per open file) carries a pointer, not a 288-byte
+  /// LazyTensor.
+  std::shared_ptr<const LazyTensor> lazy;
   std::optional<Fingerprint> fingerprint;  // the recorded whole-tensor fingerprint, if any
   /// Set when this (dense) tensor is a piece of a larger tensor of the same name and dtype --
   /// a rank file's shard in a distributed save (docs/FORMAT.md 4.1, "piece"): the piece's

@@ -259,7 +259,7 @@ nb::dict TensorInfo(const TensorRecord& t) {
   for (uint64_t s : t.shape) shape.append(s);
   d["shape"] = nb::tuple(shape);
   d["dtype"] = DTypeName(t.dtype);
-  d["lazy"] = t.lazy.has_value();
+  d["lazy"] = t.lazy != nullptr;
   if (t.lazy) {
     d["init"] = JsonToPython(t.lazy->spec.init.ToJson());
     d["generator"] = GeneratorName(t.lazy->spec.generator);
