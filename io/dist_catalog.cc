@@ -239,8 +239,8 @@ Region DistCatalog::Piece::stored() const {
 
 void DistCatalog::Piece::set_stored(const Region& s) {
   const size_t at = dims_ + (flat_ ? 2 : 2 * dims_);
-  const std::vector<uint64_t> chunk = has_cells() ? cells()->chunk : std::vector<uint64_t>();
-  c_.resize(at);  // the cells' chunk shape, if any, goes back after
+  const std::vector<uint64_t> chunk(c_.end() - chunk_len_, c_.end());  // goes back after
+  c_.resize(at);
   stored_len_ = 0;
   if (!SameRegion(s, region())) {
     AppendRegionCoords(s, &c_);
@@ -248,6 +248,14 @@ void DistCatalog::Piece::set_stored(const Region& s) {
     stored_flat_ = s.flat;
   }
   c_.insert(c_.end(), chunk.begin(), chunk.end());
+}
+
+bool DistCatalog::Piece::BoxHolds(const uint64_t* x) const {
+  if (flat_) return false;
+  const uint64_t* c = c_.data() + dims_;
+  for (int d = 0; d < dims_; ++d)
+    if (x[d] < c[d] || x[d] >= c[dims_ + d]) return false;
+  return true;
 }
 
 std::optional<PieceCells> DistCatalog::Piece::cells() const {
@@ -470,12 +478,8 @@ Result<Fingerprint> DistCatalog::ProveCells(size_t i, size_t p, CpuOptions o) co
     if (mine) continue;
     // A cell of p's padding: the owner of its first element stores it too.
     size_t owner = pieces_[i].size();
-    for (size_t k = 0; k < pieces_[i].size() && owner == pieces_[i].size(); ++k) {
-      const Region g = pieces_[i][k].region();
-      bool in = !g.flat;
-      for (int d = 0; in && d < rank; ++d) in = g.start[d] <= x[d] && x[d] < g.stop[d];
-      if (in) owner = k;
-    }
+    for (size_t k = 0; k < pieces_[i].size() && owner == pieces_[i].size(); ++k)
+      if (pieces_[i][k].BoxHolds(x)) owner = k;
     auto mismatch = [&](const std::string& why) {
       return DistError("padding-mismatch", Code::kMismatch, path_, me.rank, rank_files_[me.rank],
                        "tensor '" + records_[i].name + "' piece " + DescribeRegion(my) +

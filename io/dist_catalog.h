@@ -54,6 +54,8 @@ class DistCatalog : public Catalog, public StoredChunks {
     void set_stored(const Region& s);
     /// The elements region() serves (its Count()), without building it.
     uint64_t Count() const;
+    /// Whether region() is a box holding global index `x` (one coordinate per dim).
+    bool BoxHolds(const uint64_t* x) const;
     /// In a version 2 save, where the piece's chunks lie in its rank file when they are cells
     /// (docs/FORMAT.md 11): the rank file's record must say the same.
     std::optional<PieceCells> cells() const;

@@ -84,6 +84,15 @@ TEST(DistPiece, EveryPartReadsBackWhateverTheOrderItWasSetIn) {
     EXPECT_EQ(p.has_cells(), cells.has_value());
     EXPECT_EQ(p.cells(), cells);
     EXPECT_EQ(p.fingerprint, fp);
+    // BoxHolds: a point inside the region (its start, when it has elements), and a random one.
+    for (int k = 0; k < 2; ++k) {
+      uint64_t x[kMaxRank];
+      for (int d = 0; d < rank; ++d) x[d] = k == 0 ? c.region.start[d] : rng() % c.region.shape[d];
+      bool want = !flat;
+      for (int d = 0; want && d < rank; ++d)
+        want = c.region.start[d] <= x[d] && x[d] < c.region.stop[d];
+      EXPECT_EQ(p.BoxHolds(x), want) << "point " << k;
+    }
 
     // Setting them again replaces them: back to an unpadded piece without cells.
     p.set_stored(c.region);
