@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -77,6 +78,25 @@ float RoundTo(DType d, float x) {
   }
 }
 
+// Round a float64 to dtype D (f32, bf16, f16) once, to nearest even, and back: the rounding of
+// a Python float that JAX converts straight to the dtype (`jnp.full`; a weak-typed constant
+// under `jax.jit`). Not RoundTo(d, float(x)): rounding through float32 first can land on a
+// bf16/f16 tie that x itself is not on. Subnormals are kept; beyond the largest finite value
+// plus half an ulp the result is infinite.
+float RoundDirect(DType d, double x) {
+  if (d == DType::kF32 || !std::isfinite(x) || x == 0.0) return static_cast<float>(x);
+  const bool bf16 = d == DType::kBF16;
+  const int digits = bf16 ? 8 : 11;       // significand bits, the implicit one included
+  const int min_exp = bf16 ? -126 : -14;  // exponent of the smallest normal
+  const double max = bf16 ? 0x1.FEp127 : 65504.0;
+  int e = 0;
+  std::frexp(x, &e);                                            // |x| in [2^(e-1), 2^e)
+  const int quantum = std::max(e - 1, min_exp) - (digits - 1);  // exponent of one ulp at x
+  const double r = std::ldexp(std::nearbyint(std::ldexp(x, -quantum)), quantum);  // exact
+  if (std::fabs(r) > max) return std::copysign(std::numeric_limits<float>::infinity(), x);
+  return static_cast<float>(r);
+}
+
 // Next representable value of dtype d (f32/bf16/f16) after x toward +inf (up) or -inf.
 float NextAfterIn(DType d, float x, bool up) {
   if (d == DType::kF32) {
@@ -98,8 +118,9 @@ float NextAfterIn(DType d, float x, bool up) {
 }
 
 Result<uint64_t> ConstantBits(DType d, double v, const std::string& where) {
+  // As `jnp.full(shape, v, dtype)`: v rounded once, straight to the dtype.
   const bool is_float = d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
-  if (is_float && !std::isfinite(RoundTo(d, static_cast<float>(v))))
+  if (is_float && !std::isfinite(RoundDirect(d, v)))
     return InvalidArgument(where + ": value " + JsonPreview(json(v)) +
                            " is out of range for dtype " + DTypeName(d) +
                            " (it would be infinite)");
@@ -109,9 +130,9 @@ Result<uint64_t> ConstantBits(DType d, double v, const std::string& where) {
     case DType::kF64:
       return BitCast<uint64_t>(v);
     case DType::kBF16:
-      return F32ToBF16(static_cast<float>(v));
+      return F32ToBF16(RoundDirect(d, v));  // exact: the value is a bfloat16
     case DType::kF16:
-      return F32ToF16(static_cast<float>(v));
+      return F32ToF16(RoundDirect(d, v));
     default:
       break;
   }
@@ -531,9 +552,17 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
   const bool gaussian = s.dist == Dist::kNormal || s.dist == Dist::kTruncatedNormal;
   // Every parameter, and a uniform's range, must be finite in the dtype: an infinite bound or
   // scale fills the tensor with infinities or NaNs (and jax.random's NaNs are not ours).
+  // How JAX rounds a float64 parameter to a 16/32-bit dtype: `scale` and `mean` under jit are
+  // weak-typed Python constants, rounded once, straight to the dtype; op by op they are
+  // float32 arrays first, as are uniform's minval/maxval and truncated_normal's bounds in
+  // either flavour (jax.random takes them as arguments). Measured on bf16/f16 ties.
+  const bool jit = jax && t.flavour == Flavour::kJit;
+  auto param = [&](double v, bool affine) {
+    return jit && affine ? RoundDirect(d, v) : RoundTo(d, static_cast<float>(v));
+  };
   auto finite = [&](const char* what, double v) -> Status {
-    const bool ok =
-        d == DType::kF64 ? std::isfinite(v) : std::isfinite(RoundTo(d, static_cast<float>(v)));
+    const bool affine = std::string_view(what) == "scale" || std::string_view(what) == "mean";
+    const bool ok = d == DType::kF64 ? std::isfinite(v) : std::isfinite(param(v, affine));
     if (ok) return Status::Ok();
     return InvalidArgument(w + ": init." + what + " " + JsonPreview(json(v)) +
                            " is out of range for dtype " + DTypeName(d) +
@@ -557,8 +586,7 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     p.has_mean = s.mean != 0.0;
   }
   // The jit flavour's folded forms (gen/sampler.h Flavour); bfloat16 ops are rounded one by
-  // one under jit too, so only its truncation bounds (constants) follow the flavour.
-  const bool jit = jax && t.flavour == Flavour::kJit;
+  // one under jit too, so only its constants follow the flavour.
   p.jit = jit && gaussian && d != DType::kBF16;
   if (d == DType::kF64) {
     p.scale_d = s.scale;
@@ -591,8 +619,8 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
   // 16/32-bit floats. Threefry: every constant rounded in the dtype, as JAX computes.
   // Philox: float32 arithmetic, one rounding at the end.
   auto R = [&](float x) { return jax ? RoundTo(d, x) : x; };
-  p.scale_f = R(static_cast<float>(s.scale));
-  p.mean_f = R(static_cast<float>(s.mean));
+  p.scale_f = jax ? param(s.scale, true) : static_cast<float>(s.scale);
+  p.mean_f = jax ? param(s.mean, true) : static_cast<float>(s.mean);
   const float sqrt2 = R(1.41421353816986083984375f);
   p.sqrt2_scale_f = R(sqrt2 * p.scale_f);
   if (s.dist == Dist::kUniform) {

@@ -238,6 +238,23 @@ int RecordTestExit(int code) {
   return code;
 }
 
+CLI::Option* AddSourceArg(CLI::App& app, std::string* source) {
+  return app
+      .add_option("source", *source,
+                  "Spec (.json), store, distributed save or safetensors (file or index.json)")
+      ->required();
+}
+
+void AddDistSaveOptions(CLI::App& app, bool* full_proof, int* rank_file_version) {
+  app.add_flag("--full-proof", *full_proof,
+               "Prove by decoding and fingerprinting every written chunk (default: check its "
+               "stored bytes against the chunk-info table and sum the recorded fingerprints)");
+  AddInteger(app, "--rank-file-version", rank_file_version,
+             "Format version of the rank files: 2 (default) packs each file's pieces into a few "
+             "datasets; 1 writes a dataset per piece, for readers built before version 2",
+             kStoreFormatVersion, kCellsFormatVersion);
+}
+
 void AddCollectiveOptions(CLI::App& app, std::string* backend, double* timeout, int* threads) {
   app.add_option("--backend", *backend,
                  "auto (mpi under mpirun, else self), mpi, nccl (GPU collectives bootstrapped "

@@ -125,10 +125,18 @@ Status CheckOutputIsNotInput(const std::string& out, const std::string& source,
 /// be a file; '-' (stdout) is not supported" (only gen writes to stdout).
 CLI::Validator FileOutput(const std::string& what);
 
+/// The required positional "source" of the commands that read any source (OpenSource in
+/// io/open.h): a spec, store, distributed save or safetensors file or index.
+CLI::Option* AddSourceArg(CLI::App& app, std::string* source);
+
 /// --simulate none|hang|die|kill and --simulate-rank R of the commands that write a
 /// distributed save (save-ranks, reshard): the fault-injection hook of tests/mpi/test_faults.cc
 /// (DistSaveOptions::simulate in io/dist_store.h).
 void AddSimulateOptions(CLI::App& app, std::string* simulate, int* simulate_rank);
+
+/// --full-proof and --rank-file-version 1|2 of the commands that write a distributed save
+/// (save-ranks, reshard): DistSaveOptions::full_proof and ::rank_file_version.
+void AddDistSaveOptions(CLI::App& app, bool* full_proof, int* rank_file_version);
 
 /// --backend auto|mpi|nccl|self, --timeout SECONDS and --threads N of the multi-rank commands
 /// (verify-ranks, save-ranks, reshard); see OpenCollective in io/collective.h.

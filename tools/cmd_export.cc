@@ -71,9 +71,7 @@ int Run(const Options& o) {
 Register reg(
     {"export", "Write a store's tensors (or one rank's shards) as safetensors", [](CLI::App& app) {
        auto o = std::make_shared<Options>();
-       app.add_option("source", o->source,
-                      "Store, distributed save, spec (.json) or safetensors (file or index.json)")
-           ->required();
+       AddSourceArg(app, &o->source);
        app.add_option("--format", o->format, "Output format")
            ->check(CLI::IsMember({"safetensors"}));
        app.add_option("-o,--output", o->out, "Output file, e.g. model.safetensors")

@@ -56,10 +56,7 @@ int Run(const Options& o) {
 Register reg({"fingerprint", "Print each tensor's fingerprint (or one rank's shard's)",
               [](CLI::App& app) {
                 auto o = std::make_shared<Options>();
-                app.add_option(
-                       "source", o->source,
-                       "Spec (.json), store, distributed save or safetensors (file or index.json)")
-                    ->required();
+                AddSourceArg(app, &o->source);
                 app.add_option("--layout", o->layout, "Layout JSON: fingerprint one rank's shards");
                 AddInteger(app, "--rank", &o->rank, "Rank (with --layout)", 0);
                 app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");

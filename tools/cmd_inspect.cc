@@ -66,10 +66,7 @@ int Run(const Options& o) {
 Register reg({"inspect", "List the tensors of a store: shape, dtype, lazy/dense, size, fingerprint",
               [](CLI::App& app) {
                 auto o = std::make_shared<Options>();
-                app.add_option(
-                       "source", o->source,
-                       "Store, distributed save, spec (.json) or safetensors (file or index.json)")
-                    ->required();
+                AddSourceArg(app, &o->source);
                 app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");
                 app.add_flag("--json", o->json, "JSON output");
                 return [o] { return Run(*o); };

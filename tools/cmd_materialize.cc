@@ -39,9 +39,7 @@ int Run(const Options& o) {
 Register reg(
     {"materialize", "Write one rank's shards to a safetensors file", [](CLI::App& app) {
        auto o = std::make_shared<Options>();
-       app.add_option("source", o->source,
-                      "Spec (.json), store, distributed save or safetensors (file or index.json)")
-           ->required();
+       AddSourceArg(app, &o->source);
        app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
        AddInteger(app, "--rank", &o->rank, "Rank whose shards to write", 0)->required();
        app.add_option("--tensors", o->tensors, "Glob of tensor names (default *)");

@@ -109,9 +109,7 @@ Register reg(
      "store), proving every tensor's fingerprint",
      [](CLI::App& app) {
        auto o = std::make_shared<ReshardOptions>();
-       app.add_option("source", o->source,
-                      "Spec (.json), store, distributed save or safetensors (file or index.json)")
-           ->required();
+       AddSourceArg(app, &o->source);
        app.add_option("--layout", o->layout, "Output layout JSON (mesh + placements)");
        app.add_option("-o,--output", o->output, "Output path (the master file)")
            ->required()
@@ -119,9 +117,7 @@ Register reg(
        app.add_flag("--consolidate", o->consolidate, "Write one ordinary store instead");
        app.add_flag("--json", o->json, "Print the proof as JSON (rank 0)");
        app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
-       app.add_flag("--full-proof", o->full_proof,
-                    "Prove by decoding and fingerprinting every written chunk (default: check its "
-                    "stored bytes against the chunk-info table and sum the recorded fingerprints)");
+       AddDistSaveOptions(app, &o->full_proof, &o->rank_file_version);
        AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
        AddInteger(app, "--zstd-level", &o->zstd_level,
                   "zstd level 1..22 of encoded chunks (default 1)", kMinZstdLevel, kMaxZstdLevel);
@@ -131,11 +127,6 @@ Register reg(
                  "not re-encoded) when that adds at most this fraction of its elements; 0: never "
                  "(default 0.25)",
                  0.0);
-       AddInteger(
-           app, "--rank-file-version", &o->rank_file_version,
-           "Format version of the rank files: 2 (default) packs each file's pieces into a few "
-           "datasets; 1 writes a dataset per piece, for readers built before version 2",
-           kStoreFormatVersion, kCellsFormatVersion);
        AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
        return [o] { return Run(*o); };
      }});

@@ -95,34 +95,25 @@ int Run(const SaveRanksOptions& o) {
                   [&](Collective& c, std::string* outcome) { return RunOn(c, o, outcome); });
 }
 
-Register reg(
-    {"save-ranks",
-     "Under mpirun: every rank saves its own shards of a model to its own file (a "
-     "distributed save), proven against the ranks' fingerprints",
-     [](CLI::App& app) {
-       auto o = std::make_shared<SaveRanksOptions>();
-       app.add_option("source", o->source,
-                      "Spec (.json), store, distributed save or safetensors (file or index.json)")
-           ->required();
-       app.add_option("--layout", o->layout, "Layout JSON; its world size must be the job's")
-           ->required();
-       app.add_option("-o,--output", o->output, "Output path (the master file)")
-           ->required()
-           ->check(FileOutput("distributed save"));
-       app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
-       AddCodecOption(app, &o->codecs);
-       app.add_flag("--full-proof", o->full_proof,
-                    "Prove by decoding and fingerprinting every written chunk (default: check its "
-                    "stored bytes against the chunk-info table and sum the recorded fingerprints)");
-       AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
-       AddInteger(
-           app, "--rank-file-version", &o->rank_file_version,
-           "Format version of the rank files: 2 (default) packs each file's pieces into a few "
-           "datasets; 1 writes a dataset per piece, for readers built before version 2",
-           kStoreFormatVersion, kCellsFormatVersion);
-       AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
-       return [o] { return Run(*o); };
-     }});
+Register reg({"save-ranks",
+              "Under mpirun: every rank saves its own shards of a model to its own file (a "
+              "distributed save), proven against the ranks' fingerprints",
+              [](CLI::App& app) {
+                auto o = std::make_shared<SaveRanksOptions>();
+                AddSourceArg(app, &o->source);
+                app.add_option("--layout", o->layout,
+                               "Layout JSON; its world size must be the job's")
+                    ->required();
+                app.add_option("-o,--output", o->output, "Output path (the master file)")
+                    ->required()
+                    ->check(FileOutput("distributed save"));
+                app.add_flag("-q,--quiet", o->quiet, "Print nothing on success");
+                AddCodecOption(app, &o->codecs);
+                AddDistSaveOptions(app, &o->full_proof, &o->rank_file_version);
+                AddCollectiveOptions(app, &o->backend, &o->timeout, &o->threads);
+                AddSimulateOptions(app, &o->simulate, &o->simulate_rank);
+                return [o] { return Run(*o); };
+              }});
 
 }  // namespace
 }  // namespace seedstore::cli

@@ -98,9 +98,7 @@ Register reg(
      "each tensor",
      [](CLI::App& app) {
        auto o = std::make_shared<VerifyRanksOptions>();
-       app.add_option("source", o->source,
-                      "Spec (.json), store, distributed save or safetensors (file or index.json)")
-           ->required();
+       AddSourceArg(app, &o->source);
        app.add_option("--layout", o->layout, "Layout JSON (mesh + placements)")->required();
        app.add_flag("--json", o->json, "Print the report as JSON (rank 0)");
        app.add_flag("--problems-only", o->problems_only,

@@ -13,6 +13,7 @@ bit the slice of the whole tensor (invariant I1). Plain tensors are whole tensor
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -278,7 +279,15 @@ def init_module_(module: torch.nn.Module, source: Any, *, device=None, strict: b
     regions = []
     for n, src, t in plan:
         layout, me = layout_of(src, t)
-        regions.append(layout.shard(src, list(t.shape), me).region)
+        region = layout.shard(src, list(t.shape), me).region
+        local = tuple(_local(t).shape)  # a meta tensor's too: to_empty keeps every shape
+        # torch may shape an empty local shard otherwise than the layout does ([0, 0] for
+        # [6, 0]): nothing to fill either way.
+        if local != tuple(region.local_shape) and (math.prod(local) or region.count):
+            raise _err(_ss.InternalError, "INTERNAL",
+                       f"init_module_: tensor '{n}': local shard {list(local)} is not the "
+                       f"region {region} the layout gives ({list(region.local_shape)})")
+        regions.append(region)
     if any(t.is_meta for _, _, t in _named_tensors(module)):
         module.to_empty(device=device if device is not None else _default_device(module))
         by_name = {n: t for _, n, t in _named_tensors(module)}
@@ -286,12 +295,8 @@ def init_module_(module: torch.nn.Module, source: Any, *, device=None, strict: b
     report = InitReport(unmatched=unmatched)
     with torch.no_grad():
         for (n, src, t), region in zip(plan, regions):
-            local = _local(t)
-            if tuple(local.shape) != tuple(region.local_shape):
-                raise _err(_ss.InternalError, "INTERNAL",
-                           f"init_module_: tensor '{n}': local shard {list(local.shape)} is not the "
-                           f"region {region} the layout gives ({list(region.local_shape)})")
-            cat.materialize(src, local, region, threads=threads)
+            if region.count:
+                cat.materialize(src, _local(t), region, threads=threads)
             report.initialized[n] = src
     return report
 
@@ -342,12 +347,33 @@ def _exchange_of(group, what: str):
     return ex, ex.size(), (lambda g: dist.get_group_rank(group, g))
 
 
+def _axis_order(mesh_axes: List[str], nests: List[List[str]]) -> Optional[List[str]]:
+    """An order of `mesh_axes` in which every list of `nests` (axes sharding one dim, outermost
+    first) keeps its order, ties broken by the mesh's own order; None when they conflict."""
+    after = {a: set() for a in mesh_axes}
+    for order in nests:
+        for x, y in zip(order, order[1:]):
+            after[x].add(y)
+    before = {a: sum(a in after[x] for x in mesh_axes) for a in mesh_axes}
+    out: List[str] = []
+    while len(out) < len(mesh_axes):
+        free = [a for a in mesh_axes if a not in out and before[a] == 0]
+        if not free:
+            return None
+        out.append(free[0])
+        for y in after[free[0]]:
+            before[y] -= 1
+    return out
+
+
 def _layout_groups(named, name_map: NameMap, to_rank, world: int, what: str):
-    """Tensors `named` ((name, tensor) pairs) as few library layouts over the group as their placements allow
-    (one, unless two tensors nest the same mesh axes in opposite orders): a list of
-    (Layout, [(name, global shape, local shard)]) -- plain tensors, unmatched by any rule,
-    replicated over the first -- and whether any shard is on CUDA."""
-    placed: List[Tuple[_MeshPlacement, list, list]] = []
+    """Tensors `named` ((name, tensor) pairs) as few library layouts over the group as their
+    placements allow (one, unless two tensors over one mesh nest its axes in orders no single
+    order of the axes keeps): a list of (Layout, [(name, global shape, local shard)]) -- plain
+    tensors, unmatched by any rule, replicated over the first -- and whether any shard is on
+    CUDA. A group's axis order is found from all its tensors' nestings (_axis_order), so the
+    order of `named` does not decide whether they fit one layout."""
+    groups: List[Tuple[_MeshPlacement, list, list]] = []  # (first placement, nests, members)
     plain = []
     cuda = False
     for n, t in named:
@@ -365,22 +391,28 @@ def _layout_groups(named, name_map: NameMap, to_rank, world: int, what: str):
                        f"{what}: tensor '{n}': its DeviceMesh has {len(mp.devices)} ranks, "
                        f"the group {world}: pass the group its mesh spans")
         _dense_ranks(mp.devices, n)
-        for g in placed:
-            fit = mp.reordered(g[0].axes)
-            if fit is not None and fit.devices == g[0].devices:
-                mp = fit
+        nests = [o for o in mp.nest.values() if len(o) > 1]
+        for g in groups:
+            if (g[0].mesh_axes == mp.mesh_axes and torch.equal(g[0].ranks, mp.ranks) and
+                    _axis_order(mp.mesh_axes, g[1] + nests) is not None):
                 break
         else:
             g = (mp, [], [])
-            placed.append(g)
-        g[1].append({"match": _glob_literal(name), "dtensor": mp.entries})
-        g[2].append((name, list(t.shape), local))
-    if not placed:
-        placed.append((_MeshPlacement(["data"], [world], list(range(world)), []), [], []))
+            groups.append(g)
+        g[1].extend(nests)
+        g[2].append((name, mp, list(t.shape), local))
     out = []
-    for i, (mp, rules, params) in enumerate(placed):
-        layout = _ss.Layout({"mesh": mp.mesh_json(), "placements": rules})
-        out.append((layout, params + plain if i == 0 else params))
+    for first, nests, members in groups:
+        axes = _axis_order(first.mesh_axes, nests)
+        placed = [(name, mp.reordered(axes), shape, local) for name, mp, shape, local in members]
+        layout = _ss.Layout({"mesh": placed[0][1].mesh_json(),
+                             "placements": [{"match": _glob_literal(name), "dtensor": mp.entries}
+                                            for name, mp, _, _ in placed]})
+        out.append((layout, [(name, shape, local) for name, _, shape, local in placed]))
+    if not out:
+        out.append((_ss.Layout({"mesh": {"axes": ["data"], "shape": [world],
+                                         "devices": list(range(world))}, "placements": []}), []))
+    out[0] = (out[0][0], out[0][1] + plain)
     return out, cuda
 
 

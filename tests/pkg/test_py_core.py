@@ -3,6 +3,7 @@ fingerprint, init/export/import/reshard to make every kind of source), real jax.
 and torch arrays. Seeded random shapes, boxes and dtypes, plus boundaries (0-d, one element,
 primes, flat indices >= 2^32, empty boxes) and bad input refused by name before a byte is
 written."""
+import itertools
 import json
 import os
 import random
@@ -399,3 +400,25 @@ def test_dcp_writer_and_reader_in_a_world_of_one(tmp_path):
         assert not (tmp_path / "bad.h5").exists()
     finally:
         dist.destroy_process_group()
+
+
+def test_mesh_axis_order_keeps_every_nesting_or_is_none():
+    pytest.importorskip("torch")
+    from seedstore.torch import _axis_order
+    assert _axis_order(["dp", "tp"], []) == ["dp", "tp"]              # no nesting: the mesh's order
+    assert _axis_order(["dp", "tp"], [["tp", "dp"]]) == ["tp", "dp"]
+    assert _axis_order(["dp", "tp"], [["tp", "dp"], ["dp", "tp"]]) is None  # opposite nestings
+    # two nestings no first-come order keeps: b before a and c before a
+    assert _axis_order(["a", "b", "c"], [["b", "a"], ["c", "a"]]) == ["b", "c", "a"]
+    assert _axis_order(["a", "b", "c"], [["c", "b"], ["b", "a"]]) == ["c", "b", "a"]
+    assert _axis_order(["a", "b", "c"], [["a", "c"], ["c", "b"], ["b", "a"]]) is None  # a cycle
+    rng = random.Random(SEED + 7)
+    for _ in range(300):  # random chains over 4 axes: the order found keeps each, else a cycle
+        axes = ["p", "q", "r", "s"]
+        nests = [rng.sample(axes, rng.randint(2, 3)) for _ in range(rng.randint(0, 3))]
+        got = _axis_order(axes, nests)
+        keeps = lambda o: all([a for a in o if a in n] == n for n in nests)  # noqa: E731
+        if got is None:
+            assert not any(keeps(list(p)) for p in itertools.permutations(axes)), nests
+        else:
+            assert sorted(got) == sorted(axes) and keeps(got), (nests, got)

@@ -129,3 +129,28 @@ def test_dcp_save_with_the_writer_is_a_seedstore_save(ranks):
     assert ranks[0]["save_fingerprints"] == spec_fps  # consolidated: the model's fingerprints
     for r, res in enumerate(ranks):  # read back into another sharding through the Reader
         assert res["save_load_bad"] == [], (r, res["save_load_bad"])
+
+
+def test_writer_places_a_state_dict_whatever_its_first_tensor(ranks):
+    pl = ranks[0]["order_placements"]
+    assert pl["a_norm.weight"] == ["S(0)"] and pl["l.weight"] == ["_S(0, 2)", "S(0)"], pl
+    code, err = ranks[0]["order_cli_check"]
+    assert code == 0, err
+    for r, res in enumerate(ranks):
+        assert res["order_bad"] == [], (r, res["order_bad"])
+
+
+def test_writer_names_opposite_nestings_and_writes_nothing(ranks):
+    for r, res in enumerate(ranks):
+        err = res["opposite_error"]
+        assert err and "UNSUPPORTED" in err and "opposite orders" in err, (r, err)
+        assert not res["opposite_left"], r
+
+
+def test_empty_local_shards_shaped_otherwise_by_torch_are_filled_as_empty(ranks):
+    for r, res in enumerate(ranks):
+        got = res["zero_dim"]
+        assert isinstance(got, list), (r, got)
+        initialized, _, v_equal, verified = got
+        assert initialized == ["v", "w"] and v_equal and verified, (r, got)
+    assert any(res["zero_dim"][1] == [0, 0] for res in ranks), [res["zero_dim"][1] for res in ranks]

@@ -228,6 +228,57 @@ def main():
     dcp.load(mm.state_dict(), storage_reader=sst.Reader(ckpt))
     record("save_load_bad", compare_with_whole(mm, whole))
 
+    # --- Writer: a state dict whose first tensor (by name) has a placement that fixes no
+    # order of the mesh axes (FSDP only), before a colwise (_StridedShard) weight that needs
+    # "tp" outside "dp": one layout places both. A plain DTensor sharding one dim over "dp"
+    # then "tp" beside that weight really is the opposite nesting: refused, named.
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    with torch.device("meta"):
+        mo = nn.Module()
+        mo.a_norm = nn.RMSNorm(DIM)
+        mo.l = nn.Linear(DIM, HIDDEN, bias=False)
+    parallelize_module(mo, mesh["tp"], {"l": ColwiseParallel()})
+    fully_shard(mo, mesh=mesh["dp"])
+    ospec = {"seedstore": 1, "seed": 3, "tensors": [
+        {"name": n, "shape": list(p.shape), "dtype": "float32", "init": {"dist": "normal"}}
+        for n, p in mo.named_parameters()]}
+    sst.init_module_(mo, ospec)
+    record("order_placements", placements(mo))
+    ockpt = os.path.join(out, "order.h5")
+    dcp.save(mo.state_dict(), storage_writer=sst.Writer(ockpt))
+    if rank == 0:
+        v = subprocess.run([os.environ["SEEDSTORE_BIN"], "verify", ockpt], capture_output=True, text=True)
+        record("order_cli_check", [v.returncode, v.stderr[-2000:]])
+    back = seedstore.open(ockpt)
+    record("order_bad", [n for n, p in mo.named_parameters()
+                         if not torch.equal(p.full_tensor(), torch.from_numpy(back.read(n)))])
+    from torch.distributed.tensor import Shard, distribute_tensor
+    sd = {"a": mo.l.weight, "b": distribute_tensor(torch.ones(8, 4), mesh, [Shard(0), Shard(0)])}
+    try:
+        dcp.save(sd, storage_writer=sst.Writer(os.path.join(out, "opposite.h5")))
+        record("opposite_error", None)
+    except BaseException as e:  # DCP wraps the ranks' errors in a CheckpointException
+        record("opposite_error", str(e)[-3000:])
+    record("opposite_left", os.path.exists(os.path.join(out, "opposite.h5")))
+
+    # --- FSDP2 over a parameter with a zero-size dim: torch shapes some empty local shards
+    # [0, 0] where the layout's region is [k, 0]; nothing to fill, no error.
+    with torch.device("meta"):
+        mz = nn.Module()
+        mz.w = nn.Parameter(torch.empty(23, 0))
+        mz.v = nn.Parameter(torch.empty(5))
+    fully_shard(mz, mesh=init_device_mesh("cpu", (world,)))
+    zspec = {"seedstore": 1, "seed": 0, "tensors": [
+        {"name": n, "shape": list(p.shape), "dtype": "float32", "init": {"dist": "normal"}}
+        for n, p in mz.named_parameters()]}
+    try:
+        rep = sst.init_module_(mz, zspec)
+        record("zero_dim", [sorted(rep.initialized), list(mz.w.to_local().shape),
+                            torch.equal(mz.v.full_tensor(), torch.from_numpy(seedstore.open(zspec).read("v"))),
+                            sst.verify_replicas(mz, source=zspec).ok])
+    except seedstore.Error as e:
+        record("zero_dim", f"{type(e).__name__}: {e}")
+
     # --- torchtitan#166: DDP-style replicas (plain tensors on every rank) never seeded alike.
     r = Llama()
     torch.manual_seed(rank)

@@ -132,8 +132,9 @@ def f16_affine(key, shape, lo, hi):
     f16, as XLA does on hosts without (AMD Zen, Intel before Sapphire Rapids)."""
     bits = np.asarray(jax.random.bits(key, shape, jnp.uint16))
     f = ((bits >> 6) | np.uint16(0x3C00)).view(np.float16) - np.float16(1.0)  # exact
-    lo16 = np.float16(lo)
-    fused, unfused = f16_fma(f, np.float16(hi) - lo16, lo16)
+    # jax.random.uniform takes lo, hi as float32 arguments, then rounds them to float16.
+    lo16, hi16 = np.float16(np.float32(lo)), np.float16(np.float32(hi))
+    fused, unfused = f16_fma(f, hi16 - lo16, lo16)
     return np.maximum(fused, lo16), np.maximum(unfused, lo16)
 
 

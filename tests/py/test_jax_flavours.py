@@ -236,6 +236,62 @@ def test_random_params_f64():
         jax.config.update("jax_enable_x64", False)
 
 
+# ---- parameters on rounding ties ---------------------------------------------------------
+# A float64 parameter rounds to bfloat16/float16 either once (JAX: `jnp.full`, and `scale`,
+# `mean` as Python constants under jit) or through float32 first (op by op; uniform's and
+# truncated_normal's parameters, which jax.random takes as float32 arguments). The two differ
+# only for values within half a float32 ulp of a 16-bit tie -- about one random value in
+# 2^16 -- so random parameters alone never test it: these are built on ties.
+
+def tie_values(dt, seed, n, lo, hi):
+    """n float64 values, each a quarter float32 ulp off a tie of dt (alternately above and
+    below, either sign), on which rounding once and rounding through float32 disagree."""
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        x = np.asarray(10 ** rng.uniform(np.log10(lo), np.log10(hi))).astype(dt)
+        y = (x.view(np.uint16) + np.uint16(1)).view(dt)
+        tie = (np.float32(x) + np.float32(y)) / np.float32(2)  # exact in float32
+        off = float(np.spacing(tie)) / 4 * (1 if len(out) % 2 else -1)
+        v = (float(tie) + off) * (-1 if len(out) % 4 >= 2 else 1)
+        once, twice = np.asarray(v).astype(dt), np.asarray(np.float32(v)).astype(dt)
+        if once.view(np.uint16) != twice.view(np.uint16):
+            out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_parameters_on_rounding_ties(dtype):
+    dt = NP_DTYPE[dtype]
+    shape = (41,)
+    # Constants, subnormal ties included (jnp.full keeps them).
+    smallest = 2.0 ** (-133 if dtype == "bfloat16" else -24)
+    values = tie_values(dt, 31, 12, 1e-3, 1e3) + tie_values(dt, 32, 4, smallest, smallest * 64)
+    cases = [({"dist": "constant", "value": v}, lambda k, v=v: jnp.full(shape, v, dt))
+             for v in values]
+    for i, v in enumerate(tie_values(dt, 33 + (dtype == "float16"), 24, 1e-2, 4.0)):
+        a = abs(v)
+        cases += [
+            ({"dist": "normal", "scale": a}, lambda k, a=a: jax.random.normal(k, shape, dt) * a),
+            ({"dist": "normal", "mean": v}, lambda k, v=v: jax.random.normal(k, shape, dt) + v),
+            ({"dist": "truncated_normal", "scale": a, "mean": v},
+             lambda k, a=a, v=v: jax.random.truncated_normal(k, -2.0, 2.0, shape, dt) * a + v),
+            ({"dist": "uniform", "minval": v, "maxval": a * 3},
+             lambda k, a=a, v=v: jax.random.uniform(k, shape, dt, v, a * 3)),
+            ({"dist": "truncated_normal", "lower": -a, "upper": 2 * a},
+             lambda k, a=a: jax.random.truncated_normal(k, -a, 2 * a, shape, dt)),
+        ][i % 5:i % 5 + 1]
+    checked = 0
+    for n, (init, f) in enumerate(cases):
+        key = jax.random.key(400 + n)
+        for flavour in FLAVOURS:
+            ref = np.asarray(jax.jit(f)(key) if flavour == "jit" else f(key))
+            ours = run_gen(shape, dtype, init, key=key, flavour=flavour)
+            checked += compare(ours, ref, f"{dtype} {flavour} {init}", dtype, key, shape,
+                               {"scale": 1.0, "mean": 0.0, **init}, flavour)
+    print(f"\n{dtype}: {len(cases)} tie cases, {checked} elements bit-exact")
+
+
 def test_flavours_differ_where_documented():
     """The issue's reproducers (tests/kat/vectors/jax_flavours.json, which the C++ test
     Flavour.KnownAnswersOfBothFlavours reads): JAX op by op and under jax.jit give the file's

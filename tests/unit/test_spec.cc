@@ -112,6 +112,27 @@ TEST(Spec, ConstantRangeChecked) {
   EXPECT_EQ(PrepareSampler(t, Key{})->const_bits, 0xFFFEu);
 }
 
+// A constant rounds once, straight from float64 to the dtype, as `jnp.full` does (values from
+// JAX 0.10.2): through float32 first, the first two would land on a tie and round elsewhere.
+TEST(Spec, ConstantsRoundOnceToTheDtype) {
+  auto bits = [](DType d, double v) -> Result<uint64_t> {
+    TensorSpec t;
+    t.name = "c";
+    t.dtype = d;
+    t.init.dist = Dist::kConstant;
+    t.init.value = v;
+    SEEDSTORE_ASSIGN_OR_RETURN(SamplerParams p, PrepareSampler(t, Key{}));
+    return p.const_bits;
+  };
+  EXPECT_EQ(*bits(DType::kBF16, -0.14697265811264515), 0xBE17u);
+  EXPECT_EQ(*bits(DType::kF16, 65519.999), 0x7BFFu);  // float32 65520: a tie, to infinity
+  EXPECT_EQ(bits(DType::kF16, 65520.0).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(*bits(DType::kBF16, 1e-40), 0x0001u);  // subnormal, kept
+  EXPECT_EQ(*bits(DType::kBF16, 3.3961e38), 0x7F7Fu);
+  EXPECT_EQ(*bits(DType::kF16, -1e-8), 0x8000u);
+  EXPECT_EQ(*bits(DType::kF32, 0.1), 0x3DCCCCCDu);
+}
+
 // A parameter, or a uniform's range, that is infinite in the tensor's dtype is refused, naming
 // it (it silently gave infinities, and -inf where jax.random gives NaN); the largest finite
 // values are accepted. Integers float64 cannot hold exactly are refused, not rounded.
