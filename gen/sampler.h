@@ -173,36 +173,40 @@ SEEDSTORE_HD double JaxUnitF64(Key key, uint64_t i) {
   return BitCast<double>((JaxBits64(key, i) >> 12) | 0x3FF0000000000000ull) - 1.0;
 }
 
-/// floats * range + lo, then max(lo, .), each op rounded in dtype (jax.random.uniform).
+/// floats * range + lo, then max(lo, .), each op rounded in dtype and flushed
+/// (jax.random.uniform).
 /// XLA-CPU fuses the f32/f16/f64 multiply-add into one FMA (AllowFPOpFusion=Fast; f16 is
 /// computed as an f32 FMA rounded to f16); bf16 ops are split by explicit converts, so bf16
 /// rounds after each op. Verified against jax.random.uniform (tests/py/test_jax_random.py).
 template <DType D>
 SEEDSTORE_HD float JaxAffine(float unit, float lo, float range) {
   float v;
-  if constexpr (D == DType::kBF16) v = RoundIn<D>(RoundIn<D>(unit * range) + lo);
-  else v = RoundIn<D>(FmaF32(unit, range, lo));
+  if constexpr (D == DType::kBF16) v = RoundIn<D>(Flush(RoundIn<D>(Flush(unit * range)) + lo));
+  else v = RoundIn<D>(Flush(FmaF32(unit, range, lo)));
   return XlaMax(lo, v);
 }
 SEEDSTORE_HD double JaxAffineF64(double unit, double lo, double range) {
-  return XlaMax(lo, FmaF64(unit, range, lo));
+  return XlaMax(lo, Flush(FmaF64(unit, range, lo)));
 }
 
 /// `x * scale + mean` (each part only when set). Eager: each op rounded in the dtype. Jit
 /// (p.jit, not bf16): XLA-CPU contracts the multiply-add into one FMA (f16: an f32 FMA rounded
-/// once to f16, as for uniform).
+/// once to f16, as for uniform). Every result flushed.
 template <DType D>
 SEEDSTORE_HD float JaxScaleMean(const SamplerParams& p, float x) {
   if (D != DType::kBF16 && p.jit && p.has_scale && p.has_mean)
-    return RoundIn<D>(FmaF32(x, p.scale_f, p.mean_f));
-  if (p.has_scale) x = RoundIn<D>(p.scale_f * x);
-  if (p.has_mean) x = RoundIn<D>(x + p.mean_f);
+    return RoundIn<D>(Flush(FmaF32(x, p.scale_f, p.mean_f)));
+  if (p.has_scale) x = RoundIn<D>(Flush(p.scale_f * x));
+  if (p.has_mean) x = RoundIn<D>(Flush(x + p.mean_f));
   return x;
 }
+/// float64 `x * scale + mean`, as JaxScaleMean; flushed (Xla: threefry) or not (philox).
+template <bool Xla>
 SEEDSTORE_HD double ScaleMeanF64(const SamplerParams& p, double x) {
-  if (p.jit && p.has_scale && p.has_mean) return FmaF64(x, p.scale_d, p.mean_d);
-  if (p.has_scale) x = p.scale_d * x;
-  if (p.has_mean) x = x + p.mean_d;
+  auto f = [](double v) { return Xla ? Flush(v) : v; };
+  if (p.jit && p.has_scale && p.has_mean) return f(FmaF64(x, p.scale_d, p.mean_d));
+  if (p.has_scale) x = f(p.scale_d * x);
+  if (p.has_mean) x = f(x + p.mean_d);
   return x;
 }
 
@@ -215,16 +219,16 @@ SEEDSTORE_HD float JaxNormalTail(const SamplerParams& p, float e) {
   const float sqrt2 = RoundIn<D>(kSqrt2F);
   if (D != DType::kBF16 && p.jit) {
     const float m = p.has_scale ? p.sqrt2_scale_f : sqrt2;
-    return p.has_mean ? RoundIn<D>(FmaF32(e, m, p.mean_f)) : RoundIn<D>(e * m);
+    return RoundIn<D>(Flush(p.has_mean ? FmaF32(e, m, p.mean_f) : e * m));
   }
-  return JaxScaleMean<D>(p, RoundIn<D>(sqrt2 * e));
+  return JaxScaleMean<D>(p, RoundIn<D>(Flush(sqrt2 * e)));
 }
 SEEDSTORE_HD double JaxNormalTailF64(const SamplerParams& p, double e) {
   if (p.jit) {
     const double m = p.has_scale ? p.sqrt2_scale_d : kSqrt2D;
-    return p.has_mean ? FmaF64(e, m, p.mean_d) : e * m;
+    return Flush(p.has_mean ? FmaF64(e, m, p.mean_d) : e * m);
   }
-  return ScaleMeanF64(p, kSqrt2D * e);
+  return ScaleMeanF64<true>(p, Flush(kSqrt2D * e));
 }
 
 /// The two halves of a 16/32-bit float threefry element: the uniform u (jax.random.uniform
@@ -238,9 +242,9 @@ SEEDSTORE_HD float ThreefryUniform(const SamplerParams& p, uint64_t i) {
 template <Dist X, DType D>
 SEEDSTORE_HD StorageT<D> ThreefryFromUniform(const SamplerParams& p, float u) {
   if constexpr (X == Dist::kNormal) {
-    return StoreFloat<D>(JaxNormalTail<D>(p, RoundIn<D>(XlaErfInvF32(u))));
+    return StoreFloat<D>(JaxNormalTail<D>(p, RoundIn<D>(Flush(XlaErfInvF32(u)))));
   } else if constexpr (X == Dist::kTruncatedNormal) {
-    float x = RoundIn<D>(RoundIn<D>(kSqrt2F) * RoundIn<D>(XlaErfInvF32(u)));
+    float x = RoundIn<D>(Flush(RoundIn<D>(kSqrt2F) * RoundIn<D>(Flush(XlaErfInvF32(u)))));
     x = XlaMin(XlaMax(x, p.clip_lo_f), p.clip_hi_f);  // jnp.clip
     return StoreFloat<D>(JaxScaleMean<D>(p, x));
   } else {
@@ -256,12 +260,12 @@ SEEDSTORE_HD StorageT<D> ThreefryElement(const SamplerParams& p, uint64_t i) {
   } else if constexpr (D == DType::kF64) {
     const double u = JaxAffineF64(JaxUnitF64(p.key, i), p.lo_d, p.range_d);
     if constexpr (X == Dist::kNormal) {
-      return JaxNormalTailF64(p, XlaErfInvF64(u));
+      return JaxNormalTailF64(p, Flush(XlaErfInvF64(u)));
     } else if constexpr (X == Dist::kTruncatedNormal) {
-      const double x = kSqrt2D * XlaErfInvF64(u);
-      return ScaleMeanF64(p, XlaMin(XlaMax(x, p.clip_lo_d), p.clip_hi_d));  // jnp.clip
+      const double x = Flush(kSqrt2D * Flush(XlaErfInvF64(u)));
+      return ScaleMeanF64<true>(p, XlaMin(XlaMax(x, p.clip_lo_d), p.clip_hi_d));  // jnp.clip
     } else {
-      return ScaleMeanF64(p, u);
+      return ScaleMeanF64<true>(p, u);
     }
   } else {
     return ThreefryFromUniform<X, D>(p, ThreefryUniform<D>(p, i));
@@ -336,7 +340,7 @@ SEEDSTORE_HD StorageT<D> PhiloxFromWords(const SamplerParams& p, uint32_t hi, ui
         x = x < p.clip_hi_d ? x : p.clip_hi_d;
       }
     }
-    return ScaleMeanF64(p, x);
+    return ScaleMeanF64<false>(p, x);
   }
 }
 

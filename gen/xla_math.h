@@ -20,6 +20,20 @@
 
 namespace seedstore {
 
+/// XLA-CPU runs compiled code with subnormals flushed to zero (FTZ and DAZ): a subnormal
+/// result or operand of a float32/float64 op is a zero of its sign. The threefry path flushes
+/// every parameter as it is used (PrepareSampler) and every op's result. bfloat16 is computed
+/// in float32 and flushed with it; float16 values are normal in float32, so flushing its float32
+/// intermediates changes nothing (a subnormal float32 rounds to a float16 zero either way).
+SEEDSTORE_HD float Flush(float x) {
+  const uint32_t u = BitCast<uint32_t>(x);
+  return (u & 0x7F800000u) == 0 ? BitCast<float>(u & 0x80000000u) : x;
+}
+SEEDSTORE_HD double Flush(double x) {
+  const uint64_t u = BitCast<uint64_t>(x);
+  return (u & 0x7FF0000000000000ull) == 0 ? BitCast<double>(u & 0x8000000000000000ull) : x;
+}
+
 /// IEEE correctly rounded square roots (x86 sqrtss/sqrtsd, PTX sqrt.rn), as XLA's llvm.sqrt.
 SEEDSTORE_HD float SqrtF32(float x) {
 #if defined(__CUDA_ARCH__)

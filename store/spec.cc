@@ -581,6 +581,19 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     SEEDSTORE_RETURN_IF_ERROR(finite("scale", s.scale));
     SEEDSTORE_RETURN_IF_ERROR(finite("mean", s.mean));
   }
+  // XLA-CPU flushes subnormals (gen/xla_math.h Flush); how its clip orders a flushed bound's
+  // signed zero is not reproduced, so a truncation bound subnormal in a flushed dtype is refused.
+  if (jax && s.dist == Dist::kTruncatedNormal && d != DType::kF16) {
+    for (const auto& [what, v] : {std::pair{"lower", s.lower}, std::pair{"upper", s.upper}}) {
+      const double b = d == DType::kF64 ? v : RoundTo(d, static_cast<float>(v));
+      const double min_normal =
+          d == DType::kF64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
+      if (b != 0.0 && std::fabs(b) < min_normal)
+        return InvalidArgument(w + ": init." + what + " " + JsonPreview(json(v)) +
+                               " is subnormal in " + DTypeName(d) +
+                               ", which jax.random flushes to zero (use 0 or a normal value)");
+    }
+  }
   if (gaussian) {
     p.has_scale = s.scale != 1.0;
     p.has_mean = s.mean != 0.0;
@@ -588,14 +601,19 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
   // The jit flavour's folded forms (gen/sampler.h Flavour); bfloat16 ops are rounded one by
   // one under jit too, so only its constants follow the flavour.
   p.jit = jit && gaussian && d != DType::kBF16;
+  // Threefry: XLA-CPU flushes subnormals to zero (gen/xla_math.h Flush) in every op, the
+  // constant folder's included (measured: jit with subnormal parameters), so every value below
+  // is flushed as XLA computes it; philox values are not.
+  auto FD = [&](double v) { return jax ? Flush(v) : v; };
+  auto F = [&](float v) { return jax ? Flush(v) : v; };
   if (d == DType::kF64) {
-    p.scale_d = s.scale;
-    p.mean_d = s.mean;
+    p.scale_d = FD(s.scale);
+    p.mean_d = FD(s.mean);
     const double sqrt2 = 1.4142135623730951;
-    p.sqrt2_scale_d = sqrt2 * s.scale;
+    p.sqrt2_scale_d = FD(sqrt2 * p.scale_d);
     if (s.dist == Dist::kUniform) {
-      p.lo_d = s.minval;
-      p.range_d = s.maxval - s.minval;
+      p.lo_d = FD(s.minval);
+      p.range_d = FD(FD(s.maxval) - p.lo_d);
       p.clip_hi_d = std::nextafter(s.maxval, -std::numeric_limits<double>::infinity());
     } else if (s.dist == Dist::kNormal) {
       p.lo_d = std::nextafter(-1.0, 0.0);
@@ -604,29 +622,29 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
       // erf(bound / sqrt2) as XLA computes it: folded (jit) divides; at run time the
       // simplifier has turned the division into a multiply by 1 / sqrt2.
       auto erf_of = [&](double bound) {
-        return XlaErfF64(jax && !jit ? bound * (1.0 / sqrt2) : bound / sqrt2);
+        return FD(XlaErfF64(FD(jax && !jit ? bound * (1.0 / sqrt2) : bound / sqrt2)));
       };
-      const double a = erf_of(s.lower), b = erf_of(s.upper);
+      const double a = erf_of(s.lower), b = erf_of(s.upper);  // bounds are not subnormal
       p.lo_d = a;
-      p.range_d = b - a;
+      p.range_d = FD(b - a);
       p.clip_lo_d =
-          jax ? std::nextafter(s.lower, std::numeric_limits<double>::infinity()) : s.lower;
+          jax ? FD(std::nextafter(s.lower, std::numeric_limits<double>::infinity())) : s.lower;
       p.clip_hi_d =
-          jax ? std::nextafter(s.upper, -std::numeric_limits<double>::infinity()) : s.upper;
+          jax ? FD(std::nextafter(s.upper, -std::numeric_limits<double>::infinity())) : s.upper;
     }
     return p;
   }
   // 16/32-bit floats. Threefry: every constant rounded in the dtype, as JAX computes.
   // Philox: float32 arithmetic, one rounding at the end.
   auto R = [&](float x) { return jax ? RoundTo(d, x) : x; };
-  p.scale_f = jax ? param(s.scale, true) : static_cast<float>(s.scale);
-  p.mean_f = jax ? param(s.mean, true) : static_cast<float>(s.mean);
+  p.scale_f = jax ? F(param(s.scale, true)) : static_cast<float>(s.scale);
+  p.mean_f = jax ? F(param(s.mean, true)) : static_cast<float>(s.mean);
   const float sqrt2 = R(1.41421353816986083984375f);
-  p.sqrt2_scale_f = R(sqrt2 * p.scale_f);
+  p.sqrt2_scale_f = R(F(sqrt2 * p.scale_f));
   if (s.dist == Dist::kUniform) {
-    p.lo_f = R(static_cast<float>(s.minval));
-    const float hi = R(static_cast<float>(s.maxval));
-    p.range_f = R(hi - p.lo_f);
+    p.lo_f = F(R(static_cast<float>(s.minval)));
+    const float hi = F(R(static_cast<float>(s.maxval)));
+    p.range_f = R(F(hi - p.lo_f));
     // Philox: largest dtype value strictly below maxval (rounding must not reach maxval).
     float top = RoundTo(d, static_cast<float>(s.maxval));
     if (static_cast<double>(top) >= s.maxval) top = NextAfterIn(d, top, false);
@@ -643,24 +661,23 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     // the C library's erff; float32 and bfloat16 fold the division itself, float16 the
     // multiply by its reciprocal (measured). Philox: float32 division and the kernel.
     const float recip = d == DType::kBF16 ? 1.0f / sqrt2 : R(1.0f / sqrt2);
-    auto erf_of = [&](float bound) {
+    auto erf_of = [&](float bound) {  // bounds are not subnormal (refused above)
       if (!jax) return XlaErfF32(bound / sqrt2);
-      if (jit) return R(FoldedErfF32(d == DType::kF16 ? R(bound * recip) : R(bound / sqrt2)));
-      return R(XlaErfF32(R(bound * recip)));
+      if (jit)
+        return R(F(FoldedErfF32(d == DType::kF16 ? R(F(bound * recip)) : R(F(bound / sqrt2)))));
+      return R(F(XlaErfF32(R(F(bound * recip)))));
     };
     const float a = erf_of(lower), b = erf_of(upper);
     p.lo_f = a;
-    p.range_f = R(b - a);
-    // JAX clips to nextafter(bound) toward the interior, in the dtype. XLA's CPU code
-    // flushes bfloat16 subnormals to zero, so for bfloat16 a bound of 0 clips to 0.
-    auto inward = [&](float b, bool up) {
-      const float n = NextAfterIn(d, b, up);
-      const bool subnormal = n != 0.0f && std::fabs(n) < 1.17549435e-38f;
-      return d == DType::kBF16 && subnormal ? 0.0f : n;
-    };
-    p.clip_lo_f = jax ? inward(lower, true) : lower;
-    p.clip_hi_f = jax ? inward(upper, false) : upper;
+    p.range_f = R(F(b - a));
+    // JAX clips to nextafter(bound) toward the interior, in the dtype: flushed, a bound of 0
+    // clips to 0 in float32 and bfloat16.
+    p.clip_lo_f = jax ? F(NextAfterIn(d, lower, true)) : lower;
+    p.clip_hi_f = jax ? F(NextAfterIn(d, upper, false)) : upper;
   }
+  // Under jit a bfloat16 `+ mean` whose constant is (flushed to) zero is dropped, keeping the
+  // -0 that adding +0 would make +0 (measured; float32 and float64 keep the add).
+  if (jit && d == DType::kBF16 && p.mean_f == 0.0f) p.has_mean = false;
   return p;
 }
 

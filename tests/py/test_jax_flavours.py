@@ -292,6 +292,98 @@ def test_parameters_on_rounding_ties(dtype):
     print(f"\n{dtype}: {len(cases)} tie cases, {checked} elements bit-exact")
 
 
+# ---- subnormals ---------------------------------------------------------------------------
+# XLA-CPU runs with subnormals flushed to zero: a subnormal parameter acts as zero and a
+# subnormal result of any op is a zero of its sign (float32, bfloat16 through float32, float64).
+# Random tiny parameters put results on both sides of the smallest normal.
+
+def tiny_cases(seed, n, lo_exp, hi_exp, min_bound):
+    rng = np.random.default_rng(seed)
+    # Python floats (weak-typed in JAX), as a user writes them.
+    tiny = lambda: float(10 ** rng.uniform(lo_exp, hi_exp) * rng.choice([-1.0, 1.0]))  # noqa: E731
+    out = []
+    for i in range(n):
+        kind = i % 6
+        if kind == 0:
+            c = {"dist": "normal", "scale": abs(tiny())}
+        elif kind == 1:
+            c = {"dist": "normal", "scale": abs(tiny()), "mean": tiny()}
+        elif kind == 2:
+            a = tiny()
+            c = {"dist": "uniform", "minval": a,
+                 "maxval": a + abs(a) * float(rng.uniform(0.1, 3)) + abs(tiny()) * 4}
+        elif kind == 3:
+            c = {"dist": "truncated_normal", "scale": abs(tiny()), "mean": tiny()}
+        elif kind == 4:  # bounds normal in the dtype (subnormal ones are refused)
+            lo, hi = sorted([max(abs(tiny()), min_bound) * s for s in (-1.0, rng.choice([-1.0, 1.0]))])
+            lo, hi = float(lo), float(hi)
+            c = {"dist": "truncated_normal", "lower": lo, "upper": hi if hi > lo else -lo}
+        else:
+            c = {"dist": "constant", "value": tiny()}
+        out.append(c)
+    return out
+
+
+def tiny_expr(key, c, shape, dt):
+    if c["dist"] == "constant":
+        return jnp.full(shape, c["value"], dt)
+    if c["dist"] == "uniform":
+        return jax.random.uniform(key, shape, dt, c["minval"], c["maxval"])
+    if c["dist"] == "normal":
+        x = jax.random.normal(key, shape, dt)
+    else:
+        x = jax.random.truncated_normal(key, c.get("lower", -2.0), c.get("upper", 2.0), shape, dt)
+    if "scale" in c:
+        x = x * c["scale"]
+    if "mean" in c:
+        x = x + c["mean"]
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_subnormals_flush_to_zero_as_in_xla(dtype):
+    dt = NP_DTYPE[dtype]
+    shape = (97,)
+    cases = tiny_cases(55 + (dtype == "bfloat16"), 36, -45.5, -30, 2.0 ** -126)
+    keys = [jax.random.key(900 + i) for i in range(len(cases))]
+    jit_refs = jax.jit(lambda ks: [tiny_expr(k, c, shape, dt) for k, c in zip(ks, cases)])(keys)
+    zeros = 0
+    for c, key, jref in zip(cases, keys, jit_refs):
+        for flavour, ref in (("eager", tiny_expr(key, c, shape, dt)), ("jit", jref)):
+            ours = run_gen(shape, dtype, c, key=key, flavour=flavour)
+            assert_same_bits(ours, ref, f"{dtype} {flavour} {c}")
+            zeros += int(np.sum(np.asarray(ref) == 0))
+    # The cases reach the flush: a good share of elements are flushed zeros, not all.
+    total = 2 * len(cases) * shape[0]
+    print(f"\n{dtype}: {len(cases)} tiny cases, {zeros} of {total} elements zero")
+    assert 0.1 < zeros / total < 0.9
+
+
+def test_subnormals_flush_to_zero_as_in_xla_f64():
+    jax.config.update("jax_enable_x64", True)
+    try:
+        shape = (97,)
+        cases = tiny_cases(57, 36, -323, -300, 2.0 ** -1022)
+        keys = [jax.random.key(950 + i) for i in range(len(cases))]
+        jit_refs = jax.jit(lambda ks: [tiny_expr(k, c, shape, jnp.float64)
+                                       for k, c in zip(ks, cases)])(keys)
+        for c, key, jref in zip(cases, keys, jit_refs):
+            for flavour, ref in (("eager", tiny_expr(key, c, shape, jnp.float64)), ("jit", jref)):
+                ours = run_gen(shape, "float64", c, key=key, flavour=flavour)
+                what = f"float64 {flavour} {c}"
+                ref = np.asarray(ref)
+                # Zeros where JAX flushes, bit for bit (float64 normal/truncated_normal values
+                # are within their documented bounds, jax_testlib's F64_*).
+                assert_same_bits(ours[ref == 0], ref[ref == 0], what + " (zeros)")
+                if c["dist"] in ("uniform", "constant"):
+                    assert_same_bits(ours, ref, what)
+                else:
+                    exact, worst = ulp_stats(ours, ref)
+                    assert worst <= F64_TRUNC_MAX_ULP, (what, worst)
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
 def test_flavours_differ_where_documented():
     """The issue's reproducers (tests/kat/vectors/jax_flavours.json, which the C++ test
     Flavour.KnownAnswersOfBothFlavours reads): JAX op by op and under jax.jit give the file's

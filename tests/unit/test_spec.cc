@@ -133,6 +133,35 @@ TEST(Spec, ConstantsRoundOnceToTheDtype) {
   EXPECT_EQ(*bits(DType::kF32, 0.1), 0x3DCCCCCDu);
 }
 
+// XLA flushes subnormals to zero; a jax.random truncation bound subnormal in a flushed dtype
+// (float32, bfloat16, float64) is refused, naming it; float16's subnormals, zero and philox
+// tensors are accepted.
+TEST(Spec, SubnormalTruncationBoundsRefusedWhereXlaFlushes) {
+  auto prep = [](DType d, double lower, double upper, Generator g = Generator::kThreefry) {
+    TensorSpec t;
+    t.name = "w";
+    t.dtype = d;
+    t.generator = g;
+    t.init.dist = Dist::kTruncatedNormal;
+    t.init.lower = lower;
+    t.init.upper = upper;
+    return PrepareSampler(t, Key{}).status();
+  };
+  const Status a = prep(DType::kF32, -1e-40, 2.0);
+  EXPECT_EQ(a.code(), Code::kInvalidArgument);
+  EXPECT_NE(a.message().find("tensor 'w': init.lower -1e-40 is subnormal in float32"),
+            std::string::npos)
+      << a.message();
+  const Status b = prep(DType::kBF16, -2.0, 3e-39);
+  EXPECT_NE(b.message().find("init.upper 3e-39 is subnormal in bfloat16"), std::string::npos)
+      << b.message();
+  EXPECT_EQ(prep(DType::kF64, -1e-310, 1.0).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(prep(DType::kF64, -1e-300, 1.0).ok());
+  EXPECT_TRUE(prep(DType::kF32, 0.0, 2e-38).ok());
+  EXPECT_TRUE(prep(DType::kF16, -1e-6, 1.0).ok());
+  EXPECT_TRUE(prep(DType::kF32, -1e-40, 2.0, Generator::kPhilox).ok());
+}
+
 // A parameter, or a uniform's range, that is infinite in the tensor's dtype is refused, naming
 // it (it silently gave infinities, and -inf where jax.random gives NaN); the largest finite
 // values are accepted. Integers float64 cannot hold exactly are refused, not rounded.
