@@ -675,9 +675,10 @@ Result<SamplerParams> PrepareSampler(const TensorSpec& t, Key key) {
     p.clip_lo_f = jax ? F(NextAfterIn(d, lower, true)) : lower;
     p.clip_hi_f = jax ? F(NextAfterIn(d, upper, false)) : upper;
   }
-  // Under jit a bfloat16 `+ mean` whose constant is (flushed to) zero is dropped, keeping the
-  // -0 that adding +0 would make +0 (measured; float32 and float64 keep the add).
-  if (jit && d == DType::kBF16 && p.mean_f == 0.0f) p.has_mean = false;
+  // Under jit, `+ mean` whose constant rounds to zero in the dtype is dropped by XLA's
+  // simplifier, keeping the -0 that adding +0 would make +0 (measured; a subnormal constant
+  // stays and is flushed at run time).
+  if (jit && p.has_mean && param(s.mean, true) == 0.0f) p.has_mean = false;
   return p;
 }
 
