@@ -100,11 +100,17 @@ def _on_root_mesh(name: str, t: torch.Tensor, world: int):
     axes it does not use."""
     from torch.distributed.tensor import Replicate
     mesh, placements = t.device_mesh, list(t.placements)
-    if mesh.size() == world or not hasattr(mesh, "_get_root_mesh"):
+    if not hasattr(mesh, "_get_root_mesh"):
         return mesh, placements
     root = mesh._get_root_mesh()
     names, root_names = list(mesh.mesh_dim_names or []), list(root.mesh_dim_names or [])
-    if root is mesh or not names or any(n not in root_names for n in names):
+    # A sub-mesh spanning the group is lifted too when its root spans exactly the group (FSDP's
+    # "dp" of a (dp, tp) = (4, 1) mesh), so that it shares one layout with the root's tensors.
+    liftable = (root is not mesh and names and all(n in root_names for n in names) and
+                (mesh.size() < world or root.size() == world))
+    if not liftable:
+        if mesh.size() == world:
+            return mesh, placements
         raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
                    f"verify_replicas: tensor '{name}': its DeviceMesh {mesh} spans {mesh.size()} of "
                    f"the group's {world} ranks and is no named sub-mesh of a mesh spanning them: pass "
@@ -114,12 +120,14 @@ def _on_root_mesh(name: str, t: torch.Tensor, world: int):
 
 
 def _mesh_placement(name: str, t: torch.Tensor, to_rank: Callable[[int], int],
-                    world: Optional[int] = None) -> _MeshPlacement:
+                    world: Optional[int] = None, on=None) -> _MeshPlacement:
     """The placement of DTensor `t` over its mesh (its root mesh, when `world` is given and
     the mesh is a sub-mesh of fewer ranks); `to_rank` maps a global rank to the rank numbering
     of the layout (the group's). Unsupported placements (Partial, a _StridedShard whose split
     factor is not the later axes sharding its dim) are named."""
-    if world is None:
+    if on is not None:  # (mesh, placements) already lifted (_widened)
+        mesh, placements = on
+    elif world is None:
         mesh, placements = t.device_mesh, list(t.placements)
     else:
         mesh, placements = _on_root_mesh(name, t, world)
@@ -242,9 +250,10 @@ def init_module_(module: torch.nn.Module, source: Any, *, device=None, strict: b
                  name_map: NameMap = None, threads: int = 0) -> InitReport:
     """Fills every parameter and buffer of `module` from `source` (anything seedstore.open
     takes), in place: each rank generates (lazy) or reads (dense) only its local shard of
-    each DTensor, plain tensors whole. A module on the meta device is first given storage with
-    `module.to_empty(device)` (default: the DTensors' mesh device type, else CUDA when
-    available and built, else CPU).
+    each DTensor, plain tensors whole. A module's meta tensors are first given storage on
+    `device` (default: the DTensors' mesh device type, else CUDA when available and built, else
+    CPU), as `module.to_empty` but for them only (a tensor that has storage keeps its values)
+    and keeping tied parameters tied.
 
     Everything is checked before a value is written: a tensor the source lacks (strict: every
     parameter and buffer must match; strict=False: they are left as they are and listed in
@@ -289,16 +298,48 @@ def init_module_(module: torch.nn.Module, source: Any, *, device=None, strict: b
                        f"region {region} the layout gives ({list(region.local_shape)})")
         regions.append(region)
     if any(t.is_meta for _, _, t in _named_tensors(module)):
-        module.to_empty(device=device if device is not None else _default_device(module))
+        _to_empty(module, device if device is not None else _default_device(module))
         by_name = {n: t for _, n, t in _named_tensors(module)}
         plan = [(n, src, by_name[n]) for n, src, _ in plan]
     report = InitReport(unmatched=unmatched)
     with torch.no_grad():
         for (n, src, t), region in zip(plan, regions):
             if region.count:
-                cat.materialize(src, _local(t), region, threads=threads)
+                local = _local(t)
+                if local.is_contiguous():
+                    cat.materialize(src, local, region, threads=threads)
+                else:  # a strided parameter: through one contiguous buffer
+                    tmp = torch.empty(local.shape, dtype=local.dtype, device=local.device)
+                    cat.materialize(src, tmp, region, threads=threads)
+                    local.copy_(tmp)
             report.initialized[n] = src
     return report
+
+
+def _to_empty(module: torch.nn.Module, device) -> None:
+    """`module.to_empty(device=device)` for its meta tensors only: a tensor that has storage
+    keeps it (and its values), and a parameter tied under several names stays one parameter
+    (torch's to_empty gives each name its own uninitialized tensor)."""
+    names: Dict[int, List[str]] = {}
+    for n, p in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(n)
+    made: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}  # id(meta) -> (meta, new)
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        if not t.is_meta:
+            return t
+        if id(t) not in made:
+            made[id(t)] = (t, torch.empty_like(t, device=device))
+        return made[id(t)][1]
+
+    module._apply(fn)
+    for tied in names.values():
+        first = module.get_parameter(tied[0])
+        for n in tied[1:]:
+            owner, _, leaf = n.rpartition(".")
+            sub = module.get_submodule(owner)
+            if sub._parameters[leaf] is not first:
+                sub._parameters[leaf] = first
 
 
 class _TorchExchange:
@@ -366,16 +407,41 @@ def _axis_order(mesh_axes: List[str], nests: List[List[str]]) -> Optional[List[s
     return out
 
 
+def _widened(named, world: int) -> Dict[str, tuple]:
+    """Each DTensor's (mesh, placements) on its root mesh (_on_root_mesh), then on a wider mesh
+    of the same ranks that another DTensor of `named` uses, when the wider mesh only adds axes
+    of size 1: torch can hand FSDP's "dp" sub-mesh of a (dp, tp) = (4, 1) mesh back as a root
+    mesh of its own (an equal "dp" mesh made earlier), and the two are one arrangement."""
+    from torch.distributed.tensor import Replicate
+    on = {n: _on_root_mesh(n, t, world) for n, t in named if _is_dtensor(t)}
+    meshes = []
+    for m, _ in on.values():
+        if all(m is not x for x in meshes):
+            meshes.append(m)
+    for n, (m, pl) in on.items():
+        names = list(m.mesh_dim_names or [])
+        for w in meshes:
+            wide = list(w.mesh_dim_names or [])
+            if (w.ndim > m.ndim and names and [a for a in wide if a in names] == names and
+                    all(k == 1 for a, k in zip(wide, w.shape) if a not in names) and
+                    w.mesh.reshape(-1).tolist() == m.mesh.reshape(-1).tolist()):
+                on[n] = (w, [pl[names.index(a)] if a in names else Replicate() for a in wide])
+                break
+    return on
+
+
 def _layout_groups(named, name_map: NameMap, to_rank, world: int, what: str):
     """Tensors `named` ((name, tensor) pairs) as few library layouts over the group as their
     placements allow (one, unless two tensors over one mesh nest its axes in orders no single
     order of the axes keeps): a list of (Layout, [(name, global shape, local shard)]) -- plain
-    tensors, unmatched by any rule, replicated over the first -- and whether any shard is on
-    CUDA. A group's axis order is found from all its tensors' nestings (_axis_order), so the
+    tensors, unmatched by any rule, replicated over the first --, whether any shard is on
+    CUDA, and over how many distinct meshes the groups lie. A group's axis order is found from all its tensors' nestings (_axis_order), so the
     order of `named` does not decide whether they fit one layout."""
     groups: List[Tuple[_MeshPlacement, list, list]] = []  # (first placement, nests, members)
     plain = []
     cuda = False
+    named = [(n, t) for n, t in named if _map_name(name_map, n) is not None]
+    on = _widened(named, world)
     for n, t in named:
         name = _map_name(name_map, n)
         if name is None:
@@ -385,7 +451,7 @@ def _layout_groups(named, name_map: NameMap, to_rank, world: int, what: str):
         if not _is_dtensor(t):
             plain.append((name, list(t.shape), local))
             continue
-        mp = _mesh_placement(name, t, to_rank, world)
+        mp = _mesh_placement(name, t, to_rank, world, on[n])
         if len(mp.devices) != world:
             raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
                        f"{what}: tensor '{n}': its DeviceMesh has {len(mp.devices)} ranks, "
@@ -413,7 +479,8 @@ def _layout_groups(named, name_map: NameMap, to_rank, world: int, what: str):
         out.append((_ss.Layout({"mesh": {"axes": ["data"], "shape": [world],
                                          "devices": list(range(world))}, "placements": []}), []))
     out[0] = (out[0][0], out[0][1] + plain)
-    return out, cuda
+    meshes = {(tuple(g[0].mesh_axes), tuple(g[0].ranks.reshape(-1).tolist())) for g in groups}
+    return out, cuda, len(meshes)
 
 
 def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
@@ -431,7 +498,7 @@ def verify_replicas(module: torch.nn.Module, source: Any = None, group=None, *,
     failed verdict raises MismatchError."""
     ex, world, to_rank = _exchange_of(group, "verify_replicas")
     ref = _ss.open(source)._c if source is not None else None
-    groups, cuda = _layout_groups(((n, t) for _, n, t in _named_tensors(module)), name_map, to_rank,
+    groups, cuda, _ = _layout_groups(((n, t) for _, n, t in _named_tensors(module)), name_map, to_rank,
                                   world, "verify_replicas")
     if cuda:
         torch.cuda.current_stream().synchronize()
@@ -459,10 +526,17 @@ class Reader(_StorageReader):
     (lazy tensors) or read (dense ones) -- no rank reads or generates more than its shards.
     Each source tensor is presented to DCP as one chunk covering it (the library serves any box
     of it, whatever layout it was saved under). Only tensors: a non-tensor entry of the state
-    dict is not in the checkpoint. `name_map` renames state-dict keys to source names."""
+    dict is not in the checkpoint. `name_map` (a dict) renames state-dict keys to source
+    names."""
 
-    def __init__(self, source: Any, *, name_map: NameMap = None, threads: int = 0):
+    def __init__(self, source: Any, *, name_map: Optional[Dict[str, str]] = None,
+                 threads: int = 0):
         super().__init__()
+        if name_map is not None and not isinstance(name_map, dict):
+            raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
+                       "seedstore.torch.Reader: name_map must be a dict (state-dict key -> source "
+                       f"name), not {type(name_map).__name__}: DCP looks the checkpoint up by "
+                       "state-dict key, and a function cannot list them")
         self._source = source
         self._cat = _ss.open(source)
         self._name_map = name_map
@@ -606,11 +680,16 @@ class Writer(_StorageWriter):
                        "seedstore.torch.Writer: a seedstore save holds tensors only; not tensors: " +
                        ", ".join(f"'{k}'" for k in bad))
         ex, world, to_rank = _exchange_of(self.group, "seedstore.torch.Writer")
-        groups, _ = _layout_groups(sorted(state.items()), None, to_rank, world, "seedstore.torch.Writer")
+        groups, _, meshes = _layout_groups(sorted(state.items()), None, to_rank, world,
+                                           "seedstore.torch.Writer")
         if len(groups) != 1:
+            which = "; ".join(f"'{members[0][0]}'" + (f" and {len(members) - 1} more" if len(members) > 1 else "")
+                              for _, members in groups)
+            why = (f"are on {meshes} different DeviceMeshes ({which}): one save has one mesh, "
+                   "so put them on one (named sub-meshes of it are fine)" if meshes > 1 else
+                   f"nest the same mesh axes in opposite orders ({which}), which one layout cannot place")
             raise _err(_ss.UnsupportedError, "UNSUPPORTED",
-                       "seedstore.torch.Writer: the state dict's DTensors nest the same mesh axes in "
-                       "opposite orders, which one layout cannot place")
+                       "seedstore.torch.Writer: the state dict's DTensors " + why)
         layout, params = groups[0]
         self.table = _core.save_buffers(ex, params, layout._l, self.path, self.threads,
                                         self.uncompressed)

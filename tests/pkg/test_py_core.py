@@ -354,6 +354,39 @@ def test_init_module_plain_and_errors_write_nothing():
     assert "emb" in rep.initialized
 
 
+
+def test_init_module_keeps_ties_storage_and_fills_strided_parameters():
+    torch = pytest.importorskip("torch")
+    import seedstore.torch as sst
+    spec = {"seedstore": 1, "seed": 4, "tensors": [
+        {"name": "emb.weight", "shape": [5, 4], "dtype": "float32", "init": {"dist": "normal"}},
+        {"name": "w", "shape": [3, 7], "dtype": "float32", "init": {"dist": "uniform"}}]}
+    cat = seedstore.open(spec)
+    # Tied on meta (head.weight is emb.weight): still one parameter after, with the values.
+    with torch.device("meta"):
+        m = torch.nn.Module()
+        m.emb = torch.nn.Embedding(5, 4)
+        m.head = torch.nn.Linear(4, 5, bias=False)
+        m.head.weight = m.emb.weight
+        m.w = torch.nn.Parameter(torch.empty(3, 7))
+    rep = sst.init_module_(m, spec)
+    assert rep.unmatched == [] and m.head.weight is m.emb.weight
+    assert m.emb.weight.detach().numpy().tobytes() == cat.read("emb.weight").tobytes()
+    # strict=False on a partly meta module: a tensor that has storage keeps its values.
+    with torch.device("meta"):
+        p = torch.nn.Module()
+        p.w = torch.nn.Parameter(torch.empty(3, 7))
+    p.register_buffer("freqs", torch.arange(6, dtype=torch.float32))
+    rep = sst.init_module_(p, spec, strict=False)
+    assert rep.unmatched == ["freqs"] and torch.equal(p.freqs, torch.arange(6, dtype=torch.float32))
+    assert p.w.detach().numpy().tobytes() == cat.read("w").tobytes()
+    # A strided (transposed) parameter is filled through a buffer.
+    s = torch.nn.Module()
+    s.w = torch.nn.Parameter(torch.zeros(7, 3).t())
+    assert not s.w.is_contiguous()
+    sst.init_module_(s, spec, strict=False)
+    assert s.w.detach().contiguous().numpy().tobytes() == cat.read("w").tobytes()
+
 def test_dcp_writer_and_reader_in_a_world_of_one(tmp_path):
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
@@ -374,6 +407,8 @@ def test_dcp_writer_and_reader_in_a_world_of_one(tmp_path):
         ren = {"weight": torch.zeros(23, 16)}
         dcp.load(ren, storage_reader=sst.Reader(str(ckpt), name_map={"weight": "w"}))
         assert torch.equal(ren["weight"], sd["w"])
+        with pytest.raises(seedstore.InvalidArgumentError, match="name_map must be a dict"):
+            sst.Reader(str(ckpt), name_map=lambda k: "w")
         # codec none for the tensors a glob names: stored without filters, read back equal
         dcp.save(sd, storage_writer=sst.Writer(tmp_path / "raw.h5", codec=["w"]))
         assert cli("verify", tmp_path / "raw.h5").returncode == 0

@@ -147,6 +147,15 @@ def test_writer_names_opposite_nestings_and_writes_nothing(ranks):
         assert not res["opposite_left"], r
 
 
+def test_writer_lifts_a_sub_mesh_spanning_every_rank_and_names_two_meshes(ranks):
+    # FSDP2 x TP with tp = 1: saved as one layout, verified, equal to the spec.
+    assert ranks[0]["submesh_cli_check"][:2] == [0, 0], ranks[0]["submesh_cli_check"]
+    for r, res in enumerate(ranks):
+        err = res["two_meshes_error"]
+        assert err and "UNSUPPORTED" in err and "2 different DeviceMeshes" in err, (r, err)
+        assert not res["two_meshes_left"], r
+
+
 def test_empty_local_shards_shaped_otherwise_by_torch_are_filled_as_empty(ranks):
     for r, res in enumerate(ranks):
         got = res["zero_dim"]

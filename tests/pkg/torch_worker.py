@@ -252,7 +252,7 @@ def main():
     back = seedstore.open(ockpt)
     record("order_bad", [n for n, p in mo.named_parameters()
                          if not torch.equal(p.full_tensor(), torch.from_numpy(back.read(n)))])
-    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     sd = {"a": mo.l.weight, "b": distribute_tensor(torch.ones(8, 4), mesh, [Shard(0), Shard(0)])}
     try:
         dcp.save(sd, storage_writer=sst.Writer(os.path.join(out, "opposite.h5")))
@@ -260,6 +260,39 @@ def main():
     except BaseException as e:  # DCP wraps the ranks' errors in a CheckpointException
         record("opposite_error", str(e)[-3000:])
     record("opposite_left", os.path.exists(os.path.join(out, "opposite.h5")))
+
+    # --- FSDP2 x TP with tp = 1: FSDP's "dp" sub-mesh spans every rank beside the (dp, tp)
+    # root mesh; the Writer lifts it to the root and saves one layout. DTensors on two unrelated
+    # meshes over the same ranks are refused, naming the meshes.
+    mesh41 = init_device_mesh("cpu", (world, 1), mesh_dim_names=("dp", "tp"))
+    with torch.device("meta"):
+        ms = nn.Module()
+        ms.a = nn.Linear(DIM, HIDDEN, bias=False)
+        ms.b = nn.Linear(HIDDEN, DIM, bias=False)
+    parallelize_module(ms, mesh41["tp"], {"a": ColwiseParallel()})
+    fully_shard(ms, mesh=mesh41["dp"])
+    sspec = {"seedstore": 1, "seed": 5, "tensors": [
+        {"name": n, "shape": list(p.shape), "dtype": "float32", "init": {"dist": "normal"}}
+        for n, p in ms.named_parameters()]}
+    sst.init_module_(ms, sspec)
+    sckpt = os.path.join(out, "submesh.h5")
+    dcp.save(ms.state_dict(), storage_writer=sst.Writer(sckpt))
+    if rank == 0:  # a valid save, equal to the spec (diff exits 0 on identical tensors)
+        sjson = os.path.join(out, "submesh_spec.json")
+        with open(sjson, "w") as f:
+            json.dump(sspec, f)
+        bin_ = os.environ["SEEDSTORE_BIN"]
+        v = subprocess.run([bin_, "verify", sckpt], capture_output=True, text=True)
+        d = subprocess.run([bin_, "diff", sckpt, sjson], capture_output=True, text=True)
+        record("submesh_cli_check", [v.returncode, d.returncode, v.stderr[-1000:] + d.stderr[-1000:]])
+    two = {"a": distribute_tensor(torch.ones(8, 4), init_device_mesh("cpu", (world,)), [Shard(0)]),
+           "b": distribute_tensor(torch.ones(8, 4), mesh, [Shard(0), Replicate()])}
+    try:
+        dcp.save(two, storage_writer=sst.Writer(os.path.join(out, "two.h5")))
+        record("two_meshes_error", None)
+    except BaseException as e:
+        record("two_meshes_error", str(e)[-3000:])
+    record("two_meshes_left", os.path.exists(os.path.join(out, "two.h5")))
 
     # --- FSDP2 over a parameter with a zero-size dim: torch shapes some empty local shards
     # [0, 0] where the layout's region is [k, 0]; nothing to fill, no error.

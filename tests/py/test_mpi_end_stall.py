@@ -76,13 +76,21 @@ def test_a_rank_stopped_after_the_last_step_does_not_hang_the_job(tmp_path, cmd,
     assert "test fault stop at step 'end'" in err, what  # the stop happened
     assert not left, "mpirun ended but left the stopped rank behind: " + what
     others = [r for r in range(3) if r != victim]
-    for r in others:
-        assert (f"rank {r}: MPI_Finalize did not finish within {TIMEOUT:g} s: another rank stopped "
-                f"or hung after the job's last step; {says}; rank {r} ends with exit code {code} "
-                "without MPI_Finalize") in err, what
+    ended = [r for r in others if (
+        f"rank {r}: MPI_Finalize did not finish within {TIMEOUT:g} s: another rank stopped "
+        f"or hung after the job's last step; {says}; rank {r} ends with exit code {code} "
+        "without MPI_Finalize") in err]
+    assert ended, "no rank ended by itself: " + what
+    # The first rank to end that way makes mpirun kill the rest: on a loaded machine a rank whose
+    # own timer ran out later can be killed before it says so (it records no exit code).
+    if ended != others:
+        assert "exiting improperly" in err, what
     codes = {int(f.suffix[1:]): int(f.read_text()) for f in tmp_path.glob("rc.*")
              if f.suffix[1:].isdigit()}
-    assert codes == {r: code for r in others}, f"recorded exit codes {codes}: " + what
+    assert codes and set(codes) <= set(others) and set(codes.values()) == {code}, (
+        f"recorded exit codes {codes}: " + what)
+    if ended == others:
+        assert set(codes) == set(others), f"recorded exit codes {codes}: " + what
     assert rc == (code if code else 1), what
     if cmd in ("save-ranks", "reshard"):
         assert fingerprints(ckpt) == expected, what
