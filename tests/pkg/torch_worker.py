@@ -73,6 +73,13 @@ def spec_of(model, seed=7):
     return {"seedstore": 1, "seed": seed, "tensors": tensors}
 
 
+def normal_spec(model, seed):
+    """A spec of every parameter of `model`: float32, normal."""
+    return {"seedstore": 1, "seed": seed, "tensors": [
+        {"name": n, "shape": list(p.shape), "dtype": "float32", "init": {"dist": "normal"}}
+        for n, p in model.named_parameters()]}
+
+
 def whole_model(spec):
     m = Llama()
     sst.init_module_(m, spec, strict=False)
@@ -239,9 +246,7 @@ def main():
         mo.l = nn.Linear(DIM, HIDDEN, bias=False)
     parallelize_module(mo, mesh["tp"], {"l": ColwiseParallel()})
     fully_shard(mo, mesh=mesh["dp"])
-    ospec = {"seedstore": 1, "seed": 3, "tensors": [
-        {"name": n, "shape": list(p.shape), "dtype": "float32", "init": {"dist": "normal"}}
-        for n, p in mo.named_parameters()]}
+    ospec = normal_spec(mo, 3)
     sst.init_module_(mo, ospec)
     record("order_placements", placements(mo))
     ockpt = os.path.join(out, "order.h5")
@@ -271,9 +276,7 @@ def main():
         ms.b = nn.Linear(HIDDEN, DIM, bias=False)
     parallelize_module(ms, mesh41["tp"], {"a": ColwiseParallel()})
     fully_shard(ms, mesh=mesh41["dp"])
-    sspec = {"seedstore": 1, "seed": 5, "tensors": [
-        {"name": n, "shape": list(p.shape), "dtype": "float32", "init": {"dist": "normal"}}
-        for n, p in ms.named_parameters()]}
+    sspec = normal_spec(ms, 5)
     sst.init_module_(ms, sspec)
     sckpt = os.path.join(out, "submesh.h5")
     dcp.save(ms.state_dict(), storage_writer=sst.Writer(sckpt))
@@ -301,9 +304,7 @@ def main():
         mz.w = nn.Parameter(torch.empty(23, 0))
         mz.v = nn.Parameter(torch.empty(5))
     fully_shard(mz, mesh=init_device_mesh("cpu", (world,)))
-    zspec = {"seedstore": 1, "seed": 0, "tensors": [
-        {"name": n, "shape": list(p.shape), "dtype": "float32", "init": {"dist": "normal"}}
-        for n, p in mz.named_parameters()]}
+    zspec = normal_spec(mz, 0)
     try:
         rep = sst.init_module_(mz, zspec)
         record("zero_dim", [sorted(rep.initialized), list(mz.w.to_local().shape),
