@@ -53,15 +53,31 @@ def load(source: Any, shardings: Union[Mapping[str, Any], Any], *,
     if missing:
         raise _ss.NotFoundError(f"NOT_FOUND: seedstore.jax.load: source '{cat.origin}' has no tensor " +
                                 ", ".join(f"'{n}'" for n in missing))
-    out = {}
+    if isinstance(shardings, Mapping):
+        unplaced = [n for n in wanted if n not in shardings]
+        if unplaced:
+            raise _ss.NotFoundError("NOT_FOUND: seedstore.jax.load: shardings has no entry for " +
+                                    ", ".join(f"'{n}'" for n in unplaced))
+    # Every sharding is checked against its tensor's shape before anything is read.
+    placed = []
     for name in wanted:
-        info = cat[name]
-        shape = tuple(info.shape)
-
+        shape, sharding = tuple(cat[name].shape), pick(name)
+        try:
+            if not isinstance(sharding, jax.sharding.Sharding):
+                raise TypeError(f"{type(sharding).__name__} is not a jax.sharding.Sharding")
+            sharding.shard_shape(shape)  # raises where the sharding cannot apply to the shape
+            sharding.devices_indices_map(shape)
+        except Exception as e:  # JAX's own errors (ValueError, IndexError, TypeError ...)
+            raise _ss.InvalidArgumentError(
+                f"INVALID_ARGUMENT: seedstore.jax.load: tensor '{name}' of shape {list(shape)}: "
+                f"sharding {sharding!r} cannot place it ({type(e).__name__}: {e})") from e
+        placed.append((name, shape, sharding))
+    out = {}
+    for name, shape, sharding in placed:
         def shard(index, name=name, shape=shape):
             return cat.read(name, _box(index, shape) if shape else None, threads=threads)
 
-        out[name] = jax.make_array_from_callback(shape, pick(name), shard)
+        out[name] = jax.make_array_from_callback(shape, sharding, shard)
     return out
 
 

@@ -61,6 +61,22 @@ def test_one_sharding_for_all_and_missing_tensors_named():
         ssj.load(SPEC, {"nope": NamedSharding(mesh, P())})
 
 
+
+def test_shardings_that_cannot_place_a_tensor_are_named_before_anything_is_read():
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("a", "b"))
+
+    def spec(shape):
+        return {"seedstore": 1, "tensors": [{"name": "blk.w", "shape": shape, "dtype": "float32",
+                                             "init": {"dist": "normal"}, "key": {"seed": 5}}]}
+    for shape, sharding in [([], NamedSharding(mesh, P("a"))),          # more dims than the tensor
+                            ([8], NamedSharding(mesh, P("a", "b"))),
+                            ([5, 12], NamedSharding(mesh, P("b"))),     # 5 over 4: uneven
+                            ([8], None), ([8], P("a"))]:                # not a Sharding
+        with pytest.raises(seedstore.InvalidArgumentError, match=r"tensor 'blk.w' of shape"):
+            ssj.load(spec(shape), {"blk.w": sharding})
+    with pytest.raises(seedstore.NotFoundError, match="shardings has no entry for 'blk.w'"):
+        ssj.load(spec([8]), {}, names=["blk.w"])
+
 def test_verify_replicas_in_one_process_names_a_flipped_device():
     mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
     shardings = {"act": NamedSharding(mesh, P("data", None, "model")), "w": NamedSharding(mesh, P("model")),
