@@ -142,7 +142,8 @@ def verify_replicas(pytree: Any, source: Any = None, *, threads: int = 0,
     dtypes and shardings. Leaves must be jax.Arrays sharded over every device of the job by a
     NamedSharding (or fully replicated); anything else raises InvalidArgumentError or
     UnsupportedError naming the leaf before anything is exchanged. Every process must hold
-    the same number of devices. With raise_on_failure a failed verdict raises MismatchError."""
+    the same number of devices. Given a source, a leaf it lacks raises NotFoundError naming it.
+    With raise_on_failure a failed verdict raises MismatchError."""
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     rank_of = {d: r for r, d in enumerate(devices)}
     per_process: Dict[int, int] = {}
@@ -195,7 +196,15 @@ def verify_replicas(pytree: Any, source: Any = None, *, threads: int = 0,
                                             f"{box} is not the layout's region {region}")
                 hosted[j].append((name, list(shape), s.data))
         plan.append((layout, hosted))
-    ref = _ss.open(source)._c if source is not None else None
+    ref = None
+    if source is not None:
+        cat = _ss.open(source)
+        lacking = [_leaf_name(path) for path, _ in flat if _leaf_name(path) not in cat]
+        if lacking:  # before anything is exchanged: every process raises alike
+            raise _ss.NotFoundError(
+                f"NOT_FOUND: verify_replicas: source '{cat.origin}' has no tensor " +
+                ", ".join(f"'{n}'" for n in lacking) + " (the pytree's leaves are named by path)")
+        ref = cat._c
     for _, leaf in flat:
         leaf.block_until_ready()
     return verify_groups(_JaxExchange(), plan, ref, threads, raise_on_failure,

@@ -76,6 +76,11 @@ def test_shardings_that_cannot_place_a_tensor_are_named_before_anything_is_read(
             ssj.load(spec(shape), {"blk.w": sharding})
     with pytest.raises(seedstore.NotFoundError, match="shardings has no entry for 'blk.w'"):
         ssj.load(spec([8]), {}, names=["blk.w"])
+    # verify_replicas against a source: a leaf the source lacks (a typo) is named, not passed.
+    w = ssj.load(spec([8, 12]), {"blk.w": NamedSharding(mesh, P("a", "b"))})["blk.w"]
+    assert ssj.verify_replicas({"blk": {"w": w}}, spec([8, 12])).ok
+    with pytest.raises(seedstore.NotFoundError, match="no tensor 'blk.W_typo'"):
+        ssj.verify_replicas({"blk": {"W_typo": w}}, spec([8, 12]))
 
 def test_verify_replicas_in_one_process_names_a_flipped_device():
     mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
