@@ -100,17 +100,11 @@ def _on_root_mesh(name: str, t: torch.Tensor, world: int):
     axes it does not use."""
     from torch.distributed.tensor import Replicate
     mesh, placements = t.device_mesh, list(t.placements)
-    if not hasattr(mesh, "_get_root_mesh"):
-        return mesh, placements
+    if mesh.size() == world or not hasattr(mesh, "_get_root_mesh"):
+        return mesh, placements  # a mesh spanning the group: _widened joins equal arrangements
     root = mesh._get_root_mesh()
     names, root_names = list(mesh.mesh_dim_names or []), list(root.mesh_dim_names or [])
-    # A sub-mesh spanning the group is lifted too when its root spans exactly the group (FSDP's
-    # "dp" of a (dp, tp) = (4, 1) mesh), so that it shares one layout with the root's tensors.
-    liftable = (root is not mesh and names and all(n in root_names for n in names) and
-                (mesh.size() < world or root.size() == world))
-    if not liftable:
-        if mesh.size() == world:
-            return mesh, placements
+    if root is mesh or not names or any(n not in root_names for n in names):
         raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
                    f"verify_replicas: tensor '{name}': its DeviceMesh {mesh} spans {mesh.size()} of "
                    f"the group's {world} ranks and is no named sub-mesh of a mesh spanning them: pass "
@@ -120,17 +114,12 @@ def _on_root_mesh(name: str, t: torch.Tensor, world: int):
 
 
 def _mesh_placement(name: str, t: torch.Tensor, to_rank: Callable[[int], int],
-                    world: Optional[int] = None, on=None) -> _MeshPlacement:
-    """The placement of DTensor `t` over its mesh (its root mesh, when `world` is given and
-    the mesh is a sub-mesh of fewer ranks); `to_rank` maps a global rank to the rank numbering
+                    on=None) -> _MeshPlacement:
+    """The placement of DTensor `t` over its own mesh, or over the (mesh, placements) `on`
+    gives (_widened: lifted to a root or wider mesh); `to_rank` maps a global rank to the rank numbering
     of the layout (the group's). Unsupported placements (Partial, a _StridedShard whose split
     factor is not the later axes sharding its dim) are named."""
-    if on is not None:  # (mesh, placements) already lifted (_widened)
-        mesh, placements = on
-    elif world is None:
-        mesh, placements = t.device_mesh, list(t.placements)
-    else:
-        mesh, placements = _on_root_mesh(name, t, world)
+    mesh, placements = on if on is not None else (t.device_mesh, list(t.placements))
     names = list(mesh.mesh_dim_names or [f"d{i}" for i in range(mesh.ndim)])
     sizes = list(mesh.shape)
     ranks = mesh.mesh  # tensor of global ranks, shape = sizes
@@ -435,8 +424,9 @@ def _layout_groups(named, name_map: NameMap, to_rank, world: int, what: str):
     placements allow (one, unless two tensors over one mesh nest its axes in orders no single
     order of the axes keeps): a list of (Layout, [(name, global shape, local shard)]) -- plain
     tensors, unmatched by any rule, replicated over the first --, whether any shard is on
-    CUDA, and over how many distinct meshes the groups lie. A group's axis order is found from all its tensors' nestings (_axis_order), so the
-    order of `named` does not decide whether they fit one layout."""
+    CUDA, and over how many distinct meshes the groups lie. A group's axis order is found from
+    all its tensors' nestings (_axis_order), so the order of `named` does not decide whether
+    they fit one layout."""
     groups: List[Tuple[_MeshPlacement, list, list]] = []  # (first placement, nests, members)
     plain = []
     cuda = False
@@ -444,14 +434,12 @@ def _layout_groups(named, name_map: NameMap, to_rank, world: int, what: str):
     on = _widened(named, world)
     for n, t in named:
         name = _map_name(name_map, n)
-        if name is None:
-            continue
         local = _local(t)
         cuda = cuda or local.is_cuda
         if not _is_dtensor(t):
             plain.append((name, list(t.shape), local))
             continue
-        mp = _mesh_placement(name, t, to_rank, world, on[n])
+        mp = _mesh_placement(name, t, to_rank, on[n])
         if len(mp.devices) != world:
             raise _err(_ss.InvalidArgumentError, "INVALID_ARGUMENT",
                        f"{what}: tensor '{n}': its DeviceMesh has {len(mp.devices)} ranks, "
